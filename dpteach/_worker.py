@@ -1,0 +1,93 @@
+"""Entry point of one rank started by :func:`dpteach.launch` (``python -m dpteach._worker``).
+
+Each rank is a fresh interpreter rather than a ``multiprocessing`` child: that way a function
+defined in a notebook cell or in a script without a ``__main__`` guard is never re-executed, and
+the rank can be killed together with everything it started (it leads its own process group).
+
+The rank joins the world through the key-value store that the launcher holds, runs the function,
+and writes what happened (return value or traceback) to its result file atomically.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+from datetime import timedelta
+
+
+def _exit_when_orphaned(parent_pid: int) -> None:
+    """If the launching process dies without cleaning up, do not linger as an orphan."""
+    while True:
+        if os.getppid() != parent_pid:
+            os._exit(70)
+        time.sleep(0.5)
+
+
+def _write_atomically(path: str, payload: bytes) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(payload)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def main() -> int:
+    env = os.environ
+    threading.Thread(target=_exit_when_orphaned, args=(int(env["DPTEACH_PARENT_PID"]),),
+                     daemon=True).start()
+    for entry in reversed(json.loads(env.get("DPTEACH_SYS_PATH", "[]"))):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+
+    import cloudpickle
+    import torch
+    import torch.distributed as dist
+
+    rank, world_size = int(env["RANK"]), int(env["WORLD_SIZE"])
+    result_path = env["DPTEACH_RESULT"]
+    threads = env.get("DPTEACH_THREADS")
+    if threads:
+        torch.set_num_threads(int(threads))
+    try:
+        with open(env["DPTEACH_PAYLOAD"], "rb") as f:
+            fn, args, kwargs = cloudpickle.load(f)
+        device = env["DPTEACH_DEVICE"]
+        if device.startswith("cuda"):
+            torch.cuda.set_device(torch.device(device))
+        timeout = timedelta(seconds=float(env["DPTEACH_TIMEOUT"]))
+        store = dist.TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), is_master=False,
+                              timeout=timeout)
+        dist.init_process_group(env["DPTEACH_BACKEND"], store=dist.PrefixStore("pg", store),
+                                rank=rank, world_size=world_size, timeout=timeout)
+        try:
+            value = fn(*args, **kwargs)
+        finally:
+            dist.destroy_process_group()
+        outcome = {"ok": True, "value": value}
+    except BaseException as exc:  # report everything, SystemExit and KeyboardInterrupt included
+        outcome = {"ok": False, "type": type(exc).__name__, "message": str(exc),
+                   "traceback": traceback.format_exc()}
+        try:
+            cloudpickle.dumps(exc)
+            outcome["exception"] = exc
+        except Exception:
+            pass
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        payload = cloudpickle.dumps(outcome)
+    except Exception as exc:
+        outcome = {"ok": False, "type": "TypeError",
+                   "message": f"rank {rank}'s return value cannot be sent back: {exc}",
+                   "traceback": traceback.format_exc()}
+        payload = cloudpickle.dumps(outcome)
+    _write_atomically(result_path, payload)
+    return 0 if outcome["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""Which backend and device a world of W ranks uses.
+
+The rule the whole course follows (DESIGN.md, "device follows backend"):
+
+* NCCL, one GPU per rank, when there are at least W visible GPUs. NCCL refuses two ranks on one
+  GPU, so it is never chosen for W > number of GPUs.
+* gloo otherwise. gloo runs on CPU tensors; when a GPU is present the ranks may still compute on it
+  (rank r uses GPU r mod G) and the collectives stage their buffers through host memory.
+
+Everything here is checked *before* any process starts, so a wrong argument is a ``ValueError`` that
+names the argument, its value and what is allowed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+BACKENDS = ("auto", "gloo", "nccl")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The backend a world uses and the device each rank computes on."""
+
+    backend: str
+    device_type: str  # "cpu" or "cuda"
+    gpus: int
+
+    def device_for(self, local_rank: int) -> str:
+        if self.device_type == "cuda":
+            return f"cuda:{local_rank % self.gpus}"
+        return "cpu"
+
+
+def visible_gpus() -> int:
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def nccl_available() -> bool:
+    return dist.is_available() and dist.is_nccl_available()
+
+
+def gloo_available() -> bool:
+    return dist.is_available() and dist.is_gloo_available()
+
+
+def check_world_size(world_size) -> int:
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size={world_size!r} is not allowed: it must be an integer >= 1")
+    return world_size
+
+
+def choose_placement(world_size: int, backend: str = "auto", device: str = "auto") -> Placement:
+    """Pick backend and device for ``world_size`` ranks on this machine, or explain why not."""
+    check_world_size(world_size)
+    if backend not in BACKENDS:
+        raise ValueError(f"backend={backend!r} is not allowed: choose one of {', '.join(BACKENDS)}")
+    if device not in DEVICES:
+        raise ValueError(f"device={device!r} is not allowed: choose one of {', '.join(DEVICES)}")
+    gpus = visible_gpus()
+    if device == "cuda" and gpus == 0:
+        raise ValueError("device='cuda' is not allowed here: this machine has no visible CUDA device "
+                         "(use device='cpu' or 'auto')")
+    if backend == "auto":
+        backend = "nccl" if (gpus >= world_size and device != "cpu" and nccl_available()) else "gloo"
+    if backend == "nccl":
+        if device == "cpu":
+            raise ValueError("backend='nccl' with device='cpu' is not allowed: NCCL only moves CUDA "
+                             "tensors (use backend='gloo' for CPU ranks)")
+        if not nccl_available() or gpus == 0:
+            raise ValueError("backend='nccl' is not allowed here: NCCL needs CUDA GPUs and this machine "
+                             "has none (use backend='gloo' or 'auto')")
+        if world_size > gpus:
+            raise ValueError(f"backend='nccl' with world_size={world_size} is not allowed: NCCL needs one "
+                             f"GPU per rank and {gpus} GPU(s) are visible (use world_size <= {gpus}, "
+                             f"or backend='gloo', whose ranks may share GPUs)")
+        return Placement("nccl", "cuda", gpus)
+    if not gloo_available():
+        raise ValueError("backend='gloo' is not available in this torch build")
+    if device == "auto":
+        device = "cuda" if gpus else "cpu"
+    return Placement("gloo", device, gpus)

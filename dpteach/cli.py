@@ -1,0 +1,42 @@
+"""The ``dpteach`` command: ``dpteach <subcommand> --help`` for each.
+
+Each subcommand lives in its own module with ``add_arguments(parser)`` and ``run(args) -> int``;
+this file only lists them, so adding a command is one line in ``COMMANDS``.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> (module, one-line help)
+COMMANDS = {
+    "lab": ("dpteach.commands.lab", "open the course in JupyterLab"),
+    "bench": ("dpteach.commands.bench", "measure collectives on this machine (nccl-tests style)"),
+    "doctor": ("dpteach.commands.doctor", "what this machine offers and which backend the course uses"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dpteach", description="Data-parallel training, taught by running it.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name, (module, help_text) in COMMANDS.items():
+        cmd = sub.add_parser(name, help=help_text, description=help_text)
+        mod = importlib.import_module(module)
+        mod.add_arguments(cmd)
+        cmd.set_defaults(_run=mod.run)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args._run(args) or 0)
+    except ValueError as exc:  # bad input: one clear line, no traceback
+        print(f"dpteach {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
