@@ -1,0 +1,125 @@
+"""All-reduce benchmark in the manner of nccl-tests: time per size and algorithm, algbw and busbw.
+
+For each message size and algorithm every rank runs a few warm-up calls, then ``iters`` timed
+calls. Each timed call starts after a barrier, and its time is the *slowest* rank's (a collective
+is done only when the last rank is done). The reported time is the median over the iterations.
+
+    algbw = bytes / time
+    busbw = algbw x 2(W-1)/W      (nccl-tests' PERFORMANCE.md: what each link actually carried
+                                   for a ring, so it can be compared with the hardware's peak)
+
+The buffer is refilled before every call (outside the timed region) so that repeated sums
+never overflow and every algorithm reduces the same numbers.
+"""
+from __future__ import annotations
+
+import re
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+from . import costmodel, context
+from .collectives import ALL_REDUCE
+
+ALGORITHMS = ("builtin", "ring", "naive", "tree")
+_UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024**2, "MB": 1024**2,
+          "MIB": 1024**2, "G": 1024**3, "GB": 1024**3, "GIB": 1024**3}
+
+
+def parse_size(text: str) -> int:
+    """'4KiB' -> 4096, '16MiB' -> 16777216, '100' -> 100 (bytes; K/M/G are binary multiples)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", str(text))
+    unit = match.group(2).upper() if match else None
+    if not match or unit not in _UNITS:
+        raise ValueError(f"size {text!r} is not allowed: write a number of bytes with an optional "
+                         f"unit, e.g. 4096, 4KiB, 1MiB, 2GiB")
+    value = int(float(match.group(1)) * _UNITS[unit])
+    if value < 4:
+        raise ValueError(f"size {text!r} is not allowed: the smallest message is 4 bytes (one float32)")
+    return value
+
+
+def check_config(sizes, algorithms, iters, warmup, pieces=1) -> None:
+    unknown = [a for a in algorithms if a not in ALGORITHMS]
+    if unknown or not algorithms:
+        raise ValueError(f"algorithms={list(algorithms)} is not allowed: choose from {', '.join(ALGORITHMS)}")
+    if not sizes:
+        raise ValueError("sizes=[] is not allowed: give at least one message size")
+    for name, value, low in (("iters", iters, 1), ("warmup", warmup, 0), ("pieces", pieces, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name}={value!r} is not allowed: it must be an integer >= {low}")
+
+
+def _one_call(algorithm: str, buf: torch.Tensor, pieces: int) -> None:
+    if algorithm == "builtin":
+        dist.all_reduce(buf)
+    elif algorithm == "ring":
+        ALL_REDUCE["ring"](buf, check=False, pieces=pieces)
+    else:
+        ALL_REDUCE[algorithm](buf, check=False)
+
+
+def run_on_rank(sizes: list[int], algorithms: list[str], iters: int, warmup: int, pieces: int) -> list[dict]:
+    """The per-rank body of the benchmark (call it inside ``dpteach.launch``); rank 0's rows matter."""
+    world, me, device = dist.get_world_size(), dist.get_rank(), context.device()
+    if me == 0:
+        context.progress(0, total=len(sizes), desc="all-reduce sweep")
+    rows = []
+    for nbytes in sizes:
+        source = torch.ones(max(1, nbytes // 4), dtype=torch.float32, device=device)
+        buf = source.clone()
+        times = {algorithm: [] for algorithm in algorithms}
+        # Interleave the algorithms call by call, so that whatever else the machine is doing
+        # (on a laptop, plenty) disturbs all of them alike and their ratios stay meaningful.
+        for i in range(warmup + iters):
+            for algorithm in algorithms:
+                buf.copy_(source)
+                context.synchronize()
+                dist.barrier()
+                start = time.perf_counter()
+                _one_call(algorithm, buf, pieces)
+                context.synchronize()
+                if i >= warmup:
+                    times[algorithm].append(time.perf_counter() - start)
+                if not torch.all(buf == world):  # a benchmark of a wrong answer is worthless
+                    raise RuntimeError(f"{algorithm} all-reduce of {nbytes} bytes gave a wrong result")
+        for algorithm in algorithms:
+            slowest = torch.tensor(times[algorithm], dtype=torch.float64)
+            dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+            seconds = statistics.median(slowest.tolist())
+            algbw = buf.numel() * 4 / seconds / 1e9
+            rows.append({"algorithm": algorithm, "bytes": buf.numel() * 4, "time_s": seconds,
+                         "algbw_GBps": algbw, "busbw_GBps": algbw * costmodel.busbw_factor(world)})
+        if me == 0:
+            context.progress(1)
+    return rows
+
+
+def allreduce_benchmark(world_size: int, sizes=("4KiB", "1MiB", "16MiB"), algorithms=ALGORITHMS,
+                        iters: int = 10, warmup: int = 2, pieces: int = 1, backend: str = "auto",
+                        device: str = "auto", timeout: float = 900.0) -> dict:
+    """Measure every algorithm at every size on ``world_size`` ranks; return plain data.
+
+    Returns ``{"world_size", "backend", "device", "rows": [...], "fit": {...}}`` where ``fit`` holds
+    alpha and beta fitted (least squares) to the ring's times: the machine's latency and inverse
+    bandwidth as the course's cost model sees them.
+    """
+    from .backend import choose_placement
+    from .launcher import launch
+    byte_sizes = [parse_size(s) if isinstance(s, str) else int(s) for s in sizes]
+    algorithms = list(algorithms)
+    check_config(byte_sizes, algorithms, iters, warmup, pieces)
+    placement = choose_placement(world_size, backend, device)
+    results = launch(run_on_rank, world_size, args=(byte_sizes, algorithms, iters, warmup, pieces),
+                     backend=placement.backend, device=placement.device_type, timeout=timeout)
+    rows = results[0]
+    report = {"world_size": world_size, "backend": placement.backend, "device": placement.device_type,
+              "rows": rows}
+    ring = [(r["bytes"], world_size, r["time_s"]) for r in rows if r["algorithm"] == "ring"]
+    if world_size > 1 and len({n for n, _, _ in ring}) >= 2:
+        fit = costmodel.fit_alpha_beta(ring, algorithm="ring")
+        report["fit"] = {"algorithm": "ring", "alpha_s": fit.params.alpha, "beta_s_per_byte": fit.params.beta,
+                         "bandwidth_GBps": fit.params.bandwidth_GBps, "r2": fit.r2}
+    return report

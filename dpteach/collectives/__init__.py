@@ -1,0 +1,19 @@
+"""Collectives written with point-to-point messages only, to be read next to notebook 02.
+
+* ``naive.py`` - gather to a root, reduce, broadcast back (the parameter-server pattern);
+* ``ring.py``  - reduce-scatter then all-gather around a ring (bandwidth-optimal);
+* ``tree.py``  - binomial-tree reduce then broadcast (latency-optimal for small messages).
+
+Every function takes ``op`` ("sum" or "avg"), works for any length and the common dtypes, on CPU
+or CUDA tensors, and can record a ``trace``: a list that receives one dict per transfer
+(algorithm, phase, step, src, dst, chunk, start, stop, elements) - what the notebook replays.
+"""
+from ._p2p import DTYPES, OPS, chunk_bounds, exchange
+from .naive import naive_all_reduce
+from .ring import ring_all_gather, ring_all_reduce, ring_reduce_scatter
+from .tree import tree_all_reduce
+
+ALL_REDUCE = {"ring": ring_all_reduce, "tree": tree_all_reduce, "naive": naive_all_reduce}
+
+__all__ = ["ring_all_reduce", "ring_reduce_scatter", "ring_all_gather", "tree_all_reduce",
+           "naive_all_reduce", "chunk_bounds", "exchange", "ALL_REDUCE", "OPS", "DTYPES"]

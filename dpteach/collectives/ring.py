@@ -1,0 +1,199 @@
+"""Ring all-reduce, built from nothing but send and receive.
+
+Walk through it first on a small example: 3 ranks, each holding 6 numbers, split in 3 chunks
+(chunk c is elements [2c, 2c+2)). Write rank r's copy of chunk c as ``c^r``; the goal is that every
+rank ends with every chunk summed over all ranks, ``c^0 + c^1 + c^2``, written ``c*``.
+
+The ranks stand in a ring: rank r always sends to r+1 and receives from r-1 (mod 3).
+
+Phase 1, reduce-scatter (W-1 = 2 steps). At step s, rank r sends chunk (r-s-1) mod W, and adds
+what arrives into chunk (r-s-2) mod W::
+
+    step 0   rank 0 sends 2^0 -> rank 1     rank 1 adds it: chunk 2 = 2^0+2^1
+             rank 1 sends 0^1 -> rank 2     rank 2 adds it: chunk 0 = 0^1+0^2
+             rank 2 sends 1^2 -> rank 0     rank 0 adds it: chunk 1 = 1^2+1^0
+    step 1   rank 0 sends its chunk 1 (1^2+1^0) -> rank 1, which now holds 1*
+             rank 1 sends its chunk 2 (2^0+2^1) -> rank 2, which now holds 2*
+             rank 2 sends its chunk 0 (0^1+0^2) -> rank 0, which now holds 0*
+
+Every chunk travelled W-1 hops collecting one contribution per hop, so rank r owns the finished
+chunk r: exactly what ``dist.reduce_scatter_tensor`` produces.
+
+Phase 2, all-gather (W-1 = 2 steps). At step s, rank r sends chunk (r-s) mod W and stores what
+arrives as chunk (r-s-1) mod W::
+
+    step 0   rank 0 sends 0* -> 1,   rank 1 sends 1* -> 2,   rank 2 sends 2* -> 0
+    step 1   rank 0 sends 2* -> 1,   rank 1 sends 0* -> 2,   rank 2 sends 1* -> 0
+
+Now every rank holds 0*, 1*, 2*. Cost: each rank sent 2(W-1) messages of n/W elements, i.e.
+2(W-1)/W x n in total - almost 2n however large W grows. That is why the ring is bandwidth-optimal
+(Patarasuk & Yuan, 2009) and why nccl-tests reports "bus bandwidth" = algbw x 2(W-1)/W. Its
+weakness is latency: 2(W-1) sequential steps, which is why small messages prefer a tree
+(see ``tree.py`` and ``dpteach.costmodel``).
+
+``pieces`` splits each step's chunk further so that adding piece i overlaps with receiving piece
+i+1 - the same pipelining NCCL does with its slices.
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from ._p2p import (check_arguments, chunk_bounds, exchange, finish_average, flat_work_buffer,
+                   gather_shapes, post, record, stages_through_host)
+
+
+def ring_all_reduce(tensor: torch.Tensor, op: str = "sum", trace: list | None = None, group=None,
+                    check: bool = True, pieces: int = 1) -> torch.Tensor:
+    """Sum (or average) ``tensor`` across all ranks, in place: reduce-scatter, then all-gather."""
+    check_arguments("ring_all_reduce", tensor, op)
+    if check:
+        gather_shapes("ring_all_reduce", tensor, group)
+    world, me = dist.get_world_size(group), dist.get_rank(group)
+    with flat_work_buffer(tensor, group) as buf:
+        bounds = chunk_bounds(buf.numel(), world)
+        _reduce_scatter(buf, bounds, me, world, group, trace, pieces)
+        if op == "avg":
+            start, stop = bounds[me]
+            finish_average(buf[start:stop], world)
+        _all_gather(buf, bounds, me, world, group, trace, pieces)
+    return tensor
+
+
+def ring_reduce_scatter(tensor: torch.Tensor, op: str = "sum", trace: list | None = None, group=None,
+                        check: bool = True, pieces: int = 1) -> torch.Tensor:
+    """Return this rank's chunk of the reduced tensor (chunk r of ``chunk_bounds(n, W)`` on rank r).
+
+    The input is left untouched; the result lives on the input's device.
+    """
+    check_arguments("ring_reduce_scatter", tensor, op)
+    if check:
+        gather_shapes("ring_reduce_scatter", tensor, group)
+    world, me = dist.get_world_size(group), dist.get_rank(group)
+    host = "cpu" if stages_through_host(tensor, group) else tensor.device
+    buf = tensor.detach().reshape(-1).to(host, copy=True)
+    bounds = chunk_bounds(buf.numel(), world)
+    _reduce_scatter(buf, bounds, me, world, group, trace, pieces)
+    start, stop = bounds[me]
+    mine = buf[start:stop]
+    if op == "avg":
+        finish_average(mine, world)
+    return mine.clone().to(tensor.device)
+
+
+def ring_all_gather(chunk: torch.Tensor, trace: list | None = None, group=None) -> torch.Tensor:
+    """Concatenate every rank's ``chunk`` in rank order; chunks may differ in length.
+
+    The ranks first tell each other their lengths (a chunk of a reduce-scatter of n elements is
+    n//W or n//W + 1 long), then pass the chunks round the ring.
+    """
+    check_arguments("ring_all_gather", chunk)
+    sizes = gather_shapes("ring_all_gather", chunk, group, must_match=False)
+    world, me = dist.get_world_size(group), dist.get_rank(group)
+    host = "cpu" if stages_through_host(chunk, group) else chunk.device
+    offsets = [sum(sizes[:r]) for r in range(world + 1)]
+    bounds = [(offsets[r], offsets[r + 1]) for r in range(world)]
+    out = torch.empty(offsets[-1], dtype=chunk.dtype, device=host)
+    out[bounds[me][0]:bounds[me][1]] = chunk.detach().reshape(-1).to(host)
+    _all_gather(out, bounds, me, world, group, trace)
+    return out.to(chunk.device)
+
+
+def _reduce_scatter(buf, bounds, me, world, group, trace, pieces) -> None:
+    right, left = (me + 1) % world, (me - 1) % world
+    for step in range(world - 1):
+        send_chunk, recv_chunk = (me - step - 1) % world, (me - step - 2) % world
+        s0, s1 = bounds[send_chunk]
+        record(trace, algorithm="ring", phase="reduce_scatter", step=step, src=me, dst=right,
+               chunk=send_chunk, start=s0, stop=s1)
+    if pieces > 1:
+        return _reduce_scatter_pipelined(buf, bounds, me, world, group, pieces)
+    inbox = torch.empty(max(stop - start for start, stop in bounds), dtype=buf.dtype, device=buf.device)
+    for step in range(world - 1):
+        send_chunk, recv_chunk = (me - step - 1) % world, (me - step - 2) % world
+        s0, s1 = bounds[send_chunk]
+        r0, r1 = bounds[recv_chunk]
+        exchange(buf[s0:s1], right, inbox[:r1 - r0], left, group)
+        buf[r0:r1] += inbox[:r1 - r0]
+
+
+def _all_gather(buf, bounds, me, world, group, trace, pieces=1) -> None:
+    right, left = (me + 1) % world, (me - 1) % world
+    for step in range(world - 1):
+        send_chunk = (me - step) % world
+        s0, s1 = bounds[send_chunk]
+        record(trace, algorithm="ring", phase="all_gather", step=step, src=me, dst=right,
+               chunk=send_chunk, start=s0, stop=s1)
+    if pieces > 1:
+        return _all_gather_pipelined(buf, bounds, me, world, group, pieces)
+    for step in range(world - 1):
+        send_chunk, recv_chunk = (me - step) % world, (me - step - 1) % world
+        s0, s1 = bounds[send_chunk]
+        r0, r1 = bounds[recv_chunk]
+        exchange(buf[s0:s1], right, buf[r0:r1], left, group)
+
+
+# --- Pipelined versions ---------------------------------------------------------------------
+# Same chunks, same order, but each chunk is cut into `pieces` and a piece moves on as soon as
+# it is ready: piece i of step s+1 is sent the moment piece i of step s has arrived (and, in
+# reduce-scatter, been added), instead of waiting for the whole of step s on every rank. The
+# receives of a step are posted a whole step ahead, so data never arrives with nowhere to go.
+# NCCL does the same with its "slices", gloo's own ring with "segments".
+
+def _pieces(buf, bound, pieces):
+    start, stop = bound
+    return torch.tensor_split(buf[start:stop], pieces)
+
+
+def _wait_all(requests) -> None:
+    for request in requests:
+        if request is not None:
+            request.wait()
+
+
+def _reduce_scatter_pipelined(buf, bounds, me, world, group, pieces) -> None:
+    if world == 1:
+        return
+    right, left = (me + 1) % world, (me - 1) % world
+    largest = max(stop - start for start, stop in bounds)
+    # Two inboxes: step s+1 receives into one while step s's pieces are still added from the other.
+    inboxes = [torch.tensor_split(torch.empty(largest, dtype=buf.dtype, device=buf.device), pieces)
+               for _ in range(2)]
+
+    def post_receives(step):
+        targets = _pieces(buf, bounds[(me - step - 2) % world], pieces)
+        inbox = inboxes[step % 2]
+        return [post(None, None, inbox[i][:t.numel()], left, group)[0] for i, t in enumerate(targets)]
+
+    receiving = post_receives(0)
+    sends = [post(piece, right, None, None, group)[1]
+             for piece in _pieces(buf, bounds[(me - 1) % world], pieces)]
+    for step in range(world - 1):
+        last = step == world - 2
+        upcoming = [] if last else post_receives(step + 1)
+        for i, target in enumerate(_pieces(buf, bounds[(me - step - 2) % world], pieces)):
+            if receiving[i] is not None:
+                receiving[i].wait()
+                target += inboxes[step % 2][i][:target.numel()]
+            if not last:  # the piece just finished is what the next step sends on
+                sends.append(post(target, right, None, None, group)[1])
+        receiving = upcoming
+    _wait_all(sends)
+
+
+def _all_gather_pipelined(buf, bounds, me, world, group, pieces) -> None:
+    if world == 1:
+        return
+    right, left = (me + 1) % world, (me - 1) % world
+    # Every step receives into a different chunk, so all receives can be posted at once.
+    receiving = [[post(None, None, piece, left, group)[0]
+                  for piece in _pieces(buf, bounds[(me - step - 1) % world], pieces)]
+                 for step in range(world - 1)]
+    sends = [post(piece, right, None, None, group)[1] for piece in _pieces(buf, bounds[me], pieces)]
+    for step in range(world - 1):
+        for i, piece in enumerate(_pieces(buf, bounds[(me - step - 1) % world], pieces)):
+            if receiving[step][i] is not None:
+                receiving[step][i].wait()
+            if step < world - 2:  # forward the piece that just arrived
+                sends.append(post(piece, right, None, None, group)[1])
+    _wait_all(sends)

@@ -1,0 +1,70 @@
+"""``dpteach doctor``: what this machine offers, which backend the course will use, and a smoke test."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+
+import torch
+import torch.distributed as dist
+
+from ..backend import choose_placement, gloo_available, nccl_available, visible_gpus
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--world-size", "-w", type=int, default=2, help="ranks for the smoke test (default 2)")
+    parser.add_argument("--no-smoke", action="store_true", help="skip the all-reduce smoke test")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _smoke(n: int) -> dict:
+    """Each rank contributes rank+1; the built-in and the ring all-reduce must both give W(W+1)/2."""
+    from .. import context
+    from ..collectives import ring_all_reduce
+    world = dist.get_world_size()
+    expected = world * (world + 1) / 2
+    out = {}
+    for name in ("builtin", "ring"):
+        x = torch.full((n,), float(dist.get_rank() + 1), device=context.device())
+        start = time.perf_counter()
+        dist.all_reduce(x) if name == "builtin" else ring_all_reduce(x)
+        context.synchronize()
+        out[name] = {"ok": bool(torch.all(x == expected)), "seconds": time.perf_counter() - start}
+    return out
+
+
+def machine_report(world_size: int = 2, smoke: bool = True) -> dict:
+    gpus = visible_gpus()
+    report = {
+        "python": platform.python_version(), "torch": torch.__version__, "cpus": os.cpu_count(),
+        "gpus": [torch.cuda.get_device_name(i) for i in range(gpus)],
+        "cuda": torch.version.cuda, "gloo": gloo_available(), "nccl": nccl_available(),
+    }
+    placement = choose_placement(world_size)
+    report["placement"] = {"world_size": world_size, "backend": placement.backend,
+                           "device": placement.device_type}
+    if smoke:
+        from ..launcher import launch
+        start = time.perf_counter()
+        results = launch(_smoke, world_size, args=(1024,), timeout=120, show_output=False)
+        report["smoke"] = {"ok": all(r[a]["ok"] for r in results for a in r),
+                           "launch_and_run_s": time.perf_counter() - start, "per_rank": results}
+    return report
+
+
+def run(args) -> int:
+    report = machine_report(args.world_size, smoke=not args.no_smoke)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(f"python {report['python']}, torch {report['torch']} (CUDA {report['cuda'] or 'none'})")
+        print(f"CPUs: {report['cpus']}    GPUs: {len(report['gpus'])} {', '.join(report['gpus'])}")
+        print(f"backends: gloo {'yes' if report['gloo'] else 'no'}, nccl {'yes' if report['nccl'] else 'no'}")
+        p = report["placement"]
+        print(f"with {p['world_size']} ranks the course uses {p['backend']} on {p['device']}")
+        if "smoke" in report:
+            s = report["smoke"]
+            print(f"smoke test ({p['world_size']} ranks, built-in and ring all-reduce): "
+                  f"{'OK' if s['ok'] else 'FAILED'} in {s['launch_and_run_s']:.1f} s (process start-up included)")
+    return 0 if report.get("smoke", {}).get("ok", True) else 1
