@@ -1,0 +1,53 @@
+"""``dpteach progress``: how far the learner is - quiz items per topic and exercise grades.
+
+Reads the progress store (``$DPTEACH_PROGRESS`` or ``~/.dpteach/progress.json``) that the quizzes
+and the exercise grader write. Where the quiz bank can be read, each topic also shows how many
+items it holds, so "3 answered" reads as "3 of 6".
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+from dpteach.progress import ProgressStore
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
+def _items_per_topic() -> dict[str, int]:
+    """Bank size per topic, or {} when the bank is missing or broken (progress still prints)."""
+    try:
+        from dpteach.quiz.bank import load_bank
+        bank = load_bank()
+    except (ValueError, OSError):
+        return {}
+    counts: dict[str, int] = {}
+    for item in bank.items:
+        counts[item.topic] = counts.get(item.topic, 0) + 1
+    return counts
+
+
+def run(args) -> int:
+    store = ProgressStore()
+    summary = store.summary()
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    print(f"Progress ({store.path})")
+    totals = _items_per_topic()
+    topics = list(dict.fromkeys([*totals, *summary["quiz"]]))
+    print("\nQuizzes")
+    if not topics:
+        print("  no quiz answered yet: try `dpteach quiz` or quiz.show(...) in a notebook")
+    for topic in topics:
+        row = summary["quiz"].get(topic, {"answered": 0, "correct": 0, "attempts": 0})
+        of_total = f" of {totals[topic]}" if topic in totals else ""
+        print(f"  {topic:<18} {row['answered']:>3}{of_total} answered, {row['correct']:>3} correct")
+    print("\nExercises")
+    if not summary["exercises"]:
+        print("  no exercise graded yet")
+    for name, row in summary["exercises"].items():
+        print(f"  {name:<30} best {row['best']:g} / {row['max']:g}  ({row['attempts']} attempts, last: {row['status']})")
+    return 0

@@ -1,0 +1,247 @@
+"""Load the quiz bank (``quizzes/<topic>.yaml``) and check it before any learner sees it.
+
+Instructors edit the bank by hand, so every mistake must come back as a sentence that names
+the file, the item and what is wrong. Checking happens in two layers:
+
+1. ``schema.json`` (shipped in this package) checks the shape: required fields, types, known
+   notebooks and experiments, no unknown keys (a misspelt ``explanation`` is caught, not ignored);
+2. :func:`_check_semantics` checks what a schema cannot say: a single-answer item has exactly one
+   correct option, a multiple-select item has exactly ``select`` correct ones, ids and mirrors are
+   unique across the whole bank, and a file holds the topic its name says.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+from .catalog import TOPICS
+
+SCHEMA_PATH = Path(__file__).with_name("schema.json")
+BANK_ENV_VAR = "DPTEACH_QUIZZES"
+
+
+@dataclass(frozen=True)
+class Option:
+    text: str
+    correct: bool
+    explanation: str
+
+
+@dataclass(frozen=True)
+class Item:
+    id: str
+    topic: str
+    type: str  # "single" or "multiple"
+    select: int  # how many options to pick: 1 for "single"
+    stem: str
+    options: tuple[Option, ...]
+    trap: str
+    notebook: str
+    experiment: str
+    mirrors: str | None
+    source: str  # the bank file it came from, for messages
+
+    @property
+    def expected(self) -> list[str]:
+        """Texts of the correct options, in bank order."""
+        return [option.text for option in self.options if option.correct]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a bank file; ``str()`` is the sentence shown to the instructor."""
+    file: str
+    item: str | None
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}: item {self.item!r}" if self.item else self.file
+        return f"{where}: {self.message}"
+
+
+class BankError(ValueError):
+    """The bank cannot be used; ``problems`` lists every reason, one per line in the message."""
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = list(problems)
+        super().__init__("\n".join(str(problem) for problem in self.problems))
+
+
+def default_bank_dir() -> Path:
+    """``$DPTEACH_QUIZZES`` if set, else the ``quizzes/`` folder beside the ``dpteach`` package."""
+    override = os.environ.get(BANK_ENV_VAR)
+    return Path(override) if override else Path(__file__).resolve().parents[2] / "quizzes"
+
+
+# -- reading one file --------------------------------------------------------------------------
+
+class _StrictLoader(yaml.SafeLoader):
+    """YAML loader that refuses a key given twice (plain YAML silently keeps the last one)."""
+
+
+def _mapping_without_duplicates(loader, node, deep=False):
+    seen = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {key!r} appears twice in the same mapping", key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
+_VALIDATOR = jsonschema.Draft202012Validator(json.loads(SCHEMA_PATH.read_text(encoding="utf-8")))
+
+
+def _item_label(data, index: int) -> str:
+    """The item's id for messages, or its position when the id itself is missing or broken."""
+    items = data.get("items") if isinstance(data, dict) else None
+    if isinstance(items, list) and index < len(items):
+        entry = items[index]
+        if isinstance(entry, dict) and isinstance(entry.get("id"), str) and entry["id"].strip():
+            return entry["id"]
+    return f"#{index + 1} (no usable id)"
+
+
+def _schema_problems(data, file: str) -> list[Problem]:
+    problems = []
+    for error in sorted(_VALIDATOR.iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path]):
+        path = list(error.absolute_path)
+        if len(path) >= 2 and path[0] == "items" and isinstance(path[1], int):
+            field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path[2:]).lstrip(".")
+            message = f"{field}: {error.message}" if field else error.message
+            problems.append(Problem(file, _item_label(data, path[1]), message))
+        else:
+            field = ".".join(str(p) for p in path)
+            problems.append(Problem(file, None, f"{field}: {error.message}" if field else error.message))
+    return problems
+
+
+def _check_semantics(data: dict, file: str, topic: str) -> list[Problem]:
+    problems = []
+    if data["topic"] != topic:
+        problems.append(Problem(file, None, f"topic is {data['topic']!r} but the file name says {topic!r}"))
+    for entry in data["items"]:
+        def complain(message, item_id=entry["id"]):
+            problems.append(Problem(file, item_id, message))
+
+        if entry["topic"] != topic:
+            complain(f"topic is {entry['topic']!r} but it sits in the file for topic {topic!r}")
+        n_correct = sum(option["correct"] for option in entry["options"])
+        if entry["type"] == "single":
+            if "select" in entry:
+                complain("'select' only applies to type 'multiple' (a single-answer item picks one)")
+            if n_correct != 1:
+                complain(f"type 'single' needs exactly 1 correct option, found {n_correct}")
+        elif "select" not in entry:
+            complain("type 'multiple' needs 'select': how many options the learner must pick")
+        else:
+            if n_correct != entry["select"]:
+                complain(f"'select' is {entry['select']} but {n_correct} options are marked correct")
+            if entry["select"] >= len(entry["options"]):
+                complain(f"'select' is {entry['select']} but there are only {len(entry['options'])} options")
+        texts = [option["text"].strip().lower() for option in entry["options"]]
+        if len(set(texts)) != len(texts):
+            complain("two options have the same text (answers are matched by text, so each must differ)")
+    return problems
+
+
+def _to_item(entry: dict, file: str) -> Item:
+    return Item(
+        id=entry["id"], topic=entry["topic"], type=entry["type"], select=entry.get("select", 1),
+        stem=entry["stem"].strip(),
+        options=tuple(Option(o["text"].strip(), o["correct"], o["explanation"].strip()) for o in entry["options"]),
+        trap=entry["trap"].strip(), notebook=entry["demonstrated_by"]["notebook"],
+        experiment=entry["demonstrated_by"]["experiment"], mirrors=entry.get("mirrors"), source=file,
+    )
+
+
+def read_bank_file(path: Path) -> tuple[list[Item], list[Problem]]:
+    """Items of one bank file and the problems found in it (items only when there are none)."""
+    file = str(path)
+    topic = path.stem
+    if topic not in TOPICS:
+        return [], [Problem(file, None, f"file name must be <topic>.yaml with topic one of {', '.join(TOPICS)}")]
+    try:
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_StrictLoader)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        return [], [Problem(file, None, f"cannot be read as YAML: {exc}")]
+    problems = _schema_problems(data, file)
+    if not problems:
+        problems = _check_semantics(data, file, topic)
+    if problems:
+        return [], problems
+    return [_to_item(entry, file) for entry in data["items"]], []
+
+
+# -- the whole bank ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Bank:
+    """All items, in course order (topic order of ``TOPICS``, then file order)."""
+    folder: Path
+    items: tuple[Item, ...]
+
+    def get(self, item_id: str) -> Item:
+        for item in self.items:
+            if item.id == item_id:
+                return item
+        raise ValueError(f"no quiz item with id {item_id!r} in {self.folder}")
+
+    def topic(self, topic: str) -> list[Item]:
+        if topic not in TOPICS:
+            raise ValueError(f"topic {topic!r} is not a course topic; choose one of {', '.join(TOPICS)}")
+        return [item for item in self.items if item.topic == topic]
+
+    def exam(self, count: int, seed: int = 0) -> list[Item]:
+        """``count`` distinct items drawn across all topics; the same seed draws the same exam."""
+        if not 1 <= count <= len(self.items):
+            raise ValueError(f"exam size {count} is not possible: choose between 1 and {len(self.items)} items")
+        return random.Random(seed).sample(list(self.items), count)
+
+
+def check_bank(folder: Path | str | None = None) -> tuple[list[Item], list[Problem]]:
+    """Every item of the bank folder, and every problem in it (including across files)."""
+    folder = Path(folder) if folder is not None else default_bank_dir()
+    if not folder.is_dir():
+        return [], [Problem(str(folder), None, "quiz bank folder does not exist")]
+    paths = sorted(folder.glob("*.yaml"), key=lambda p: (list(TOPICS).index(p.stem) if p.stem in TOPICS else 99, p.name))
+    if not paths:
+        return [], [Problem(str(folder), None, "quiz bank folder holds no <topic>.yaml file")]
+    items, problems = [], []
+    for path in paths:
+        file_items, file_problems = read_bank_file(path)
+        items += file_items
+        problems += file_problems
+    first_seen: dict[tuple[str, str], Item] = {}
+    for item in items:
+        for kind, key in (("id", item.id), ("mirrors", item.mirrors)):
+            if key is None:
+                continue
+            if (kind, key) in first_seen:
+                other = first_seen[(kind, key)]
+                problems.append(Problem(item.source, item.id, f"{kind} {key!r} is already used by item {other.id!r} in {other.source}"))
+            else:
+                first_seen[(kind, key)] = item
+    return items, problems
+
+
+def validate_bank(folder: Path | str | None = None) -> list[Problem]:
+    """The problems of the bank folder; an empty list means it is ready to use."""
+    return check_bank(folder)[1]
+
+
+def load_bank(folder: Path | str | None = None) -> Bank:
+    """The bank, or :class:`BankError` naming every file, item and problem."""
+    folder = Path(folder) if folder is not None else default_bank_dir()
+    items, problems = check_bank(folder)
+    if problems:
+        raise BankError(problems)
+    return Bank(folder, tuple(items))

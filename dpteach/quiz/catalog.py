@@ -1,0 +1,54 @@
+"""The fixed vocabulary a quiz item may refer to: course topics, notebooks and experiments.
+
+These names are the contract between the quiz bank and the rest of the course. An item says
+which notebook and which experiment function in :mod:`dpteach.experiments` show its answer
+live; validating against these lists catches a typo in a bank file long before a learner
+clicks a link to a notebook that does not exist. ``schema.json`` repeats the lists as enums so
+that an editor can check a bank file on its own; a test keeps both copies equal.
+"""
+from __future__ import annotations
+
+# topic id -> title shown to learners; one bank file ``quizzes/<topic>.yaml`` per topic.
+TOPICS = {
+    "data_parallelism": "Data parallelism basics",
+    "collectives": "Collectives and ring all-reduce",
+    "nccl_algorithms": "How NCCL chooses an algorithm",
+    "bucketing": "Gradient bucketing",
+    "overlap": "Overlapping communication with backward",
+    "accumulation": "Gradient accumulation",
+    "compression": "Gradient compression",
+    "sync_async": "Synchronous vs asynchronous updates",
+    "input_pipeline": "Input pipelines",
+    "memory": "Memory limits of replication",
+    "scaling": "Scaling efficiency",
+}
+
+NOTEBOOKS = (
+    "00_start_here.ipynb",
+    "01_data_parallelism.ipynb",
+    "02_collectives.ipynb",
+    "03_bucketing.ipynb",
+    "04_overlap.ipynb",
+    "05_accumulation.ipynb",
+    "06_compression.ipynb",
+    "07_sync_vs_async.ipynb",
+    "08_input_pipeline.ipynb",
+    "09_scaling.ipynb",
+    "10_practice_exam.ipynb",
+)
+
+# Functions of dpteach.experiments; each returns plain data a notebook plots.
+EXPERIMENTS = (
+    "machine_profile",
+    "gradient_equivalence",
+    "memory_per_replica",
+    "collective_trace",
+    "allreduce_sweep",
+    "bucket_size_sweep",
+    "overlap_timeline",
+    "accumulation_sweep",
+    "compression_tradeoff",
+    "async_staleness",
+    "input_pipeline",
+    "scaling_sweep",
+)

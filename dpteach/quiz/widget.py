@@ -1,0 +1,185 @@
+"""The quiz as an ipywidgets panel inside a notebook: pick, submit, read why each option is right or wrong.
+
+The panel is plain ipywidgets 8 (RadioButtons, Checkboxes, Button, HTML), so it works in
+JupyterLab 4 without a custom front-end. Everything the learner can do by clicking can also be
+done from Python (``panel.items[0].choose([...]); panel.items[0].submit()``), which is how the
+tests drive it; the state the clicks change lives in the widgets themselves, so both paths agree.
+
+Stable CSS classes (``dpteach-quiz``, ``dpteach-quiz-item``, ``dpteach-quiz-choices``,
+``dpteach-quiz-submit``, ``dpteach-quiz-message``, ``dpteach-quiz-feedback``, ``dpteach-quiz-score``)
+let a browser test find the parts without depending on widget internals.
+"""
+from __future__ import annotations
+
+import warnings
+from html import escape
+
+import ipywidgets as widgets
+
+from ..progress import ProgressStore
+from .bank import Item
+from .catalog import TOPICS
+from .scoring import count_problem, is_correct, option_order, resolve_choices
+
+# ipywidgets truncates long radio/checkbox labels to one line; quiz options are sentences.
+_STYLE = """<style>
+.dpteach-quiz .widget-radio-box label, .dpteach-quiz .jupyter-widget-radio-box label,
+.dpteach-quiz .widget-checkbox .widget-label-basic, .dpteach-quiz .jupyter-widget-checkbox .widget-label-basic {
+  white-space: normal; overflow: visible; height: auto; line-height: 1.4; margin: 2px 0; }
+.dpteach-quiz .widget-checkbox, .dpteach-quiz .jupyter-widget-checkbox { height: auto; width: 100%; }
+.dpteach-quiz-feedback li { margin-bottom: 6px; }
+</style>"""
+_RIGHT, _WRONG = "#1a7f37", "#cf222e"
+
+
+def feedback_html(item: Item, shown_order: list[int], chosen: list[str]) -> str:
+    """Every option, in the order shown, marked right/wrong and chosen/not, with its explanation."""
+    correct = is_correct(item, chosen)
+    verdict = ("Correct." if correct else
+               "Not quite: compare your choice with the options marked right below.")
+    lines = [f'<div class="dpteach-quiz-verdict" style="font-weight:bold;color:{_RIGHT if correct else _WRONG}">'
+             f"{verdict}</div>", '<ul class="dpteach-quiz-options">']
+    for index in shown_order:
+        option = item.options[index]
+        picked = option.text in chosen
+        mark = "&#10003; right" if option.correct else "&#10007; wrong"
+        choice = "you chose it" if picked else "not chosen"
+        classes = f"dpteach-quiz-option {'right' if option.correct else 'wrong'}{' chosen' if picked else ''}"
+        lines.append(f'<li class="{classes}"><span style="color:{_RIGHT if option.correct else _WRONG}">'
+                     f"<b>{mark}</b> ({choice})</span> {escape(option.text)}<br>"
+                     f'<span class="dpteach-quiz-explanation">{escape(option.explanation)}</span></li>')
+    lines.append("</ul>")
+    lines.append(f'<div class="dpteach-quiz-trap"><b>Common trap:</b> {escape(item.trap)}</div>')
+    lines.append(f'<div class="dpteach-quiz-live"><b>See it live:</b> notebook <code>{escape(item.notebook)}</code>, '
+                 f"experiment <code>dpteach.experiments.{escape(item.experiment)}</code></div>")
+    return "\n".join(lines)
+
+
+class QuizItemView:
+    """One question: its choice widgets, a Submit button, and the feedback shown after submitting."""
+
+    def __init__(self, item: Item, number: int, seed: int, on_submitted):
+        self.item = item
+        self.order = option_order(item, seed)
+        self.result: dict | None = None
+        self._on_submitted = on_submitted
+        shown = [item.options[index].text for index in self.order]
+        how_many = "pick one" if item.type == "single" else f"pick {item.select}"
+        header = widgets.HTML(f"<b>Question {number}</b> &middot; {escape(TOPICS[item.topic])} &middot; "
+                              f"<i>{how_many}</i>")
+        stem = widgets.HTML(f"<p>{escape(item.stem)}</p>").add_class("dpteach-quiz-stem")
+        if item.type == "single":
+            self._radio = widgets.RadioButtons(options=[(text, text) for text in shown], value=None,
+                                               layout=widgets.Layout(width="100%"))
+            self._checks = []
+            choices = self._radio
+        else:
+            self._radio = None
+            self._checks = [widgets.Checkbox(value=False, description=text, indent=False,
+                                             layout=widgets.Layout(width="100%")) for text in shown]
+            choices = widgets.VBox(self._checks)
+        choices.add_class("dpteach-quiz-choices")
+        self.submit_button = widgets.Button(description="Submit", button_style="primary")
+        self.submit_button.add_class("dpteach-quiz-submit")
+        self.submit_button.on_click(lambda _button: self.submit())
+        self.message = widgets.HTML("").add_class("dpteach-quiz-message")
+        self.feedback = widgets.HTML("").add_class("dpteach-quiz-feedback")
+        self.widget = widgets.VBox([header, stem, choices, self.submit_button, self.message, self.feedback])
+        self.widget.add_class("dpteach-quiz-item")
+
+    @property
+    def chosen(self) -> list[str]:
+        """The option texts currently selected, in bank order."""
+        if self._radio is not None:
+            picked = [] if self._radio.value is None else [self._radio.value]
+        else:
+            picked = [check.description for check in self._checks if check.value]
+        return [option.text for option in self.item.options if option.text in picked]
+
+    def choose(self, answers) -> None:
+        """Select options as a learner would: by option text or by 0-based index in bank order."""
+        texts = resolve_choices(self.item, answers)
+        if self._radio is not None:
+            if len(texts) > 1:
+                raise ValueError(f"item {self.item.id!r} takes one answer; got {len(texts)}: {texts}")
+            self._radio.value = texts[0] if texts else None
+        else:
+            for check in self._checks:
+                check.value = check.description in texts
+
+    def submit(self) -> dict | None:
+        """Judge the current choice; returns the result, or None when the submission is refused."""
+        if self.result is not None:
+            self.message.value = "<i>Already submitted; run the cell again for a fresh attempt.</i>"
+            return None
+        chosen = self.chosen
+        refusal = count_problem(self.item, chosen)
+        if refusal:
+            self.message.value = f'<span style="color:{_WRONG}">{escape(refusal)}</span>'
+            return None
+        self.result = {"id": self.item.id, "topic": self.item.topic, "correct": is_correct(self.item, chosen),
+                       "chosen": chosen, "expected": self.item.expected}
+        self.message.value = ""
+        self.feedback.value = feedback_html(self.item, self.order, chosen)
+        self.submit_button.disabled = True
+        for control in [self._radio, *self._checks]:
+            if control is not None:
+                control.disabled = True
+        self._on_submitted(self)
+        return self.result
+
+
+class QuizPanel:
+    """A list of questions with a score line; displays itself when it is a cell's last expression."""
+
+    def __init__(self, items: list[Item], seed: int = 0, store: ProgressStore | None = None,
+                 record: bool = True, title: str | None = None):
+        if not items:
+            raise ValueError("a quiz panel needs at least one item")
+        self.seed = seed
+        self.store = (store or ProgressStore()) if record else None
+        self.items = [QuizItemView(item, number, seed, self._submitted) for number, item in enumerate(items, 1)]
+        self.score_line = widgets.HTML("").add_class("dpteach-quiz-score")
+        heading = widgets.HTML(f"<h3>{escape(title)}</h3>") if title else widgets.HTML("")
+        self.widget = widgets.VBox([widgets.HTML(_STYLE), heading, *[view.widget for view in self.items],
+                                    self.score_line])
+        self.widget.add_class("dpteach-quiz")
+        self._update_score()
+
+    @property
+    def results(self) -> list[dict]:
+        """One dict per submitted item (``id, topic, correct, chosen, expected``), in panel order."""
+        return [view.result for view in self.items if view.result is not None]
+
+    @property
+    def score(self) -> int:
+        return sum(result["correct"] for result in self.results)
+
+    @property
+    def max_score(self) -> int:
+        return len(self.items)
+
+    def _submitted(self, view: QuizItemView) -> None:
+        if self.store is not None:
+            result = view.result
+            try:
+                self.store.record_quiz(result["id"], result["topic"], result["correct"], result["chosen"])
+            except OSError as exc:  # a read-only home must not break the quiz itself
+                warnings.warn(f"could not record the answer in {self.store.path}: {exc}")
+                view.message.value = f"<i>(not saved to {escape(str(self.store.path))}: {escape(str(exc))})</i>"
+        self._update_score()
+
+    def _update_score(self) -> None:
+        answered = len(self.results)
+        self.score_line.value = (f"<b>Score: {self.score} / {self.max_score}</b> "
+                                 f"({answered} of {self.max_score} answered)")
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        return self.widget._repr_mimebundle_(include=include, exclude=exclude)
+
+    def _ipython_display_(self):
+        from IPython.display import display
+        display(self.widget)
+
+    def __repr__(self) -> str:
+        return f"<QuizPanel: {len(self.items)} items, score {self.score}/{self.max_score}>"
