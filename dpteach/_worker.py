@@ -63,14 +63,12 @@ def main() -> int:
                               timeout=timeout)
         dist.init_process_group(env["DPTEACH_BACKEND"], store=dist.PrefixStore("pg", store),
                                 rank=rank, world_size=world_size, timeout=timeout)
-        try:
-            value = fn(*args, **kwargs)
-        finally:
-            dist.destroy_process_group()
+        value = fn(*args, **kwargs)
+        dist.destroy_process_group()  # only on success: after an error, peers may never arrive
         outcome = {"ok": True, "value": value}
     except BaseException as exc:  # report everything, SystemExit and KeyboardInterrupt included
         outcome = {"ok": False, "type": type(exc).__name__, "message": str(exc),
-                   "traceback": traceback.format_exc()}
+                   "traceback": traceback.format_exc(), "failed_at": time.time()}
         try:
             cloudpickle.dumps(exc)
             outcome["exception"] = exc

@@ -199,12 +199,22 @@ class _World:
             time.sleep(0.02)
 
     def _raise_failure(self, failed: list[int]) -> None:
-        # The rank that failed first is the cause; the others usually fail *because* it is gone
-        # ("connection closed by peer"), so it is the one reported.
-        rank = failed[0]
+        # When one rank fails, its peers usually fail a moment later *because* it is gone
+        # ("connection closed by peer"). Give them a second to finish failing, then report the
+        # cause: a rank that died without a result, else the rank whose exception came first.
+        observed = {r: time.time() for r in failed}
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end and any(p.poll() is None for p in self.procs):
+            for r, p in enumerate(self.procs):
+                if r not in observed and p.poll() not in (None, 0):
+                    observed[r] = time.time()
+            time.sleep(0.02)
         self._stop_all()
-        outcome = self._outcome(rank)
-        code = self.procs[rank].returncode
+        outcomes = {r: self._outcome(r) for r in observed}
+        died = sorted((t, r) for r, t in observed.items() if outcomes[r] is None)
+        raised = sorted((o["failed_at"], r) for r, o in outcomes.items() if o is not None and not o["ok"])
+        rank = (died or raised)[0][1]
+        outcome, code = outcomes[rank], self.procs[rank].returncode
         others = "; the other ranks were stopped" if self.world_size > 1 else ""
         if outcome is None:
             how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"

@@ -1,0 +1,69 @@
+"""The command line: the benchmark's JSON, the doctor's report, and errors before any rank starts."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from dpteach.bench import parse_size
+
+CLI = [sys.executable, "-m", "dpteach.cli"]
+
+
+def run_cli(*args, timeout=300):
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_bench_json_has_every_algorithm_and_size_with_consistent_bandwidths():
+    out = run_cli("bench", "allreduce", "--world-size", "3", "--sizes", "4KiB,64KiB,1MiB", "--iters", "3",
+                  "--warmup", "1", "--json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["world_size"] == 3 and report["backend"] == "gloo" and report["device"] == "cpu"
+    rows = report["rows"]
+    assert {(r["algorithm"], r["bytes"]) for r in rows} == {
+        (a, b) for a in ("builtin", "ring", "naive", "tree") for b in (4096, 65536, 1048576)}
+    for r in rows:
+        assert r["time_s"] > 0
+        assert r["algbw_GBps"] == pytest.approx(r["bytes"] / r["time_s"] / 1e9)
+        assert r["busbw_GBps"] == pytest.approx(r["algbw_GBps"] * 2 * (3 - 1) / 3)
+    fit = report["fit"]
+    assert fit["alpha_s"] >= 0 and fit["beta_s_per_byte"] > 0
+
+
+def test_bench_table_names_the_fit():
+    out = run_cli("bench", "allreduce", "-w", "2", "--sizes", "4KiB,256KiB", "--iters", "2",
+                  "--algorithms", "builtin,ring")
+    assert out.returncode == 0, out.stderr
+    assert "busbw" in out.stdout and "alpha-beta fit" in out.stdout
+    assert out.stdout.count(" ring ") == 2
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--sizes", "12 parsecs"], "size '12 parsecs' is not allowed"),
+    (["--algorithms", "ring,magic"], "is not allowed: choose from builtin, ring, naive, tree"),
+    (["--iters", "0"], "iters=0 is not allowed"),
+    (["--world-size", "0"], "world_size=0 is not allowed"),
+    (["--backend", "mpi"], "backend='mpi' is not allowed"),
+])
+def test_bench_rejects_bad_options_with_a_clear_message(args, fragment):
+    out = run_cli("bench", "allreduce", *args, timeout=60)
+    assert out.returncode == 2
+    assert fragment in out.stderr and "Traceback" not in out.stderr
+
+
+def test_parse_size_units():
+    assert parse_size("4KiB") == 4096 and parse_size("1MiB") == 1 << 20 and parse_size("100") == 100
+    with pytest.raises(ValueError, match="size '2' is not allowed"):
+        parse_size("2")
+
+
+def test_doctor_reports_the_backend_and_passes_its_smoke_test():
+    out = run_cli("doctor", "--json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["gloo"] is True and report["cpus"] >= 1
+    assert report["placement"]["backend"] in ("gloo", "nccl")
+    assert report["smoke"]["ok"] is True
+    for rank in report["smoke"]["per_rank"]:
+        assert rank["builtin"]["ok"] and rank["ring"]["ok"]

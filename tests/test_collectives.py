@@ -1,0 +1,189 @@
+"""Every hand-written collective must equal torch's own, on real gloo worlds of 1 to 4 ranks.
+
+One launch per world size runs all cases (starting ranks costs seconds; comparing costs nothing)
+and returns what each case produced; the tests below then check each property separately.
+"""
+import pytest
+import torch
+import torch.distributed as dist
+
+import dpteach
+from dpteach.collectives import (ALL_REDUCE, chunk_bounds, ring_all_gather, ring_all_reduce,
+                                 ring_reduce_scatter)
+
+LENGTHS = (1, 3, 7, 64, 1001)           # fewer elements than ranks, not divisible by W, larger
+DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.int8)
+
+
+def _data(rank, n, dtype, salt):
+    g = torch.Generator().manual_seed(1000 * rank + 7 * n + salt)
+    # small integers: every sum is exact in every dtype, so any difference is a real bug
+    return torch.randint(-3, 4, (n,), generator=g).to(dtype)
+
+
+def _expected(x, op):
+    ref = x.clone().to(torch.float64)
+    dist.all_reduce(ref)  # torch's own all-reduce is the oracle
+    if op == "avg":
+        if x.is_floating_point():
+            return (ref / dist.get_world_size()).to(x.dtype)
+        return torch.div(ref, dist.get_world_size(), rounding_mode="floor").to(x.dtype)
+    return ref.to(x.dtype)
+
+
+def _all_cases():
+    rank, world = dist.get_rank(), dist.get_world_size()
+    out = {"mismatch": [], "traces": {}, "rs_ag": [], "shapes": []}
+    salt = 0
+    for name, all_reduce in [*ALL_REDUCE.items(), ("ring_pipelined", None)]:
+        for n in LENGTHS:
+            for dtype in DTYPES:
+                for op in ("sum", "avg"):
+                    salt += 1
+                    x = _data(rank, n, dtype, salt)
+                    expected = _expected(x, op)
+                    got = x.clone()
+                    if all_reduce is None:
+                        ring_all_reduce(got, op=op, pieces=3)
+                    else:
+                        all_reduce(got, op=op)
+                    if not torch.equal(got, expected):
+                        out["mismatch"].append((name, n, str(dtype), op))
+    # reduce-scatter returns chunk r; all-gather of those chunks restores the whole
+    for n in LENGTHS:
+        x = _data(rank, n, torch.float32, n)
+        expected = _expected(x, "sum")
+        start, stop = chunk_bounds(n, world)[rank]
+        mine = ring_reduce_scatter(x)
+        whole = ring_all_gather(mine)
+        out["rs_ag"].append((n, torch.equal(mine, expected[start:stop]), torch.equal(whole, expected),
+                             torch.equal(x, _data(rank, n, torch.float32, n))))
+    # shapes are kept (a 2-D, non-contiguous tensor)
+    m = _data(rank, 24, torch.float32, 99).reshape(4, 6).t()
+    expected = _expected(m.contiguous(), "sum")
+    ring_all_reduce(m)
+    out["shapes"].append(torch.equal(m, expected))
+    # traces: every rank records what it sent
+    for name, all_reduce in ALL_REDUCE.items():
+        trace = []
+        all_reduce(torch.ones(10), trace=trace)
+        out["traces"][name] = trace
+    return out
+
+
+@pytest.fixture(scope="module", params=[1, 2, 3, 4], ids=lambda w: f"W{w}")
+def world_results(request):
+    return request.param, dpteach.launch(_all_cases, request.param, timeout=240)
+
+
+def test_every_all_reduce_equals_torchs_own(world_results):
+    world, results = world_results
+    for rank, res in enumerate(results):
+        assert res["mismatch"] == [], f"rank {rank} of {world}: wrong result for {res['mismatch'][:5]}"
+
+
+def test_reduce_scatter_then_all_gather_is_all_reduce(world_results):
+    world, results = world_results
+    for rank, res in enumerate(results):
+        for n, chunk_ok, whole_ok, input_untouched in res["rs_ag"]:
+            assert chunk_ok, f"rank {rank}: reduce-scatter chunk wrong for n={n}, W={world}"
+            assert whole_ok, f"rank {rank}: all-gather of the chunks wrong for n={n}, W={world}"
+            assert input_untouched, "ring_reduce_scatter must not modify its input"
+        assert res["shapes"] == [True]
+
+
+def test_ring_trace_delivers_every_chunk_to_every_rank(world_results):
+    world, results = world_results
+    sends = [t for res in results for t in res["traces"]["ring"]]
+    # reduce-scatter: each rank sends W-1 chunks; all-gather: W-1 more
+    assert len(sends) == 2 * world * (world - 1)
+    for t in sends:
+        assert t["dst"] == (t["src"] + 1) % world
+    # replay the all-gather: start with rank r owning reduced chunk r, follow the transfers
+    has = {r: {r} for r in range(world)}
+    for step in range(world - 1):
+        for t in (t for t in sends if t["phase"] == "all_gather" and t["step"] == step):
+            assert t["chunk"] in has[t["src"]], "a rank forwarded a chunk it did not have yet"
+            has[t["dst"]].add(t["chunk"])
+    assert all(has[r] == set(range(world)) for r in range(world))
+    # replay the reduce-scatter: chunk c must collect all W contributions on rank c
+    contributions = {(r, c): {r} for r in range(world) for c in range(world)}
+    for step in range(world - 1):
+        for t in (t for t in sends if t["phase"] == "reduce_scatter" and t["step"] == step):
+            contributions[(t["dst"], t["chunk"])] |= contributions[(t["src"], t["chunk"])]
+    assert all(contributions[(c, c)] == set(range(world)) for c in range(world))
+    # every chunk makes W-1 hops in each phase: 2(W-1) x n elements on the wire in all
+    assert sum(t["elements"] for t in sends) == 2 * (world - 1) * 10
+
+
+def test_tree_and_naive_traces_reach_every_rank(world_results):
+    world, results = world_results
+    for name in ("tree", "naive"):
+        sends = [t for res in results for t in res["traces"][name]]
+        reached = {0} | {t["dst"] for t in sends if t["phase"] == "broadcast"}
+        assert reached == set(range(world))
+        contributors = {0} | {t["src"] for t in sends if t["phase"] in ("reduce", "gather")}
+        assert contributors == set(range(world))
+        assert len(sends) == 2 * (world - 1)  # both trees and the star use W-1 edges each way
+
+
+def _mismatched_lengths():
+    x = torch.ones(5 + dist.get_rank())
+    ring_all_reduce(x)
+
+
+def _mismatched_dtypes():
+    x = torch.ones(5, dtype=torch.float32 if dist.get_rank() == 0 else torch.float64)
+    ALL_REDUCE["tree"](x)
+
+
+@pytest.mark.parametrize("fn", [_mismatched_lengths, _mismatched_dtypes])
+def test_mismatched_tensors_are_an_error_not_a_hang(fn):
+    with pytest.raises(dpteach.RankError) as info:
+        dpteach.launch(fn, 3, timeout=60)
+    assert info.value.exc_type == "ValueError"
+    assert "different tensors" in str(info.value) and "rank 0" in str(info.value)
+
+
+def _bad_op():
+    ring_all_reduce(torch.ones(3), op="max")
+
+
+def test_bad_op_is_rejected_before_sending():
+    with pytest.raises(dpteach.RankError, match="op='max' is not allowed"):
+        dpteach.launch(_bad_op, 2, timeout=60)
+
+
+def test_chunk_bounds_cover_everything_in_order():
+    for n in range(0, 12):
+        for parts in range(1, 6):
+            bounds = chunk_bounds(n, parts)
+            assert bounds[0][0] == 0 and bounds[-1][1] == n
+            assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
+            sizes = [stop - start for start, stop in bounds]
+            assert max(sizes) - min(sizes) <= 1
+
+
+def _cuda_cases():
+    device = dpteach.device()
+    out = []
+    for name, all_reduce in ALL_REDUCE.items():
+        x = torch.arange(10, dtype=torch.float32, device=device) + dist.get_rank()
+        expected = x.clone()
+        dist.all_reduce(expected)
+        all_reduce(x)
+        out.append((name, x.is_cuda, torch.equal(x, expected)))
+    return out
+
+
+@pytest.mark.gpu
+def test_collectives_on_cuda_tensors_under_gloo():
+    # two gloo ranks computing on the one GPU: buffers are staged through host memory
+    for rank_result in dpteach.launch(_cuda_cases, 2, backend="gloo", device="cuda"):
+        assert all(is_cuda and ok for _, is_cuda, ok in rank_result), rank_result
+
+
+@pytest.mark.multigpu
+def test_collectives_with_nccl():
+    for rank_result in dpteach.launch(_cuda_cases, 2, backend="nccl"):
+        assert all(is_cuda and ok for _, is_cuda, ok in rank_result), rank_result

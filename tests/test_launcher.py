@@ -1,0 +1,266 @@
+"""The launcher on real processes: results, output, and every way a world can go wrong."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import dpteach
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def alive(pid: int) -> bool:
+    """A process counts as alive unless it is gone or a zombie waiting to be reaped."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def wait_for_files(paths, seconds=60.0):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if all(os.path.exists(p) and open(p).read().strip() for p in paths):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"ranks never wrote {paths}")
+
+
+def _sum_of_ranks(offset, scale=1):
+    t = torch.tensor([float(dist.get_rank())])
+    dist.all_reduce(t)
+    return {"rank": dist.get_rank(), "world": dist.get_world_size(), "value": offset + scale * t.item(),
+            "backend": dist.get_backend(), "device": str(dpteach.device())}
+
+
+def test_results_come_back_in_rank_order_with_args_and_kwargs():
+    results = dpteach.launch(_sum_of_ranks, 3, args=(10,), kwargs={"scale": 2})
+    assert [r["rank"] for r in results] == [0, 1, 2]
+    assert all(r["world"] == 3 and r["value"] == 10 + 2 * (0 + 1 + 2) for r in results)
+    assert {r["backend"] for r in results} == {"gloo"}
+
+
+def test_lambdas_and_closures_travel_by_value():
+    secret = [5, 6]
+    results = dpteach.launch(lambda k: secret[dist.get_rank()] * k, 2, args=(3,))
+    assert results == [15, 18]
+
+
+def test_each_line_of_output_is_prefixed_with_its_rank(capfd):
+    dpteach.launch(lambda: print(f"hello from {dist.get_rank()}\nsecond line"), 2)
+    out = capfd.readouterr().out
+    for rank in (0, 1):
+        assert f"[rank {rank}] hello from {rank}" in out
+    assert out.count("second line") == 2 and "[rank 1] second line" in out
+
+
+def _raise_on_rank_one():
+    if dist.get_rank() == 1:
+        raise KeyError("the missing key")
+    dist.barrier()  # the others wait for rank 1 forever: they must be stopped, not waited for
+
+
+def test_a_raising_rank_is_reraised_with_its_rank_and_traceback():
+    start = time.monotonic()
+    with pytest.raises(dpteach.RankError) as info:
+        dpteach.launch(_raise_on_rank_one, 3, timeout=120)
+    err = info.value
+    assert err.rank == 1 and err.exc_type == "KeyError"
+    assert "the missing key" in str(err) and "_raise_on_rank_one" in err.rank_traceback
+    assert isinstance(err.__cause__, KeyError)
+    assert time.monotonic() - start < 60, "the waiting ranks were not stopped"
+
+
+def _exit_hard():
+    if dist.get_rank() == 0:
+        os._exit(3)
+    dist.barrier()
+
+
+def test_a_rank_that_dies_is_reported_with_its_exit_code():
+    with pytest.raises(dpteach.RankError) as info:
+        dpteach.launch(_exit_hard, 2, timeout=120)
+    assert info.value.rank == 0 and info.value.exit_code == 3
+    assert "exited with code 3" in str(info.value)
+
+
+def _hang_with_a_child(pid_dir):
+    child = subprocess.Popen(["sleep", "1000"])
+    with open(os.path.join(pid_dir, f"{dist.get_rank()}.pids"), "w") as f:
+        f.write(f"{os.getpid()} {child.pid}")
+    time.sleep(1000)
+
+
+def test_a_hang_times_out_and_leaves_no_process_behind(tmp_path):
+    timeout = 8
+    start = time.monotonic()
+    with pytest.raises(TimeoutError) as info:
+        dpteach.launch(_hang_with_a_child, 2, args=(str(tmp_path),), timeout=timeout)
+    elapsed = time.monotonic() - start
+    assert "rank(s) [0, 1]" in str(info.value)
+    assert elapsed < timeout + 10
+    pids = [int(p) for r in (0, 1) for p in (tmp_path / f"{r}.pids").read_text().split()]
+    time.sleep(0.5)
+    assert not [p for p in pids if alive(p)], "ranks or their children survived the timeout"
+
+
+def test_interrupting_the_caller_stops_every_rank(tmp_path):
+    script = tmp_path / "interrupted.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, time, subprocess, torch.distributed as dist, dpteach
+        def hang(pid_dir):
+            child = subprocess.Popen(["sleep", "1000"])
+            open(os.path.join(pid_dir, f"{{dist.get_rank()}}.pids"), "w").write(f"{{os.getpid()}} {{child.pid}}")
+            time.sleep(1000)
+        try:
+            dpteach.launch(hang, 2, args=({str(tmp_path)!r},), timeout=300)
+        except KeyboardInterrupt:
+            print("INTERRUPTED", flush=True)
+    """))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, cwd=REPO)
+    wait_for_files([tmp_path / "0.pids", tmp_path / "1.pids"])
+    proc.send_signal(signal.SIGINT)  # what Ctrl-C or Jupyter's interrupt button sends
+    out, _ = proc.communicate(timeout=30)
+    assert "INTERRUPTED" in out
+    pids = [int(p) for r in (0, 1) for p in (tmp_path / f"{r}.pids").read_text().split()]
+    time.sleep(0.5)
+    assert not [p for p in pids if alive(p)]
+
+
+def test_a_function_defined_in_main_runs_and_main_is_not_rerun(tmp_path):
+    script = tmp_path / "no_guard.py"
+    script.write_text(textwrap.dedent("""
+        import torch, torch.distributed as dist, dpteach
+        print("SCRIPT BODY RAN", flush=True)
+        def double_rank():
+            return 2 * dist.get_rank()
+        print("RESULT", dpteach.launch(double_rank, 3), flush=True)
+    """))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    assert "RESULT [0, 2, 4]" in out.stdout
+    assert out.stdout.count("SCRIPT BODY RAN") == 1
+
+
+def test_two_launches_at_once_do_not_collide():
+    results, errors = {}, []
+
+    def one(key):
+        try:
+            results[key] = dpteach.launch(_sum_of_ranks, 2, args=(key,), show_output=False)
+        except Exception as exc:  # collected and asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one, args=(k,)) for k in (100, 200)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors
+    assert [r["value"] for r in results[100]] == [101, 101]
+    assert [r["value"] for r in results[200]] == [201, 201]
+
+
+def _nested():
+    return dpteach.launch(lambda: 1, 2)
+
+
+def test_a_rank_cannot_start_a_world_of_its_own():
+    with pytest.raises(dpteach.RankError, match="inside a rank"):
+        dpteach.launch(_nested, 1)
+
+
+@pytest.mark.parametrize("kwargs, fragment", [
+    ({"world_size": 0}, "world_size=0 is not allowed"),
+    ({"world_size": -2}, "world_size=-2 is not allowed"),
+    ({"world_size": "4"}, "world_size='4' is not allowed"),
+    ({"world_size": True}, "world_size=True is not allowed"),
+    ({"world_size": 2, "backend": "mpi"}, "backend='mpi' is not allowed: choose one of auto, gloo, nccl"),
+    ({"world_size": 2, "device": "tpu"}, "device='tpu' is not allowed"),
+    ({"world_size": 2, "timeout": 0}, "timeout=0 is not allowed"),
+    ({"world_size": 2, "backend": "nccl", "device": "cpu"}, "backend='nccl' with device='cpu' is not allowed"),
+])
+def test_bad_arguments_are_refused_before_anything_starts(kwargs, fragment):
+    before = set(os.listdir("/proc"))
+    with pytest.raises(ValueError, match=fragment.replace("(", r"\(")):
+        dpteach.launch(_sum_of_ranks, **kwargs)
+    started = [p for p in set(os.listdir("/proc")) - before if p.isdigit() and "_worker" in _cmdline(p)]
+    assert not started
+
+
+def _cmdline(pid):
+    try:
+        return open(f"/proc/{pid}/cmdline").read()
+    except OSError:
+        return ""
+
+
+@pytest.mark.skipif(torch.cuda.device_count() >= 64, reason="needs fewer than 64 GPUs")
+def test_nccl_without_enough_gpus_says_what_is_allowed():
+    with pytest.raises(ValueError, match="backend='nccl'"):
+        dpteach.launch(_sum_of_ranks, 64, backend="nccl")
+
+
+def test_a_function_that_cannot_be_sent_is_refused():
+    lock = threading.Lock()
+    with pytest.raises(TypeError, match="cannot be sent to the ranks"):
+        dpteach.launch(lambda: lock, 2)
+
+
+def _report_progress():
+    if dist.get_rank() == 0:
+        dpteach.progress(0, total=3, desc="counting")
+        for _ in range(3):
+            time.sleep(0.2)
+            dpteach.progress(1)
+    dist.barrier()
+    return True
+
+
+def test_rank_zero_drives_a_progress_bar_in_the_caller(capfd):
+    assert dpteach.launch(_report_progress, 2) == [True, True]
+    err = capfd.readouterr().err
+    assert "counting" in err and "3/3" in err
+
+
+def test_under_torchrun_launch_joins_the_existing_world(tmp_path):
+    script = tmp_path / "joined.py"
+    script.write_text(textwrap.dedent("""
+        import os, torch, torch.distributed as dist, dpteach
+        def who():
+            return (dist.get_rank(), dist.get_world_size(), os.getpid())
+        results = dpteach.launch(who, 2)
+        assert [r[0] for r in results] == [0, 1] and len({r[2] for r in results}) == 2
+        assert results[dist.get_rank()][2] == os.getpid(), "the function ran in a spawned child"
+        try:
+            dpteach.launch(who, 3)
+        except ValueError as exc:
+            message = str(exc)
+        with open(os.path.join(os.path.dirname(__file__), f"joined{dist.get_rank()}"), "w") as f:
+            f.write(message)
+    """))
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                          str(script)], capture_output=True, text=True, timeout=180, cwd=REPO)
+    assert out.returncode == 0, out.stdout + out.stderr
+    for rank in (0, 1):  # each rank ran the function itself and refused a mismatched world size
+        assert "world_size=3 does not match torchrun's WORLD_SIZE=2" in (tmp_path / f"joined{rank}").read_text()
+
+
+@pytest.mark.gpu
+def test_nccl_world_of_one_on_the_gpu():
+    (result,) = dpteach.launch(_sum_of_ranks, 1, args=(1,), backend="nccl")
+    assert result["backend"] == "nccl" and result["device"].startswith("cuda")
+
+
+@pytest.mark.gpu
+def test_gloo_ranks_compute_on_the_one_gpu():
+    results = dpteach.launch(_sum_of_ranks, 2, args=(0,), backend="gloo", device="cuda")
+    assert all(r["backend"] == "gloo" and r["device"].startswith("cuda") for r in results)
