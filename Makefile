@@ -1,0 +1,32 @@
+# Two commands do everything on a fresh machine with Python 3.10+:
+#   make lab    install into .venv and open the course in JupyterLab
+#   make test   install into .venv and run the whole test suite (notebooks included)
+PYTHON ?= python3
+VENV   ?= .venv
+# The torch build the course is tested with; override, e.g. `make lab TORCH="torch>=2.3"` to keep a CUDA build.
+TORCH  ?= torch==2.13.0
+BIN     = $(VENV)/bin
+
+.PHONY: lab test install bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet "$(TORCH)"
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $@
+
+install: $(VENV)/.installed
+
+lab: install
+	$(BIN)/dpteach lab
+
+test: install
+	$(BIN)/python -m pytest -q tests notebooks --nbval-lax
+
+bench: install
+	$(BIN)/dpteach bench allreduce --world-size 4 --sizes 4KiB,1MiB,16MiB --iters 20
+
+clean:
+	rm -rf $(VENV) .pytest_cache
