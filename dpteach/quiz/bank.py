@@ -110,17 +110,31 @@ def _item_label(data, index: int) -> str:
     return f"#{index + 1} (no usable id)"
 
 
+# What a failed "pattern" means, in words; jsonschema would only quote the regular expression.
+_PATTERN_MEANING = {
+    "id": "ids use lowercase letters, digits, '-' and '_', e.g. 'overlap-tail-bucket'",
+    "mirrors": "must be '<seed file name>#<question number>', e.g. '004_80bd7ec0000ca684.txt#5'",
+}
+
+
+def _say(error) -> str:
+    if error.validator == "pattern":
+        field = next((p for p in reversed(error.absolute_path) if isinstance(p, str)), "")
+        return f"{error.instance!r}: {_PATTERN_MEANING.get(field, 'must not be empty')}"
+    return error.message
+
+
 def _schema_problems(data, file: str) -> list[Problem]:
     problems = []
     for error in sorted(_VALIDATOR.iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path]):
         path = list(error.absolute_path)
         if len(path) >= 2 and path[0] == "items" and isinstance(path[1], int):
             field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path[2:]).lstrip(".")
-            message = f"{field}: {error.message}" if field else error.message
+            message = f"{field}: {_say(error)}" if field else _say(error)
             problems.append(Problem(file, _item_label(data, path[1]), message))
         else:
             field = ".".join(str(p) for p in path)
-            problems.append(Problem(file, None, f"{field}: {error.message}" if field else error.message))
+            problems.append(Problem(file, None, f"{field}: {_say(error)}" if field else _say(error)))
     return problems
 
 

@@ -43,19 +43,22 @@ def option_order(item: Item, seed: int = 0) -> list[int]:
 
 
 def resolve_choice(item: Item, answer) -> str:
-    """The option text meant by ``answer``: an option's text or its 0-based index in bank order."""
-    if isinstance(answer, bool):  # bool is an int in Python; True is not a sensible option number
-        raise ValueError(f"item {item.id!r}: answer {answer!r} is not an option text or index")
-    if isinstance(answer, int) or (isinstance(answer, str) and answer.strip().isdigit()):
-        index = int(answer)
-        if not 0 <= index < len(item.options):
-            raise ValueError(f"item {item.id!r}: option index {index} is out of range; "
-                             f"use 0..{len(item.options) - 1} (bank order) or the option's text")
-        return item.options[index].text
+    """The option text meant by ``answer``: an option's text, or its 0-based index in bank order.
+
+    A string is matched against the texts first (some options are numbers, like "512"); only a
+    string of digits that is no option's text is read as an index.
+    """
     if isinstance(answer, str):
         for option in item.options:
             if option.text.strip().lower() == answer.strip().lower():
                 return option.text
+        if answer.strip().isdigit():
+            answer = int(answer)
+    if isinstance(answer, int) and not isinstance(answer, bool):  # True is an int, but no option number
+        if not 0 <= answer < len(item.options):
+            raise ValueError(f"item {item.id!r}: option index {answer} is out of range; "
+                             f"use 0..{len(item.options) - 1} (bank order) or the option's text")
+        return item.options[answer].text
     raise ValueError(f"item {item.id!r}: {answer!r} matches no option; use 0..{len(item.options) - 1} "
                      f"(bank order) or one of the texts: {[option.text for option in item.options]}")
 

@@ -39,7 +39,10 @@ def _ask(item: Item, number: int, total: int, shown: list[int], stdin: TextIO, s
     """Show one question and read answers until one has the right count; None when input ends."""
     how_many = "pick one" if item.type == "single" else f"pick {item.select}"
     print(f"\nQuestion {number} of {total} - {TOPICS[item.topic]} ({how_many})\n", file=stdout)
-    print(_wrap(item.stem, "  "), file=stdout)
+    if "\n" in item.stem:  # a stem with line breaks holds code: keep its lines as written
+        print("\n".join(f"  {line}".rstrip() for line in item.stem.splitlines()), file=stdout)
+    else:
+        print(_wrap(item.stem, "  "), file=stdout)
     print(file=stdout)
     for position, index in enumerate(shown, 1):
         print(_wrap(f"{position}) {item.options[index].text}", "  ", "     "), file=stdout)

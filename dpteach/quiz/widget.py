@@ -67,7 +67,9 @@ class QuizItemView:
         how_many = "pick one" if item.type == "single" else f"pick {item.select}"
         header = widgets.HTML(f"<b>Question {number}</b> &middot; {escape(TOPICS[item.topic])} &middot; "
                               f"<i>{how_many}</i>")
-        stem = widgets.HTML(f"<p>{escape(item.stem)}</p>").add_class("dpteach-quiz-stem")
+        # pre-wrap keeps the line breaks of stems that contain code and still wraps long prose lines
+        stem = widgets.HTML(f'<div style="white-space: pre-wrap; line-height: 1.4">{escape(item.stem)}</div>')
+        stem.add_class("dpteach-quiz-stem")
         if item.type == "single":
             self._radio = widgets.RadioButtons(options=[(text, text) for text in shown], value=None,
                                                layout=widgets.Layout(width="100%"))

@@ -1,0 +1,124 @@
+"""The progress store: round trip, atomic writes, corrupt files set aside, two writers lose nothing."""
+import json
+import multiprocessing
+
+import pytest
+
+import dpteach
+from dpteach.progress import ProgressFileWarning, ProgressStore, default_progress_path
+
+
+@pytest.fixture
+def path(tmp_path, monkeypatch):
+    path = tmp_path / "learner" / "progress.json"
+    monkeypatch.setenv("DPTEACH_PROGRESS", str(path))
+    return path
+
+
+def test_location_comes_from_the_environment(path, monkeypatch):
+    assert default_progress_path() == path and ProgressStore().path == path
+    monkeypatch.delenv("DPTEACH_PROGRESS")
+    assert default_progress_path().parts[-2:] == (".dpteach", "progress.json")
+
+
+def test_quiz_and_exercise_round_trip(path):
+    store = ProgressStore()
+    store.record_quiz("scaling-amdahl", "scaling", False, ["64x"])
+    entry = store.record_quiz("scaling-amdahl", "scaling", True, ["About 15x: 1 / (0.05 + 0.95 / 64)"])
+    assert entry["attempts"] == 2 and entry["ever_correct"] and entry["last_correct"]
+    store.record_quiz("memory-zero-stage1", "memory", False, ["About 16 GB"])
+    store.record_exercise("ring_allreduce", 3, 10, "failed")
+    store.record_exercise("ring_allreduce", 10, 10, "passed")
+    store.record_exercise("ring_allreduce", 7, 10, "failed")
+
+    data = ProgressStore(path).load()
+    quiz = data["quiz"]["scaling-amdahl"]
+    assert quiz["last_chosen"] == ["About 15x: 1 / (0.05 + 0.95 / 64)"]
+    assert quiz["first_answered"] <= quiz["last_answered"]
+    exercise = data["exercises"]["ring_allreduce"]
+    assert (exercise["best_score"], exercise["last_score"], exercise["attempts"], exercise["last_status"]) == \
+        (10, 7, 3, "failed")
+    assert exercise["first_attempt"] <= exercise["last_attempt"]
+    assert json.loads(path.read_text()) == data
+
+    assert store.summary() == {
+        "quiz": {"memory": {"answered": 1, "correct": 0, "attempts": 1},
+                 "scaling": {"answered": 1, "correct": 1, "attempts": 2}},
+        "exercises": {"ring_allreduce": {"best": 10, "max": 10, "attempts": 3, "status": "failed"}},
+    }
+
+
+def test_empty_store(path):
+    assert ProgressStore().load() == {"version": 1, "quiz": {}, "exercises": {}}
+    assert ProgressStore().summary() == {"quiz": {}, "exercises": {}}
+
+
+def test_writes_leave_no_temporary_files(path, monkeypatch):
+    store = ProgressStore()
+    for n in range(5):
+        store.record_quiz(f"item-{n}", "memory", True, ["x"])
+    assert sorted(p.name for p in path.parent.iterdir()) == ["progress.json", "progress.json.lock"]
+
+    before = path.read_text()
+
+    def crash(*args, **kwargs):
+        raise OSError("disk full")
+    monkeypatch.setattr("dpteach.progress.json.dump", crash)
+    with pytest.raises(OSError, match="disk full"):
+        store.record_quiz("item-9", "memory", True, ["x"])
+    assert path.read_text() == before
+    assert sorted(p.name for p in path.parent.iterdir()) == ["progress.json", "progress.json.lock"]
+
+
+@pytest.mark.parametrize("content", ['{"quiz": {"half', "[1, 2]", '{"quiz": []}'])
+def test_corrupt_file_is_set_aside_and_reported(path, content):
+    path.parent.mkdir(parents=True)
+    path.write_text(content)
+    with pytest.warns(ProgressFileWarning) as caught:
+        ProgressStore().record_quiz("scaling-amdahl", "scaling", True, ["x"])
+    [moved] = list(path.parent.glob("progress.json.corrupt-*"))
+    assert moved.read_text() == content
+    message = str(caught[0].message)
+    assert str(path) in message and str(moved) in message
+    assert list(ProgressStore().load()["quiz"]) == ["scaling-amdahl"]
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda s: s.record_quiz("", "memory", True, []), "item_id"),
+    (lambda s: s.record_quiz("a", "memory", 1, []), "correct must be True or False"),
+    (lambda s: s.record_quiz("a", "memory", True, "text"), "chosen must be a list"),
+    (lambda s: s.record_exercise("ring", 11, 10, "passed"), "score must be a number between 0 and max_score=10"),
+    (lambda s: s.record_exercise("ring", 1, 0, "passed"), "max_score must be a positive number"),
+    (lambda s: s.record_exercise("ring", 1, 10, ""), "status"),
+])
+def test_bad_arguments_are_refused(path, call, message):
+    with pytest.raises(ValueError, match=message):
+        call(ProgressStore())
+    assert not path.exists()
+
+
+def _record_twenty(path, name):
+    store = ProgressStore(path)
+    for n in range(20):
+        store.record_quiz(f"{name}-{n}", "overlap", n % 2 == 0, [str(n)])
+        store.record_quiz("shared", "overlap", True, [name])
+
+
+def test_two_writer_processes_lose_nothing(path):
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    context = multiprocessing.get_context(method)
+    writers = [context.Process(target=_record_twenty, args=(path, name)) for name in ("a", "b")]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join(60)
+        assert writer.exitcode == 0
+    quiz = ProgressStore(path).load()["quiz"]
+    assert len(quiz) == 41 and quiz["shared"]["attempts"] == 40
+    assert ProgressStore(path).summary()["quiz"]["overlap"] == {"answered": 41, "correct": 21, "attempts": 80}
+
+
+def test_dpteach_progress_helper_stays_callable():
+    """Importing dpteach.progress rebinds the package attribute that held the rank progress helper."""
+    assert callable(dpteach.progress)
+    assert dpteach.progress(advance=1) is None  # outside a launched world it does nothing

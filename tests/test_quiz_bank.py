@@ -1,0 +1,201 @@
+"""The quiz bank: it validates, covers every practice question and topic, copies no sentence, and a
+broken file is reported with its file name, the item id and the reason."""
+import copy
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dpteach.quiz import EXPERIMENTS, NOTEBOOKS, TOPICS, BankError, load_bank, validate_bank
+from dpteach.quiz.bank import SCHEMA_PATH, default_bank_dir
+
+SEEDS = Path(__file__).parents[2] / "shared" / "seeds"
+BANK = default_bank_dir()
+
+# The practice questions and, for each, the concept every correct option must name (each correct
+# option's text must contain every keyword of one of the sets) and how many distractors it has.
+MIRRORS = {
+    "000_6b2ee23ac958626e.txt#1": ("overlap", [{"overlap", "backward", "bucket"}], 3),
+    "002_70a337c93e4221d5.txt#1": ("sync_async", [{"data parallelism"}, {"input pipeline", "prefetch"},
+                                                  {"synchronous"}], 2),
+    "004_80bd7ec0000ca684.txt#1": ("data_parallelism", [{"whole model", "share of each batch"}], 3),
+    "004_80bd7ec0000ca684.txt#2": ("collectives", [{"all-reduce", "average"}], 3),
+    "004_80bd7ec0000ca684.txt#3": ("memory", [{"parameters", "optimizer state"}], 3),
+    "004_80bd7ec0000ca684.txt#4": ("nccl_algorithms", [{"size of the message", "topology"}], 3),
+    "004_80bd7ec0000ca684.txt#5": ("overlap", [{"all-reduce", "backward"}], 3),
+    "004_80bd7ec0000ca684.txt#6": ("accumulation", [{"b × w"}], 3),
+    "004_80bd7ec0000ca684.txt#7": ("scaling", [{"communication", "data loading", "synchronisation"}], 3),
+    "004_80bd7ec0000ca684.txt#8": ("accumulation", [{"gradients of several micro-batches", "before one optimizer update"}], 3),
+}
+
+
+@pytest.fixture(scope="module")
+def bank():
+    return load_bank(BANK)
+
+
+def test_shipped_bank_validates():
+    assert validate_bank(BANK) == []
+
+
+def test_one_file_per_topic_named_after_it():
+    assert sorted(path.stem for path in BANK.glob("*.yaml")) == sorted(TOPICS)
+
+
+def test_schema_enums_equal_the_python_constants():
+    definitions = json.loads(SCHEMA_PATH.read_text())["$defs"]
+    assert definitions["topic"]["enum"] == list(TOPICS)
+    by_name = definitions["item"]["properties"]["demonstrated_by"]["properties"]
+    assert by_name["notebook"]["enum"] == list(NOTEBOOKS)
+    assert by_name["experiment"]["enum"] == list(EXPERIMENTS)
+
+
+def test_every_item_is_complete(bank):
+    for item in bank.items:
+        correct = [option for option in item.options if option.correct]
+        assert correct, item.id
+        assert len(correct) == item.select, item.id
+        assert item.type == "single" and item.select == 1 or item.type == "multiple" and item.select >= 2, item.id
+        assert all(option.explanation.strip() for option in item.options), item.id
+        assert item.trap.strip() and item.stem.strip(), item.id
+        assert item.notebook in NOTEBOOKS and item.experiment in EXPERIMENTS, item.id
+
+
+def test_at_least_four_original_items_per_topic(bank):
+    for topic in TOPICS:
+        originals = [item for item in bank.topic(topic) if item.mirrors is None]
+        assert len(originals) >= 4, f"{topic} has {len(originals)} original items"
+
+
+def test_every_practice_question_is_mirrored_with_its_answer_key(bank):
+    mirrored = {item.mirrors: item for item in bank.items if item.mirrors}
+    assert set(mirrored) == set(MIRRORS)
+    for key, (topic, keyword_sets, n_distractors) in MIRRORS.items():
+        item = mirrored[key]
+        assert item.topic == topic, key
+        correct_texts = [text.lower() for text in item.expected]
+        assert len(correct_texts) == len(keyword_sets), key
+        for keywords in keyword_sets:
+            assert any(all(word in text for word in keywords) for text in correct_texts), (key, keywords)
+        assert len(item.options) - len(correct_texts) == n_distractors, key
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9]+", text.lower())
+
+
+@pytest.mark.skipif(not SEEDS.is_dir(), reason=f"practice files not found at {SEEDS} (../shared/seeds)")
+def test_no_run_of_eight_words_is_copied_from_the_practice_files():
+    copied = set()
+    for seed in SEEDS.glob("*.txt"):
+        words = _words(seed.read_text(encoding="utf-8"))
+        copied |= {" ".join(words[i:i + 8]) for i in range(len(words) - 7)}
+    for bank_file in BANK.glob("*.yaml"):
+        words = _words(bank_file.read_text(encoding="utf-8"))
+        found = {" ".join(words[i:i + 8]) for i in range(len(words) - 7)} & copied
+        assert not found, f"{bank_file.name} repeats practice-file wording: {sorted(found)}"
+
+
+@pytest.mark.skipif(not SEEDS.is_dir(), reason=f"practice files not found at {SEEDS} (../shared/seeds)")
+def test_mirrors_name_existing_practice_questions(bank):
+    for item in bank.items:
+        if item.mirrors:
+            name, number = item.mirrors.split("#")
+            text = (SEEDS / name).read_text(encoding="utf-8")
+            questions = len(re.findall(r"^\d+\. ", text, flags=re.M)) or 1
+            assert 1 <= int(number) <= questions, item.mirrors
+
+
+# -- malformed files ---------------------------------------------------------------------------
+
+GOOD_ITEM = {
+    "id": "bucket-good", "topic": "bucketing", "type": "single",
+    "stem": "Which is right?",
+    "options": [{"text": "This one", "correct": True, "explanation": "Because."},
+                {"text": "That one", "correct": False, "explanation": "Because not."}],
+    "trap": "Picking that one.",
+    "demonstrated_by": {"notebook": "03_bucketing.ipynb", "experiment": "bucket_size_sweep"},
+}
+
+
+def _write(folder: Path, topic: str, items: list, raw: str | None = None) -> Path:
+    path = folder / f"{topic}.yaml"
+    path.write_text(raw if raw is not None else yaml.safe_dump({"topic": topic, "items": items}, sort_keys=False))
+    return path
+
+
+def _broken(change):
+    item = copy.deepcopy(GOOD_ITEM)
+    item["id"] = "bucket-broken"
+    change(item)
+    return item
+
+
+MALFORMED = {
+    "missing explanation": (lambda i: i["options"][1].pop("explanation"), "'explanation' is a required property"),
+    "misspelt key": (lambda i: i["options"][0].update(explaination="x"), "'explaination' was unexpected"),
+    "two correct in single": (lambda i: i["options"][1].update(correct=True), "exactly 1 correct option, found 2"),
+    "no correct option": (lambda i: i["options"][0].update(correct=False), "exactly 1 correct option, found 0"),
+    "multiple without select": (lambda i: i.update(type="multiple"), "needs 'select'"),
+    "select on single": (lambda i: i.update(select=2), "'select' only applies to type 'multiple'"),
+    "select disagrees": (lambda i: i.update(type="multiple", select=2), "'select' is 2 but 1 options are marked correct"),
+    "unknown notebook": (lambda i: i["demonstrated_by"].update(notebook="99_nope.ipynb"), "'99_nope.ipynb' is not one of"),
+    "unknown experiment": (lambda i: i["demonstrated_by"].update(experiment="nope"), "'nope' is not one of"),
+    "empty trap": (lambda i: i.update(trap="   "), "trap: '   ': must not be empty"),
+    "bad mirrors": (lambda i: i.update(mirrors="quiz.txt"), "must be '<seed file name>#<question number>'"),
+    "wrong topic": (lambda i: i.update(topic="overlap"), "sits in the file for topic 'bucketing'"),
+    "same option twice": (lambda i: i["options"][1].update(text="this one"), "two options have the same text"),
+    "correct not boolean": (lambda i: i["options"][0].update(correct="yes"), "'yes' is not of type 'boolean'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_malformed_item_is_reported_with_file_item_and_reason(tmp_path, case):
+    change, reason = MALFORMED[case]
+    path = _write(tmp_path, "bucketing", [GOOD_ITEM, _broken(change)])
+    problems = [str(problem) for problem in validate_bank(tmp_path)]
+    assert problems, case
+    assert any(path.name in text and "'bucket-broken'" in text and reason in text for text in problems), problems
+    with pytest.raises(BankError) as raised:
+        load_bank(tmp_path)
+    assert reason in str(raised.value)
+
+
+def test_duplicate_id_across_files_names_both_files(tmp_path):
+    _write(tmp_path, "bucketing", [GOOD_ITEM])
+    twin = dict(copy.deepcopy(GOOD_ITEM), topic="overlap")
+    _write(tmp_path, "overlap", [twin])
+    [problem] = [str(p) for p in validate_bank(tmp_path)]
+    assert "overlap.yaml: item 'bucket-good'" in problem and "already used" in problem and "bucketing.yaml" in problem
+
+
+def test_item_without_id_is_named_by_position(tmp_path):
+    nameless = copy.deepcopy(GOOD_ITEM)
+    del nameless["id"]
+    _write(tmp_path, "bucketing", [GOOD_ITEM, nameless])
+    assert any("item '#2 (no usable id)'" in str(p) and "'id' is a required property" in str(p)
+               for p in validate_bank(tmp_path))
+
+
+@pytest.mark.parametrize("raw, reason", [
+    ("topic: bucketing\nitems: [\n", "cannot be read as YAML"),
+    ("topic: bucketing\ntopic: overlap\nitems: []\n", "appears twice"),
+    ("", "None is not of type 'object'"),
+])
+def test_unreadable_file_is_reported_with_its_name(tmp_path, raw, reason):
+    path = _write(tmp_path, "bucketing", [], raw=raw)
+    problems = [str(p) for p in validate_bank(tmp_path)]
+    assert any(text.startswith(str(path)) and reason in text for text in problems), problems
+
+
+def test_file_not_named_after_a_topic(tmp_path):
+    (tmp_path / "misc.yaml").write_text("topic: misc\nitems: []\n")
+    [problem] = [str(p) for p in validate_bank(tmp_path)]
+    assert "misc.yaml" in problem and "topic one of" in problem
+
+
+def test_missing_or_empty_folder(tmp_path):
+    assert "does not exist" in str(validate_bank(tmp_path / "nowhere")[0])
+    assert "holds no <topic>.yaml" in str(validate_bank(tmp_path)[0])

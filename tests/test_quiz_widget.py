@@ -1,0 +1,95 @@
+"""The notebook panel driven from Python: choose, submit, feedback, refusal, score, progress."""
+from html import escape
+
+import pytest
+
+from dpteach.progress import ProgressStore
+from dpteach.quiz import QuizPanel, load_bank, show
+
+
+@pytest.fixture
+def store_path(tmp_path, monkeypatch):
+    path = tmp_path / "progress.json"
+    monkeypatch.setenv("DPTEACH_PROGRESS", str(path))
+    return path
+
+
+def _wrong(item):
+    return next(option.text for option in item.options if not option.correct)
+
+
+def test_single_item_submit_shows_every_explanation_and_records(store_path):
+    panel = show("scaling", seed=2)
+    assert isinstance(panel, QuizPanel) and len(panel.items) == len(load_bank().topic("scaling"))
+    view = panel.items[0]
+    view.choose([_wrong(view.item)])
+    result = view.submit()
+    assert result["correct"] is False and result["chosen"] == [_wrong(view.item)]
+    html = view.feedback.value
+    for option in view.item.options:
+        assert escape(option.text) in html and escape(option.explanation) in html
+    assert escape(view.item.trap) in html and view.item.experiment in html
+    assert "you chose it" in html
+    assert (panel.score, panel.max_score) == (0, len(panel.items))
+    assert "Score: 0 / " in panel.score_line.value
+    stored = ProgressStore(store_path).load()["quiz"][view.item.id]
+    assert stored["attempts"] == 1 and stored["last_correct"] is False and stored["topic"] == "scaling"
+
+    second = panel.items[1]
+    second.choose(second.item.expected)
+    assert second.submit()["correct"] is True
+    assert panel.score == 1 and [r["id"] for r in panel.results] == [view.item.id, second.item.id]
+    assert view.submit() is None and "Already submitted" in view.message.value
+    assert ProgressStore(store_path).load()["quiz"][view.item.id]["attempts"] == 1
+
+
+def test_multiple_item_refuses_a_wrong_count_and_records_nothing(store_path):
+    panel = show("sync-multi-gpu-essentials")
+    view = panel.items[0]
+    assert "pick 3" in view.widget.children[0].value
+    view.choose(view.item.expected[:2])
+    assert view.submit() is None
+    assert "Pick exactly 3 options (you picked 2)" in view.message.value
+    assert panel.results == [] and not store_path.exists()
+
+    view.choose(view.item.expected)
+    assert view.submit()["correct"] is True
+    assert view.message.value == "" and panel.score == 1
+    assert ProgressStore(store_path).summary()["quiz"]["sync_async"] == {"answered": 1, "correct": 1, "attempts": 1}
+
+
+def test_clicking_submit_takes_the_same_path(store_path):
+    panel = show(["memory-zero-stage1"], record=False)
+    view = panel.items[0]
+    view.choose([0])  # bank order, as in answers files
+    view.submit_button.click()
+    assert panel.results[0]["chosen"] == [view.item.options[0].text]
+    assert view.submit_button.disabled and not store_path.exists()
+
+
+def test_choose_rejects_two_answers_for_a_single_item(store_path):
+    view = show("memory-zero-stage1", record=False).items[0]
+    with pytest.raises(ValueError, match="takes one answer"):
+        view.choose([0, 1])
+
+
+def test_options_are_shuffled_deterministically(store_path):
+    def labels(seed):
+        return [tuple(view._radio.options) if view._radio else tuple(c.description for c in view._checks)
+                for view in show("bucketing", seed=seed, record=False).items]
+    assert labels(7) == labels(7)
+    assert labels(7) != labels(8)
+
+
+def test_exam_and_css_classes_and_display(store_path):
+    panel = show(exam=5, seed=1, record=False)
+    assert len(panel.items) == 5
+    assert "dpteach-quiz" in panel.widget._dom_classes
+    assert "dpteach-quiz-score" in panel.score_line._dom_classes
+    view = panel.items[0]
+    assert "dpteach-quiz-submit" in view.submit_button._dom_classes
+    assert "dpteach-quiz-feedback" in view.feedback._dom_classes
+    assert "dpteach-quiz-message" in view.message._dom_classes
+    assert "dpteach-quiz-item" in view.widget._dom_classes
+    bundle = panel._repr_mimebundle_()
+    assert bundle["application/vnd.jupyter.widget-view+json"]["model_id"] == panel.widget.model_id
