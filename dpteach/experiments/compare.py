@@ -1,0 +1,83 @@
+"""Every strategy on the same model and data, measured in one run and held to one reference.
+
+``compare_strategies`` starts one world, trains each strategy in turn inside it (same seed, same
+batches), and compares the final weights with single-process training on the global batch. A
+strategy's *exposed communication* is its step time minus the step time of ``local`` - the same
+per-rank work with no communication at all, measured in the same run - so it is measured the
+same way for our strategies and for torch's DDP.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import replace
+
+from .. import context
+from ..backend import choose_placement
+from ..launcher import launch
+from ..sync import EXACT
+from ..train import TrainConfig, train_on_rank, train_single_process
+
+DEFAULT_STRATEGIES = ("local", "naive", "bucketed", "overlap", "ddp", "int8", "int8_ef", "fp16", "async")
+
+
+def _train_each(configs: list[TrainConfig]) -> list[dict]:
+    if context.rank() == 0:
+        context.progress(0, total=len(configs), desc="strategies")
+    results = []
+    for config in configs:
+        results.append(train_on_rank(config))
+        if context.rank() == 0:
+            context.progress(1)
+    return results
+
+
+def _row(name: str, ranks: list[dict], reference: dict, local_step: float | None) -> dict:
+    step = statistics.mean(r["median_step_s"] for r in ranks)
+    diff = (ranks[0]["params"] - reference["params"]).abs().max().item()
+    return {
+        "strategy": name, "step_time_s": step,
+        "exposed_comm_s": None if local_step is None else max(0.0, step - local_step),
+        "bytes_per_step": statistics.mean(r["wire_bytes_per_step"] for r in ranks if r["wire_bytes_per_step"])
+        if any(r["wire_bytes_per_step"] for r in ranks) else 0.0,
+        "final_loss": ranks[0]["losses"][-1], "max_abs_diff_vs_single": diff,
+        "replicas_identical": all(r["replica_spread"] == 0.0 for r in ranks),
+        "exact": name in EXACT,
+    }
+
+
+def compare_strategies(world_size: int = 4, model: str = "mlp", steps: int = 20, accum_steps: int = 1,
+                       bucket_mb: float = 1.0, strategies=DEFAULT_STRATEGIES, optimizer: str = "sgd",
+                       backend: str = "auto", device: str = "auto", timeout: float = 600.0, **options) -> dict:
+    """Train every strategy for ``steps`` steps on ``world_size`` ranks; return a table and the raw runs."""
+    strategies = list(strategies)
+    if "async" in strategies and world_size < 2:
+        strategies.remove("async")  # a parameter server needs at least one worker besides itself
+    base = TrainConfig(model=model, steps=steps, accum_steps=accum_steps, bucket_mb=bucket_mb,
+                       optimizer=optimizer, **options)
+    configs = [replace(base, strategy=s).check(world_size) for s in strategies]
+    placement = choose_placement(world_size, backend, device)
+    per_rank = launch(_train_each, world_size, args=(configs,), backend=placement.backend,
+                      device=placement.device_type, timeout=timeout)
+    runs = {s: [per_rank[r][i] for r in range(world_size)] for i, s in enumerate(strategies)}
+    references = {world_size: train_single_process(base, world_size)}
+    if "async" in strategies:  # its global batch is shared by the W-1 workers
+        references[world_size - 1] = train_single_process(base, world_size - 1)
+    local_step = runs["local"][0]["median_step_s"] if "local" in runs else None
+    if "local" in runs:
+        local_step = statistics.mean(r["median_step_s"] for r in runs["local"])
+    rows = [_row(s, runs[s], references[world_size - 1 if s == "async" else world_size], local_step)
+            for s in strategies]
+    return {"world_size": world_size, "backend": placement.backend, "device": placement.device_type,
+            "model": model, "steps": steps, "accum_steps": accum_steps, "bucket_mb": bucket_mb,
+            "optimizer": optimizer, "rows": rows, "runs": runs, "reference_losses": references[world_size]["losses"]}
+
+
+def run_strategy(world_size: int, config: TrainConfig, backend: str = "auto", device: str = "auto",
+                 timeout: float = 300.0) -> dict:
+    """Train one strategy; return its per-rank results and the single-process reference."""
+    config.check(world_size)
+    placement = choose_placement(world_size, backend, device)
+    ranks = launch(train_on_rank, world_size, args=(config,), backend=placement.backend,
+                   device=placement.device_type, timeout=timeout)
+    workers = world_size - 1 if config.strategy == "async" else world_size
+    return {"ranks": ranks, "reference": train_single_process(config, workers)}

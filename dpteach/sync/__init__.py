@@ -1,0 +1,41 @@
+"""Gradient-sync strategies, one small file each, to be read next to the notebooks.
+
+=============  ==========================================================  =====================
+name           what it does                                                equals single process?
+=============  ==========================================================  =====================
+``local``      no communication (the compute floor)                        no - not data parallel
+``naive``      one blocking all-reduce per parameter, after backward       yes
+``bucketed``   one all-reduce per bucket, after backward                   yes
+``overlap``    bucket all-reduces launched from autograd hooks in backward yes
+``ddp``        torch's DistributedDataParallel, the reference              yes
+``int8``       8-bit quantised gradients (``int8_ef``: error feedback)     no - measured drift
+``fp16``       gradients cast to fp16 (``bf16``: bfloat16)                 no - measured drift
+``async``      parameter server, no barrier, stale gradients               no - measured drift
+=============  ==========================================================  =====================
+"""
+from .bucketed import BucketedSync
+from .compressed import CompressedSync
+from .ddp import TorchDDP
+from .local import LocalOnly
+from .naive import NaiveSync
+from .overlap import OverlapSync
+
+# name -> (class, extra options)
+STRATEGIES = {
+    "local": (LocalOnly, {}),
+    "naive": (NaiveSync, {}),
+    "bucketed": (BucketedSync, {}),
+    "overlap": (OverlapSync, {}),
+    "ddp": (TorchDDP, {}),
+    "int8": (CompressedSync, {"codec": "int8"}),
+    "int8_ef": (CompressedSync, {"codec": "int8", "error_feedback": True}),
+    "fp16": (CompressedSync, {"codec": "fp16"}),
+    "bf16": (CompressedSync, {"codec": "bf16"}),
+    "async": (None, {}),  # its own loop: see async_ps.py
+}
+EXACT = ("naive", "bucketed", "overlap", "ddp")
+
+
+def make_strategy(name: str, model, timeline, bucket_mb: float = 1.0, first_bucket_mb=None):
+    cls, options = STRATEGIES[name]
+    return cls(model, timeline, bucket_mb=bucket_mb, first_bucket_mb=first_bucket_mb, **options)

@@ -1,0 +1,23 @@
+"""``bucketed``: after backward, gradients are packed into buckets and each bucket is all-reduced once.
+
+Same result as ``naive``, fewer messages: the latency is paid once per bucket instead of once per
+parameter (``dpteach/buckets.py`` explains how buckets are formed). Communication still starts
+only after backward has finished - hiding it is the next step, ``overlap.py``.
+"""
+from ..buckets import build_buckets
+from .base import GradientSync
+
+
+class BucketedSync(GradientSync):
+    name = "bucketed"
+
+    def __init__(self, model, timeline, bucket_mb=1.0, first_bucket_mb=None, **options):
+        super().__init__(model, timeline, **options)
+        self.buckets = build_buckets(model, bucket_mb, first_bucket_mb)
+
+    def finish(self, step: int) -> None:
+        for bucket in self.buckets:
+            bucket.copy_in()
+            with self.timeline.span(step, "comm", lane="comm", bucket=bucket.index):
+                self.all_reduce_mean(bucket.buffer)
+            bucket.copy_out()

@@ -1,0 +1,125 @@
+"""What each rank did, and when: spans for forward, backward, each bucket's communication, optimizer.
+
+A span is a plain dict ``{"step", "name", "lane", "start", "end", ...}`` with times in seconds from
+the moment the ranks left a common barrier, so the lanes of different ranks line up. ``lane`` is
+``"compute"`` or ``"comm"``: communication that overlaps computation shows up as a comm bar drawn
+under a compute bar of the same rank.
+
+Clocks. On CPU, ``time.perf_counter`` (CLOCK_MONOTONIC on Linux: one clock for all processes of a
+machine). On a GPU, work is queued and runs later, so host clocks would measure the queueing; there
+CUDA events are recorded on the stream and converted to seconds at the end of each step.
+"""
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+
+import torch
+
+COLORS = {"forward": "#4C72B0", "backward": "#55A868", "optimizer": "#8172B2", "wait": "#C44E52",
+          "comm": "#DD8452", "data": "#937860", "compress": "#DA8BC3", "idle": "#CCCCCC"}
+
+
+class Timeline:
+    """Records spans for one rank. ``span(...)`` times a block; ``add(...)`` stores a measured one."""
+
+    def __init__(self, device: torch.device | str = "cpu", enabled: bool = True):
+        self.device = torch.device(device)
+        self.cuda = self.device.type == "cuda"
+        self.enabled = enabled
+        self.spans: list[dict] = []
+        self._pending: list[tuple] = []  # CUDA: (span, start_event, end_event) not yet resolved
+        self.restart()
+
+    def restart(self) -> None:
+        """Make 'now' the origin (call right after a barrier, on every rank)."""
+        self.origin = time.perf_counter()
+        if self.cuda:
+            self.origin_event = torch.cuda.Event(enable_timing=True)
+            self.origin_event.record()
+
+    def now(self) -> float:
+        return time.perf_counter() - self.origin
+
+    def event(self):
+        """A point in time: a float on CPU, a recorded CUDA event on GPU."""
+        if self.cuda:
+            e = torch.cuda.Event(enable_timing=True)
+            e.record()
+            return e
+        return self.now()
+
+    def add(self, step: int, name: str, start, end, lane: str = "compute", **info) -> None:
+        if not self.enabled:
+            return
+        span = {"step": step, "name": name, "lane": lane, **info}
+        if self.cuda and not isinstance(start, float):
+            self._pending.append((span, start, end))
+        else:
+            span["start"], span["end"] = start, end
+        self.spans.append(span)
+
+    @contextmanager
+    def span(self, step: int, name: str, lane: str = "compute", **info):
+        start = self.event()
+        yield
+        self.add(step, name, start, self.event(), lane, **info)
+
+    def resolve(self) -> None:
+        """Turn pending CUDA events into seconds (after the step's work has been synchronised)."""
+        if self._pending:
+            torch.cuda.synchronize(self.device)
+        for span, start, end in self._pending:
+            span["start"] = self.origin_event.elapsed_time(start) / 1e3
+            span["end"] = self.origin_event.elapsed_time(end) / 1e3
+        self._pending.clear()
+
+
+def busy_time(spans: list[dict], lane: str) -> float:
+    """Total time covered by the spans of one lane (overlapping spans counted once)."""
+    intervals = sorted((s["start"], s["end"]) for s in spans if s["lane"] == lane)
+    total, cur_start, cur_end = 0.0, None, None
+    for start, end in intervals:
+        if cur_end is None or start > cur_end:
+            if cur_end is not None:
+                total += cur_end - cur_start
+            cur_start, cur_end = start, end
+        else:
+            cur_end = max(cur_end, end)
+    if cur_end is not None:
+        total += cur_end - cur_start
+    return total
+
+
+def plot_gantt(timelines: dict, steps=None, ax=None, title: str | None = None):
+    """Draw one band per rank, with its compute row above its communication row.
+
+    ``timelines`` maps rank -> list of spans; ``steps`` restricts to some step numbers.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    ranks = sorted(timelines)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(10, 0.9 * len(ranks) + 1.2))
+    spans_by_rank = {r: [s for s in timelines[r] if steps is None or s["step"] in steps] for r in ranks}
+    t0 = min((s["start"] for spans in spans_by_rank.values() for s in spans), default=0.0)
+    yticks, ylabels, used = [], [], set()
+    for row, rank in enumerate(reversed(ranks)):
+        base = row * 3
+        for span in spans_by_rank[rank]:
+            y = base + (1.0 if span["lane"] == "compute" else 0.0)
+            key = "comm" if span["lane"] == "comm" and span["name"] not in COLORS else span["name"]
+            used.add(key)
+            ax.broken_barh([((span["start"] - t0) * 1e3, (span["end"] - span["start"]) * 1e3)], (y, 0.9),
+                           facecolors=COLORS.get(key, "#999999"), edgecolor="white", linewidth=0.3)
+        yticks += [base + 0.45, base + 1.45]
+        ylabels += [f"rank {rank} comm", f"rank {rank} compute"]
+    ax.set_yticks(yticks, ylabels)
+    ax.set_xlabel("time since the ranks left the barrier (ms)")
+    ax.legend(handles=[Patch(color=COLORS.get(k, "#999999"), label=k) for k in COLORS if k in used],
+              loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
+    if title:
+        ax.set_title(title)
+    ax.grid(axis="x", alpha=0.3)
+    return ax

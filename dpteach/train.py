@@ -1,0 +1,227 @@
+"""The training loop every strategy runs in, and the single-process reference they are held to.
+
+One optimizer step on W ranks with K micro-batches of B samples::
+
+    global batch (B x W x K samples, the same on every rank: drawn from seed + epoch)
+      -> rank r takes its K micro-batches of B          (dpteach.data.rank_microbatches)
+      -> for each micro-batch: forward, loss / K, backward   (sync decided before forward)
+      -> strategy.finish(): every .grad is the mean over ranks
+      -> optimizer.step()
+
+The reference trains one model in one process on each whole global batch. Because every loss is
+a mean over equal parts, the averaged data-parallel gradient is the reference's gradient, so the
+exact strategies must end with the same weights up to float32 rounding (``EXACT_TOLERANCE``).
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.distributed as dist
+from torch.nn.utils import parameters_to_vector
+
+from . import context
+from .buckets import check_bucket_sizes
+from .data import global_batches, loss_fn, make_dataset, rank_microbatches, sample_batch
+from .models import build_model, check_model_name
+from .sync import STRATEGIES, async_ps, make_strategy
+from .timeline import Timeline
+
+OPTIMIZERS = ("sgd", "adam")
+DEFAULT_LR = {"sgd": 0.05, "adam": 1e-3}
+EXACT_TOLERANCE = 1e-5  # max |theta_dp - theta_single| after the default 20 steps, float32
+
+
+@dataclass
+class TrainConfig:
+    strategy: str = "overlap"
+    model: str = "mlp"
+    steps: int = 20
+    batch_per_rank: int = 32
+    accum_steps: int = 1
+    bucket_mb: float = 1.0
+    first_bucket_mb: float | None = None
+    optimizer: str = "sgd"
+    lr: float | None = None
+    momentum: float = 0.9
+    seed: int = 0
+    num_samples: int | None = None  # default: exactly one epoch for all steps
+    max_staleness: int | None = None  # async only
+    slow_rank: int | None = None  # async only: this worker sleeps slow_ms per update
+    slow_ms: float = 0.0
+    timing_warmup: int = 2  # steps left out of the median step time
+
+    def check(self, world_size: int) -> "TrainConfig":
+        """Every option checked before any rank starts; a ValueError names option, value, what is allowed."""
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"strategy={self.strategy!r} is not allowed: choose one of {', '.join(STRATEGIES)}")
+        check_model_name(self.model)
+        for name, low in (("steps", 1), ("batch_per_rank", 1), ("accum_steps", 1), ("seed", 0), ("timing_warmup", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name}={value!r} is not allowed: it must be an integer >= {low}")
+        check_bucket_sizes(self.bucket_mb, self.first_bucket_mb)
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer={self.optimizer!r} is not allowed: choose one of {', '.join(OPTIMIZERS)}")
+        if self.lr is not None and not self.lr > 0:
+            raise ValueError(f"lr={self.lr!r} is not allowed: it must be > 0")
+        if self.strategy == "async" and world_size < 2:
+            raise ValueError("strategy='async' with world_size=1 is not allowed: rank 0 is the parameter "
+                             "server, so at least one more rank must be a worker")
+        if self.slow_rank is not None and not 0 <= self.slow_rank < world_size:
+            raise ValueError(f"slow_rank={self.slow_rank!r} is not allowed: use a rank in 0..{world_size - 1}")
+        if self.max_staleness is not None and self.max_staleness < 0:
+            raise ValueError(f"max_staleness={self.max_staleness!r} is not allowed: it must be >= 0 or None")
+        return self
+
+    def global_batch(self, world_size: int) -> int:
+        return self.batch_per_rank * world_size * self.accum_steps
+
+    def dataset_size(self, world_size: int) -> int:
+        return self.num_samples or self.steps * self.global_batch(world_size)
+
+
+def make_optimizer(config: TrainConfig, params):
+    lr = config.lr or DEFAULT_LR[config.optimizer]
+    if config.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=config.momentum)
+    return torch.optim.Adam(params, lr=lr)
+
+
+def step_batches(config: TrainConfig, dataset, world_size: int):
+    """The global batch of every step, epoch after epoch (each epoch reshuffled from seed + epoch)."""
+    epoch = 0
+    while True:
+        for batch in global_batches(dataset, config.batch_per_rank, world_size, config.accum_steps,
+                                    config.seed, epoch):
+            yield batch
+        epoch += 1
+
+
+def train_on_rank(config: TrainConfig) -> dict:
+    """Run one strategy for ``config.steps`` steps on this rank; return plain data (see below)."""
+    rank, world, device = dist.get_rank(), dist.get_world_size(), context.device()
+    model = build_model(config.model, seed=config.seed).to(device)
+    for p in model.parameters():  # every replica starts from rank 0's weights, as DDP does
+        dist.broadcast(p.data, src=0)
+    dataset = make_dataset(config.model, config.dataset_size(world), seed=config.seed)
+    criterion = loss_fn(config.model)
+    timeline = Timeline(device)
+    if config.strategy == "async":
+        return _train_async(config, model, dataset, criterion, timeline)
+    strategy = make_strategy(config.strategy, model, timeline, config.bucket_mb, config.first_bucket_mb)
+    module = strategy.wrap()
+    optimizer = make_optimizer(config, model.parameters())
+    losses, step_times, wire_bytes = [], [], []
+    batches = step_batches(config, dataset, world)
+    dist.barrier()
+    timeline.restart()
+    for step in range(config.steps):
+        micro_batches = rank_microbatches(next(batches), rank, world, config.batch_per_rank, config.accum_steps)
+        strategy.start_step(step)
+        start = time.perf_counter()
+        step_loss = 0.0
+        for k, indices in enumerate(micro_batches):
+            x, y = (t.to(device) for t in sample_batch(dataset, indices))
+            with strategy.micro_batch(sync=(k == len(micro_batches) - 1)):  # decided before forward
+                with timeline.span(step, "forward"):
+                    loss = criterion(module(x), y) / config.accum_steps
+                with timeline.span(step, "backward"):
+                    loss.backward()
+            step_loss += loss.item()
+        strategy.finish(step)
+        with timeline.span(step, "optimizer"):
+            optimizer.step()
+            optimizer.zero_grad()
+        context.synchronize()
+        step_times.append(time.perf_counter() - start)
+        timeline.resolve()
+        losses.append(step_loss)
+        wire_bytes.append(strategy.wire_bytes)
+    return _summarise(config, model, losses, step_times, wire_bytes, timeline,
+                      hook_calls=getattr(strategy, "hook_calls", None))
+
+
+def _train_async(config, model, dataset, criterion, timeline) -> dict:
+    rank, world, device = dist.get_rank(), dist.get_world_size(), context.device()
+    workers = world - 1
+    optimizer = make_optimizer(config, model.parameters())
+    batches = list(_take(step_batches(config, dataset, workers), config.steps))
+    dist.barrier()
+    timeline.restart()
+    if rank == 0:
+        server = async_ps.serve(model, optimizer, config.steps * workers, config.max_staleness, timeline)
+        result = {"step_times": [], "wire_bytes": 0.0}
+    else:
+        def compute_gradient(update):
+            for indices in rank_microbatches(batches[update], rank - 1, workers, config.batch_per_rank,
+                                             config.accum_steps):
+                x, y = (t.to(device) for t in sample_batch(dataset, indices))
+                with timeline.span(update, "forward"):
+                    loss = criterion(model(x), y) / config.accum_steps
+                with timeline.span(update, "backward"):
+                    loss.backward()
+        slow = config.slow_ms if config.slow_rank == rank else 0.0
+        result = async_ps.work(model, compute_gradient, config.steps, slow, timeline)
+        server = None
+    dist.barrier()
+    for p in model.parameters():  # report the server's weights, the ones that count
+        dist.broadcast(p.data, src=0)
+    losses = _global_losses_async(config, model, dataset, criterion, batches)
+    summary = _summarise(config, model, losses, result["step_times"], [result["wire_bytes"]], timeline)
+    summary["async"] = server
+    return summary
+
+
+def _take(iterator, n):
+    for _, item in zip(range(n), iterator):
+        yield item
+
+
+def _global_losses_async(config, model, dataset, criterion, batches) -> list[float]:
+    """Loss of the final server weights on the last global batch (async has no shared per-step loss)."""
+    with torch.no_grad():
+        x, y = (t.to(context.device()) for t in sample_batch(dataset, batches[-1]))
+        return [criterion(model(x), y).item()]
+
+
+def _summarise(config, model, losses, step_times, wire_bytes, timeline, hook_calls=None) -> dict:
+    world, rank = dist.get_world_size(), dist.get_rank()
+    loss_tensor = torch.tensor(losses, dtype=torch.float64)
+    if config.strategy != "async":
+        dist.all_reduce(loss_tensor)  # each rank's loss is a mean over its shard: average them
+        loss_tensor /= world
+    flat = parameters_to_vector(model.parameters()).detach().to("cpu", torch.float32)
+    reference = flat.clone()
+    dist.broadcast(reference, src=0)
+    spread = torch.tensor([(flat - reference).abs().max().item()])
+    dist.all_reduce(spread, op=dist.ReduceOp.MAX)
+    timed = step_times[config.timing_warmup:] or step_times
+    return {
+        "rank": rank, "config": asdict(config), "losses": loss_tensor.tolist(), "step_times": step_times,
+        "median_step_s": statistics.median(timed) if timed else 0.0,
+        "wire_bytes_per_step": statistics.mean(wire_bytes) if wire_bytes else 0.0,
+        "replica_spread": spread.item(), "spans": timeline.spans, "hook_calls": hook_calls,
+        "params": flat if rank == 0 else None,
+    }
+
+
+def train_single_process(config: TrainConfig, world_size: int) -> dict:
+    """The reference: one process, one model, each step on the whole global batch of B x W x K."""
+    torch.manual_seed(config.seed)
+    model = build_model(config.model, seed=config.seed)
+    dataset = make_dataset(config.model, config.dataset_size(world_size), seed=config.seed)
+    criterion = loss_fn(config.model)
+    optimizer = make_optimizer(config, model.parameters())
+    batches = step_batches(config, dataset, world_size)
+    losses = []
+    for _ in range(config.steps):
+        x, y = sample_batch(dataset, next(batches))
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    return {"losses": losses, "params": parameters_to_vector(model.parameters()).detach().clone()}
