@@ -65,7 +65,7 @@ def run_on_rank(sizes: list[int], algorithms: list[str], iters: int, warmup: int
     """The per-rank body of the benchmark (call it inside ``dpteach.launch``); rank 0's rows matter."""
     world, me, device = dist.get_world_size(), dist.get_rank(), context.device()
     if me == 0:
-        context.progress(0, total=len(sizes), desc="all-reduce sweep")
+        context.report_progress(0, total=len(sizes), desc="all-reduce sweep")
     rows = []
     for nbytes in sizes:
         source = torch.ones(max(1, nbytes // 4), dtype=torch.float32, device=device)
@@ -93,7 +93,7 @@ def run_on_rank(sizes: list[int], algorithms: list[str], iters: int, warmup: int
             rows.append({"algorithm": algorithm, "bytes": buf.numel() * 4, "time_s": seconds,
                          "algbw_GBps": algbw, "busbw_GBps": algbw * costmodel.busbw_factor(world)})
         if me == 0:
-            context.progress(1)
+            context.report_progress(1)
     return rows
 
 

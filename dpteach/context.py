@@ -49,7 +49,7 @@ def _store():
     return _progress_store
 
 
-def progress(advance: int = 1, total: int | None = None, desc: str | None = None) -> None:
+def report_progress(advance: int = 1, total: int | None = None, desc: str | None = None) -> None:
     """Advance the progress bar that the launching process shows (call it from rank 0 only).
 
     Ranks cannot draw a bar themselves: their output is captured line by line and prefixed

@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import tempfile
 import time
-import types
 import warnings
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -192,20 +190,3 @@ class ProgressStore:
                 os.fsync(directory)
             finally:
                 os.close(directory)
-
-
-class _ProgressModule(types.ModuleType):
-    """Keep ``dpteach.progress(...)`` (the rank progress-bar helper) callable.
-
-    ``dpteach/__init__.py`` exports :func:`dpteach.context.progress` as ``dpteach.progress``.
-    Importing this module rebinds that package attribute to the module, which would break
-    ``dpteach.progress(advance=1)`` in any code that runs after a quiz was shown. Calling the
-    module therefore forwards to the helper, so both spellings keep working.
-    """
-
-    def __call__(self, *args, **kwargs):
-        from .context import progress
-        return progress(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _ProgressModule

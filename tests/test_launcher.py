@@ -217,10 +217,10 @@ def test_a_function_that_cannot_be_sent_is_refused():
 
 def _report_progress():
     if dist.get_rank() == 0:
-        dpteach.progress(0, total=3, desc="counting")
+        dpteach.report_progress(0, total=3, desc="counting")
         for _ in range(3):
             time.sleep(0.2)
-            dpteach.progress(1)
+            dpteach.report_progress(1)
     dist.barrier()
     return True
 

@@ -116,9 +116,3 @@ def test_two_writer_processes_lose_nothing(path):
     quiz = ProgressStore(path).load()["quiz"]
     assert len(quiz) == 41 and quiz["shared"]["attempts"] == 40
     assert ProgressStore(path).summary()["quiz"]["overlap"] == {"answered": 41, "correct": 21, "attempts": 80}
-
-
-def test_dpteach_progress_helper_stays_callable():
-    """Importing dpteach.progress rebinds the package attribute that held the rank progress helper."""
-    assert callable(dpteach.progress)
-    assert dpteach.progress(advance=1) is None  # outside a launched world it does nothing

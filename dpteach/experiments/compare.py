@@ -22,12 +22,12 @@ DEFAULT_STRATEGIES = ("local", "naive", "bucketed", "overlap", "ddp", "int8", "i
 
 def _train_each(configs: list[TrainConfig]) -> list[dict]:
     if context.rank() == 0:
-        context.progress(0, total=len(configs), desc="strategies")
+        context.report_progress(0, total=len(configs), desc="strategies")
     results = []
     for config in configs:
         results.append(train_on_rank(config))
         if context.rank() == 0:
-            context.progress(1)
+            context.report_progress(1)
     return results
 
 
