@@ -14,6 +14,7 @@ COMMANDS = {
     "lab": ("dpteach.commands.lab", "open the course in JupyterLab"),
     "bench": ("dpteach.commands.bench", "measure collectives on this machine (nccl-tests style)"),
     "doctor": ("dpteach.commands.doctor", "what this machine offers and which backend the course uses"),
+    "compare": ("dpteach.commands.compare", "train with every gradient-sync strategy and compare them"),
     "quiz": ("dpteach.commands.quiz", "practice-exam quizzes in the terminal; check or list the quiz bank"),
     "progress": ("dpteach.commands.progress", "your course progress: quiz answers per topic, exercise grades"),
 }

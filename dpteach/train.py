@@ -10,7 +10,14 @@ One optimizer step on W ranks with K micro-batches of B samples::
 
 The reference trains one model in one process on each whole global batch. Because every loss is
 a mean over equal parts, the averaged data-parallel gradient is the reference's gradient, so the
-exact strategies must end with the same weights up to float32 rounding (``EXACT_TOLERANCE``).
+exact strategies must end with the same weights up to float32 rounding (``exact_tolerance``).
+
+How close is "up to rounding"? Summing W gradients and dividing by W rounds differently from one
+mean over the global batch, by about 1e-7 relative. SGD passes that on unchanged: after 20 steps
+the weights differ by ~1e-7 (tolerance 1e-6). Adam divides each gradient by its own running RMS,
+so for the few weights whose gradient is almost exactly zero a rounding difference can change
+the update by a sizeable fraction of ``lr`` (measured: at most ~0.07 x lr, on under 0.01% of the
+weights): the tolerance is 0.2 x lr, and the tests also check that almost every weight agrees to 1e-6.
 """
 from __future__ import annotations
 
@@ -25,13 +32,14 @@ from torch.nn.utils import parameters_to_vector
 from . import context
 from .buckets import check_bucket_sizes
 from .data import global_batches, loss_fn, make_dataset, rank_microbatches, sample_batch
-from .models import build_model, check_model_name
+from .models import DEFAULT_LR, build_model, check_model_name
 from .sync import STRATEGIES, async_ps, make_strategy
 from .timeline import Timeline
 
 OPTIMIZERS = ("sgd", "adam")
-DEFAULT_LR = {"sgd": 0.05, "adam": 1e-3}
-EXACT_TOLERANCE = 1e-5  # max |theta_dp - theta_single| after the default 20 steps, float32
+ADAM_LR = 1e-3  # SGD's default learning rate is the model's own (dpteach.models.DEFAULT_LR)
+SGD_TOLERANCE = 1e-6  # max |theta_dp - theta_single| after 20 steps, float32
+ADAM_TOLERANCE_LR = 0.2  # ... for Adam, as a fraction of the learning rate (see above)
 
 
 @dataclass
@@ -83,11 +91,17 @@ class TrainConfig:
         return self.num_samples or self.steps * self.global_batch(world_size)
 
 
-def make_optimizer(config: TrainConfig, params):
-    lr = config.lr or DEFAULT_LR[config.optimizer]
+def exact_tolerance(config: TrainConfig) -> float:
+    """The largest |theta_dp - theta_single| an exact strategy may show (see the module docstring)."""
     if config.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=lr, momentum=config.momentum)
-    return torch.optim.Adam(params, lr=lr)
+        return SGD_TOLERANCE
+    return ADAM_TOLERANCE_LR * (config.lr or ADAM_LR)
+
+
+def make_optimizer(config: TrainConfig, params):
+    if config.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=config.lr or DEFAULT_LR[config.model], momentum=config.momentum)
+    return torch.optim.Adam(params, lr=config.lr or ADAM_LR)
 
 
 def step_batches(config: TrainConfig, dataset, world_size: int):
@@ -167,10 +181,12 @@ def _train_async(config, model, dataset, criterion, timeline) -> dict:
         result = async_ps.work(model, compute_gradient, config.steps, slow, timeline)
         server = None
     dist.barrier()
-    for p in model.parameters():  # report the server's weights, the ones that count
+    workers_spread = _replica_spread(model)  # workers hold whatever weights they pulled last
+    for p in model.parameters():  # from here on, report the server's weights: the ones that count
         dist.broadcast(p.data, src=0)
     losses = _global_losses_async(config, model, dataset, criterion, batches)
     summary = _summarise(config, model, losses, result["step_times"], [result["wire_bytes"]], timeline)
+    summary["replica_spread"] = workers_spread
     summary["async"] = server
     return summary
 
@@ -194,18 +210,25 @@ def _summarise(config, model, losses, step_times, wire_bytes, timeline, hook_cal
         dist.all_reduce(loss_tensor)  # each rank's loss is a mean over its shard: average them
         loss_tensor /= world
     flat = parameters_to_vector(model.parameters()).detach().to("cpu", torch.float32)
-    reference = flat.clone()
-    dist.broadcast(reference, src=0)
-    spread = torch.tensor([(flat - reference).abs().max().item()])
-    dist.all_reduce(spread, op=dist.ReduceOp.MAX)
+    spread = _replica_spread(model)
     timed = step_times[config.timing_warmup:] or step_times
     return {
         "rank": rank, "config": asdict(config), "losses": loss_tensor.tolist(), "step_times": step_times,
         "median_step_s": statistics.median(timed) if timed else 0.0,
         "wire_bytes_per_step": statistics.mean(wire_bytes) if wire_bytes else 0.0,
-        "replica_spread": spread.item(), "spans": timeline.spans, "hook_calls": hook_calls,
+        "replica_spread": spread, "spans": timeline.spans, "hook_calls": hook_calls,
         "params": flat if rank == 0 else None,
     }
+
+
+def _replica_spread(model) -> float:
+    """max |theta_r - theta_0| over all ranks r: 0.0 exactly when every replica is identical."""
+    flat = parameters_to_vector(model.parameters()).detach().to("cpu", torch.float32)
+    reference = flat.clone()
+    dist.broadcast(reference, src=0)
+    spread = torch.tensor([(flat - reference).abs().max().item()])
+    dist.all_reduce(spread, op=dist.ReduceOp.MAX)
+    return spread.item()
 
 
 def train_single_process(config: TrainConfig, world_size: int) -> dict:

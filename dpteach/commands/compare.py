@@ -1,0 +1,45 @@
+"""``dpteach compare``: every gradient-sync strategy on one model, measured in one run."""
+from __future__ import annotations
+
+import json
+
+from ..experiments.compare import DEFAULT_STRATEGIES, compare_strategies
+
+COLUMNS = ("strategy", "step_time_s", "exposed_comm_s", "bytes_per_step", "final_loss",
+           "max_abs_diff_vs_single", "replicas_identical")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--world-size", "-w", type=int, default=4, help="number of ranks (default 4)")
+    parser.add_argument("--model", default="mlp", help="mlp, cnn or transformer (default mlp)")
+    parser.add_argument("--steps", type=int, default=20, help="optimizer steps per strategy (default 20)")
+    parser.add_argument("--accum", type=int, default=1, help="micro-batches per step (gradient accumulation)")
+    parser.add_argument("--bucket-mb", type=float, default=1.0, help="bucket size cap in MB (default 1)")
+    parser.add_argument("--batch", type=int, default=32, help="samples per rank per micro-batch (default 32)")
+    parser.add_argument("--optimizer", default="sgd", help="sgd or adam")
+    parser.add_argument("--strategies", default=",".join(DEFAULT_STRATEGIES),
+                        help="comma-separated strategies (local is the compute floor)")
+    parser.add_argument("--backend", default="auto", help="auto, gloo or nccl")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def run(args) -> int:
+    strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
+    report = compare_strategies(args.world_size, model=args.model, steps=args.steps, accum_steps=args.accum,
+                                bucket_mb=args.bucket_mb, strategies=strategies, optimizer=args.optimizer,
+                                backend=args.backend, batch_per_rank=args.batch)
+    rows = [{k: row[k] for k in COLUMNS} for row in report["rows"]]
+    if args.json:
+        keys = ("world_size", "backend", "device", "model", "steps", "accum_steps", "bucket_mb", "optimizer")
+        print(json.dumps({**{k: report[k] for k in keys}, "rows": rows}, indent=2))
+        return 0
+    print(f"# {report['model']} on {report['world_size']} ranks ({report['backend']}, {report['device']}), "
+          f"{report['steps']} steps, accumulation {report['accum_steps']}, buckets {report['bucket_mb']} MB")
+    print(f"{'strategy':>9} {'step ms':>8} {'exposed ms':>10} {'MB/step':>8} {'final loss':>10} "
+          f"{'max|dθ| vs 1 proc':>17} {'replicas equal':>14}")
+    for r in rows:
+        exposed = "-" if r["exposed_comm_s"] is None else f"{r['exposed_comm_s'] * 1e3:.1f}"
+        print(f"{r['strategy']:>9} {r['step_time_s'] * 1e3:>8.1f} {exposed:>10} {r['bytes_per_step'] / 2**20:>8.2f} "
+              f"{r['final_loss']:>10.4f} {r['max_abs_diff_vs_single']:>17.2e} {str(r['replicas_identical']):>14}")
+    print("exposed = step time minus the step time of 'local' (no communication), measured in the same run")
+    return 0

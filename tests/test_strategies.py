@@ -1,0 +1,170 @@
+"""Data-parallel training on real gloo worlds, held to single-process training on the global batch."""
+import json
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import dpteach
+from dpteach.experiments.compare import _train_each, compare_strategies
+from dpteach.models import build_model
+from dpteach.sync import EXACT
+from dpteach.train import SGD_TOLERANCE, TrainConfig, exact_tolerance, train_single_process
+
+STEPS = 4
+
+
+def _configs():
+    base = TrainConfig(steps=STEPS, batch_per_rank=8, timing_warmup=0)
+    return [replace(base, strategy=s, accum_steps=k, optimizer=o)
+            for o in ("sgd", "adam") for k in (1, 2) for s in EXACT]
+
+
+@pytest.fixture(scope="module", params=[2, 3], ids=lambda w: f"W{w}")
+def exact_runs(request):
+    world = request.param
+    configs = _configs()
+    per_rank = dpteach.launch(_train_each, world, args=(configs,), timeout=600, show_output=False)
+    return world, configs, per_rank
+
+
+def test_exact_strategies_equal_single_process_training(exact_runs):
+    world, configs, per_rank = exact_runs
+    references = {}
+    for i, config in enumerate(configs):
+        key = (config.optimizer, config.accum_steps)
+        if key not in references:
+            references[key] = train_single_process(config, world)
+        ref = references[key]
+        rank0 = per_rank[0][i]
+        deltas = (rank0["params"] - ref["params"]).abs()
+        label = f"{config.strategy}, {config.optimizer}, K={config.accum_steps}, W={world}"
+        tolerance = exact_tolerance(config)
+        assert deltas.max() <= tolerance, f"{label}: max |dtheta| = {deltas.max():.3g} > {tolerance}"
+        assert (deltas > SGD_TOLERANCE).float().mean() < 1e-3, f"{label}: too many weights differ"
+        assert all(per_rank[r][i]["replica_spread"] == 0.0 for r in range(world)), f"{label}: replicas differ"
+        assert rank0["losses"] == pytest.approx(ref["losses"], rel=1e-4, abs=1e-6), label
+        # and the change is real: after training the weights have moved away from the start
+        start = torch.nn.utils.parameters_to_vector(build_model(config.model, seed=config.seed).parameters())
+        assert (rank0["params"] - start).abs().max() > 1e-3
+
+
+def test_overlap_hooks_fire_once_per_parameter_per_backward(exact_runs):
+    world, configs, per_rank = exact_runs
+    n_params = len(list(build_model("mlp").parameters()))
+    for i, config in enumerate(configs):
+        if config.strategy == "overlap":
+            expected = n_params * config.accum_steps * STEPS
+            assert all(per_rank[r][i]["hook_calls"] == expected for r in range(world))
+
+
+def test_accumulation_communicates_only_on_the_last_micro_batch(exact_runs):
+    world, configs, per_rank = exact_runs
+    bytes_by = {(c.strategy, c.optimizer, c.accum_steps): per_rank[0][i]["wire_bytes_per_step"]
+                for i, c in enumerate(configs)}
+    for strategy in EXACT:
+        assert bytes_by[(strategy, "sgd", 2)] == bytes_by[(strategy, "sgd", 1)] > 0
+    for i, config in enumerate(configs):  # one comm span per bucket per step, never per micro-batch
+        if config.strategy in ("overlap", "ddp", "bucketed") and config.accum_steps == 2:
+            spans = [s for s in per_rank[0][i]["spans"] if s["lane"] == "comm"]
+            per_step = len(spans) / STEPS
+            k1 = next(j for j, c in enumerate(configs)
+                      if c.strategy == config.strategy and c.optimizer == config.optimizer and c.accum_steps == 1)
+            assert per_step == len([s for s in per_rank[0][k1]["spans"] if s["lane"] == "comm"]) / STEPS
+
+
+def _ddp_sync_decided_after_forward(correct: bool):
+    """Count DDP's bucket all-reduces in one step of 2 micro-batches, deciding no_sync before or after forward."""
+    from torch.nn.parallel import DistributedDataParallel
+    model = DistributedDataParallel(torch.nn.Linear(8, 4))
+    calls = []
+
+    def counting_hook(state, bucket):
+        calls.append(bucket.index())
+        fut = torch.futures.Future()
+        dist.all_reduce(bucket.buffer())
+        fut.set_result(bucket.buffer())
+        return fut
+    model.register_comm_hook(None, counting_hook)
+    x = torch.randn(3, 8)
+    if correct:
+        with model.no_sync():
+            model(x).sum().backward()
+    else:
+        out = model(x)  # forward already armed the reducer...
+        with model.no_sync():  # ...so entering no_sync now is too late
+            out.sum().backward()
+    model(x).sum().backward()
+    return len(calls)
+
+
+def test_deciding_no_sync_after_forward_still_communicates():
+    right, wrong = (dpteach.launch(_ddp_sync_decided_after_forward, 2, args=(c,))[0] for c in (True, False))
+    assert wrong > right == 1
+
+
+def test_compressed_and_async_report_their_divergence_and_bytes():
+    report = compare_strategies(3, steps=6, strategies=("local", "bucketed", "int8", "int8_ef", "fp16", "async"),
+                                batch_per_rank=8)
+    rows = {r["strategy"]: r for r in report["rows"]}
+    assert rows["bucketed"]["max_abs_diff_vs_single"] <= SGD_TOLERANCE
+    for name in ("int8", "int8_ef", "fp16"):
+        assert rows[name]["replicas_identical"]  # every rank decodes the same gathered data
+        assert 0 < rows[name]["max_abs_diff_vs_single"] < 0.1
+        assert 0 < rows[name]["bytes_per_step"] < rows["bucketed"]["bytes_per_step"]
+    assert rows["int8_ef"]["max_abs_diff_vs_single"] < rows["int8"]["max_abs_diff_vs_single"]
+    assert rows["async"]["max_abs_diff_vs_single"] > 1e-3
+    assert rows["local"]["bytes_per_step"] == 0 and not rows["local"]["replicas_identical"]
+
+
+def test_async_staleness_is_real_with_a_slow_worker_and_bounded_on_request():
+    base = TrainConfig(strategy="async", steps=8, batch_per_rank=8, slow_rank=2, slow_ms=40)
+    runs = dpteach.launch(_train_each, 3, args=([base, replace(base, max_staleness=0)],), timeout=300)
+    free, bounded = runs[0][0]["async"], runs[0][1]["async"]
+    stale = [s["staleness"] for s in free["staleness"]]
+    assert max(stale) > 0 and free["dropped"] == 0 and free["applied"] == 16
+    slow = [s["staleness"] for s in free["staleness"] if s["worker"] == 2]
+    fast = [s["staleness"] for s in free["staleness"] if s["worker"] == 1]
+    assert sum(slow) / len(slow) > sum(fast) / len(fast)  # the slow worker pushes the stalest gradients
+    assert bounded["dropped"] > 0 and bounded["applied"] + bounded["dropped"] == 16
+    applied = [s["staleness"] for s in bounded["staleness"]]
+    assert all(s <= 0 for s, _ in zip(applied, range(bounded["applied"]))) or bounded["dropped"] > 0
+
+
+@pytest.mark.parametrize("options, fragment", [
+    ({"strategy": "magic"}, "strategy='magic' is not allowed"),
+    ({"model": "resnet"}, "model='resnet' is not allowed"),
+    ({"bucket_mb": 0}, "bucket_mb=0 is not allowed"),
+    ({"bucket_mb": -1.0}, "bucket_mb=-1.0 is not allowed"),
+    ({"accum_steps": 0}, "accum_steps=0 is not allowed"),
+    ({"optimizer": "lbfgs"}, "optimizer='lbfgs' is not allowed"),
+    ({"steps": 0}, "steps=0 is not allowed"),
+])
+def test_bad_configuration_is_refused_before_any_rank_starts(options, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        TrainConfig(**options).check(2)
+
+
+def test_async_needs_a_worker_besides_the_server():
+    with pytest.raises(ValueError, match="strategy='async' with world_size=1 is not allowed"):
+        TrainConfig(strategy="async").check(1)
+
+
+def test_compare_cli_json_and_errors():
+    cmd = [sys.executable, "-m", "dpteach.cli", "compare", "-w", "2", "--steps", "3", "--batch", "8",
+           "--strategies", "local,naive,overlap,ddp", "--json"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert {"world_size", "backend", "device", "model", "rows"} <= set(report)
+    assert [r["strategy"] for r in report["rows"]] == ["local", "naive", "overlap", "ddp"]
+    for row in report["rows"]:
+        assert set(row) == {"strategy", "step_time_s", "exposed_comm_s", "bytes_per_step", "final_loss",
+                            "max_abs_diff_vs_single", "replicas_identical"}
+        if row["strategy"] != "local":
+            assert row["replicas_identical"] and row["max_abs_diff_vs_single"] <= SGD_TOLERANCE
+    bad = subprocess.run([*cmd[:-1], "--accum", "0"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "accum_steps=0 is not allowed" in bad.stderr
