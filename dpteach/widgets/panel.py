@@ -1,0 +1,72 @@
+"""The one panel every notebook uses: controls + Run button + output, with the result kept in Python.
+
+    panel = ExperimentPanel(
+        "Bucket size", experiment=bucket_size_sweep, render=plot_sweep,
+        controls={"world_size": IntSlider(value=2, min=1, max=4, description="ranks")},
+    )
+    panel            # shows the controls; pressing Run calls experiment(**values), then render(result)
+    panel.run()      # the same path from code (the notebook's check cells use it)
+    panel.result     # the last result, plain data
+
+The button and the output carry stable CSS classes (``dpteach-run``, ``dpteach-output``,
+``dpteach-status``) so that a browser test can find them. Errors from a run are shown in the
+output area in one readable line (with the rank's traceback for a ``RankError``) instead of
+breaking the panel, and the button is re-enabled whatever happens.
+"""
+from __future__ import annotations
+
+import time
+
+import ipywidgets as widgets
+from IPython.display import display
+
+
+class ExperimentPanel:
+    def __init__(self, title: str, experiment, render, controls: dict | None = None, fixed: dict | None = None,
+                 run_label: str = "Run"):
+        self.title, self.experiment, self.render = title, experiment, render
+        self.controls = dict(controls or {})
+        self.fixed = dict(fixed or {})
+        self.result = None
+        self.history: list[dict] = []  # every run's values and result, in order
+        self.error: BaseException | None = None
+        self.button = widgets.Button(description=run_label, button_style="primary", icon="play")
+        self.button.add_class("dpteach-run")
+        self.status = widgets.HTML()
+        self.status.add_class("dpteach-status")
+        self.output = widgets.Output()
+        self.output.add_class("dpteach-output")
+        self.button.on_click(lambda _: self.run())
+        header = widgets.HTML(f"<b>{title}</b>")
+        self.widget = widgets.VBox([header, *self.controls.values(),
+                                    widgets.HBox([self.button, self.status]), self.output])
+        self.widget.add_class("dpteach-panel")
+
+    def values(self) -> dict:
+        return {**self.fixed, **{name: control.value for name, control in self.controls.items()}}
+
+    def run(self, **overrides):
+        """Run the experiment with the controls' values (``overrides`` win); render and return the result."""
+        values = {**self.values(), **overrides}
+        self.button.disabled = True
+        self.status.value = "running..."
+        self.output.clear_output(wait=True)
+        start = time.perf_counter()
+        try:
+            with self.output:
+                self.result = self.experiment(**values)
+                self.render(self.result)
+            self.error = None
+            self.status.value = f"done in {time.perf_counter() - start:.1f} s"
+            self.history.append({"values": values, "result": self.result})
+        except Exception as exc:  # shown to the learner, kept for code that wants to re-raise it
+            self.error = exc
+            self.status.value = f"<span style='color:#b00'>failed: {type(exc).__name__}</span>"
+            with self.output:
+                print(f"{type(exc).__name__}: {exc}")
+        finally:
+            self.button.disabled = False
+        return self.result
+
+    def _ipython_display_(self):
+        display(self.widget)
