@@ -12,6 +12,7 @@ names the argument, its value and what is allowed.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -83,3 +84,29 @@ def choose_placement(world_size: int, backend: str = "auto", device: str = "auto
     if device == "auto":
         device = "cuda" if gpus else "cpu"
     return Placement("gloo", device, gpus)
+
+
+def under_torchrun() -> bool:
+    """True when this process is one rank of a world started by torchrun (or a SLURM recipe)."""
+    return ("RANK" in os.environ and "WORLD_SIZE" in os.environ
+            and "DPTEACH_PARENT_PID" not in os.environ)
+
+
+def resolve_world(world_size: int | None, backend: str = "auto", device: str = "auto") -> tuple[int, Placement]:
+    """The world a command runs in, and its placement.
+
+    Under torchrun that is torchrun's world (``world_size`` must be None or match), and the
+    backend is chosen from the ranks *on this node* (``LOCAL_WORLD_SIZE``): 16 ranks over two
+    8-GPU nodes are NCCL with one GPU each. Otherwise ``world_size`` ranks on this machine
+    (None: :func:`dpteach.context.default_world_size`).
+    """
+    if under_torchrun():
+        world = int(os.environ["WORLD_SIZE"])
+        if world_size is not None and world_size != world:
+            raise ValueError(f"world_size={world_size!r} does not match torchrun's WORLD_SIZE={world}: "
+                             f"pass world_size={world} (or None) when running under torchrun")
+        return world, choose_placement(int(os.environ.get("LOCAL_WORLD_SIZE", world)), backend, device)
+    if world_size is None:
+        from .context import default_world_size
+        world_size = default_world_size()
+    return world_size, choose_placement(check_world_size(world_size), backend, device)

@@ -97,7 +97,7 @@ def run_on_rank(sizes: list[int], algorithms: list[str], iters: int, warmup: int
     return rows
 
 
-def allreduce_benchmark(world_size: int, sizes=("4KiB", "1MiB", "16MiB"), algorithms=ALGORITHMS,
+def allreduce_benchmark(world_size: int | None = None, sizes=("4KiB", "1MiB", "16MiB"), algorithms=ALGORITHMS,
                         iters: int = 10, warmup: int = 2, pieces: int = 1, backend: str = "auto",
                         device: str = "auto", timeout: float = 900.0) -> dict:
     """Measure every algorithm at every size on ``world_size`` ranks; return plain data.
@@ -106,12 +106,12 @@ def allreduce_benchmark(world_size: int, sizes=("4KiB", "1MiB", "16MiB"), algori
     alpha and beta fitted (least squares) to the ring's times: the machine's latency and inverse
     bandwidth as the course's cost model sees them.
     """
-    from .backend import choose_placement
+    from .backend import resolve_world
     from .launcher import launch
     byte_sizes = [parse_size(s) if isinstance(s, str) else int(s) for s in sizes]
     algorithms = list(algorithms)
     check_config(byte_sizes, algorithms, iters, warmup, pieces)
-    placement = choose_placement(world_size, backend, device)
+    world_size, placement = resolve_world(world_size, backend, device)
     results = launch(run_on_rank, world_size, args=(byte_sizes, algorithms, iters, warmup, pieces),
                      backend=placement.backend, device=placement.device_type, timeout=timeout)
     rows = results[0]

@@ -44,7 +44,7 @@ from datetime import timedelta
 import cloudpickle
 import torch.distributed as dist
 
-from .backend import choose_placement, check_world_size
+from .backend import check_world_size, choose_placement, resolve_world, under_torchrun
 
 DEFAULT_TIMEOUT = 300.0
 
@@ -59,12 +59,6 @@ class RankError(RuntimeError):
         if rank_traceback:
             text += f"\n\n--- traceback from rank {rank} ---\n{rank_traceback.rstrip()}"
         super().__init__(text)
-
-
-def under_torchrun() -> bool:
-    """True when this process is one rank of a world started by torchrun (or a SLURM recipe)."""
-    return ("RANK" in os.environ and "WORLD_SIZE" in os.environ
-            and "DPTEACH_PARENT_PID" not in os.environ)
 
 
 def launch(fn, world_size: int, args=(), kwargs=None, backend: str = "auto", device: str = "auto",
@@ -95,13 +89,8 @@ def launch(fn, world_size: int, args=(), kwargs=None, backend: str = "auto", dev
 
 
 def _run_in_torchrun_world(fn, world_size, args, kwargs, backend, device):
-    env_world = int(os.environ["WORLD_SIZE"])
-    if world_size is not None and world_size != env_world:
-        raise ValueError(f"world_size={world_size!r} does not match torchrun's WORLD_SIZE={env_world}: "
-                         f"pass world_size={env_world} (or None) when running under torchrun")
+    env_world, placement = resolve_world(world_size, backend, device)
     if not dist.is_initialized():
-        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", env_world))
-        placement = choose_placement(local_world, backend, device)
         local_rank = int(os.environ.get("LOCAL_RANK", 0))
         os.environ.setdefault("DPTEACH_DEVICE", placement.device_for(local_rank))
         if placement.device_type == "cuda":

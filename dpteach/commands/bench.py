@@ -3,13 +3,15 @@ from __future__ import annotations
 
 import json
 
+from .. import context
 from ..bench import ALGORITHMS, allreduce_benchmark, parse_size
 from ..costmodel import busbw_factor
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("what", choices=["allreduce"], help="the collective to measure")
-    parser.add_argument("--world-size", "-w", type=int, default=2, help="number of ranks (default 2)")
+    parser.add_argument("--world-size", "-w", type=int, default=None,
+                        help="number of ranks (default: torchrun's world, else up to 4 on this machine)")
     parser.add_argument("--sizes", default="4KiB,1MiB,16MiB", help="comma-separated message sizes")
     parser.add_argument("--algorithms", default=",".join(ALGORITHMS),
                         help=f"comma-separated subset of {','.join(ALGORITHMS)}")
@@ -25,6 +27,8 @@ def run(args) -> int:
     algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
     report = allreduce_benchmark(args.world_size, sizes, algorithms, iters=args.iters, warmup=args.warmup,
                                  pieces=args.pieces, backend=args.backend)
+    if context.rank() != 0:
+        return 0  # under torchrun every rank ran the benchmark; one of them reports it
     if args.json:
         print(json.dumps(report, indent=2))
         return 0

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+from .. import context
 from ..experiments.compare import DEFAULT_STRATEGIES, compare_strategies
 
 COLUMNS = ("strategy", "step_time_s", "exposed_comm_s", "bytes_per_step", "final_loss",
@@ -10,7 +11,8 @@ COLUMNS = ("strategy", "step_time_s", "exposed_comm_s", "bytes_per_step", "final
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--world-size", "-w", type=int, default=4, help="number of ranks (default 4)")
+    parser.add_argument("--world-size", "-w", type=int, default=None,
+                        help="number of ranks (default: torchrun's world, else up to 4 on this machine)")
     parser.add_argument("--model", default="mlp", help="mlp, cnn or transformer (default mlp)")
     parser.add_argument("--steps", type=int, default=20, help="optimizer steps per strategy (default 20)")
     parser.add_argument("--accum", type=int, default=1, help="micro-batches per step (gradient accumulation)")
@@ -28,6 +30,8 @@ def run(args) -> int:
     report = compare_strategies(args.world_size, model=args.model, steps=args.steps, accum_steps=args.accum,
                                 bucket_mb=args.bucket_mb, strategies=strategies, optimizer=args.optimizer,
                                 backend=args.backend, batch_per_rank=args.batch)
+    if context.rank() != 0:
+        return 0  # under torchrun every rank ran the experiment; one of them reports it
     rows = [{k: row[k] for k in COLUMNS} for row in report["rows"]]
     if args.json:
         keys = ("world_size", "backend", "device", "model", "steps", "accum_steps", "bucket_mb", "optimizer")

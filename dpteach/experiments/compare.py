@@ -12,7 +12,7 @@ import statistics
 from dataclasses import replace
 
 from .. import context
-from ..backend import choose_placement
+from ..backend import resolve_world
 from ..launcher import launch
 from ..sync import EXACT
 from ..train import TrainConfig, train_on_rank, train_single_process
@@ -45,17 +45,17 @@ def _row(name: str, ranks: list[dict], reference: dict, local_step: float | None
     }
 
 
-def compare_strategies(world_size: int = 4, model: str = "mlp", steps: int = 20, accum_steps: int = 1,
+def compare_strategies(world_size: int | None = None, model: str = "mlp", steps: int = 20, accum_steps: int = 1,
                        bucket_mb: float = 1.0, strategies=DEFAULT_STRATEGIES, optimizer: str = "sgd",
                        backend: str = "auto", device: str = "auto", timeout: float = 600.0, **options) -> dict:
     """Train every strategy for ``steps`` steps on ``world_size`` ranks; return a table and the raw runs."""
     strategies = list(strategies)
+    world_size, placement = resolve_world(world_size, backend, device)
     if "async" in strategies and world_size < 2:
         strategies.remove("async")  # a parameter server needs at least one worker besides itself
     base = TrainConfig(model=model, steps=steps, accum_steps=accum_steps, bucket_mb=bucket_mb,
                        optimizer=optimizer, **options)
     configs = [replace(base, strategy=s).check(world_size) for s in strategies]
-    placement = choose_placement(world_size, backend, device)
     per_rank = launch(_train_each, world_size, args=(configs,), backend=placement.backend,
                       device=placement.device_type, timeout=timeout)
     runs = {s: [per_rank[r][i] for r in range(world_size)] for i, s in enumerate(strategies)}
@@ -72,11 +72,11 @@ def compare_strategies(world_size: int = 4, model: str = "mlp", steps: int = 20,
             "optimizer": optimizer, "rows": rows, "runs": runs, "reference_losses": references[world_size]["losses"]}
 
 
-def run_strategy(world_size: int, config: TrainConfig, backend: str = "auto", device: str = "auto",
+def run_strategy(world_size: int | None, config: TrainConfig, backend: str = "auto", device: str = "auto",
                  timeout: float = 300.0) -> dict:
     """Train one strategy; return its per-rank results and the single-process reference."""
+    world_size, placement = resolve_world(world_size, backend, device)
     config.check(world_size)
-    placement = choose_placement(world_size, backend, device)
     ranks = launch(train_on_rank, world_size, args=(config,), backend=placement.backend,
                    device=placement.device_type, timeout=timeout)
     workers = world_size - 1 if config.strategy == "async" else world_size
