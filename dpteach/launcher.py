@@ -44,7 +44,7 @@ from datetime import timedelta
 import cloudpickle
 import torch.distributed as dist
 
-from .backend import check_world_size, choose_placement, resolve_world, under_torchrun
+from .backend import resolve_world, under_torchrun
 
 DEFAULT_TIMEOUT = 300.0
 
@@ -61,10 +61,11 @@ class RankError(RuntimeError):
         super().__init__(text)
 
 
-def launch(fn, world_size: int, args=(), kwargs=None, backend: str = "auto", device: str = "auto",
+def launch(fn, world_size: int | None, args=(), kwargs=None, backend: str = "auto", device: str = "auto",
            timeout: float = DEFAULT_TIMEOUT, show_output: bool = True, progress: bool = True) -> list:
     """Run ``fn(*args, **kwargs)`` on ``world_size`` ranks; return the ranks' results (index = rank).
 
+    world_size: the number of ranks; None means torchrun's world, or ``dpteach.default_world_size()``.
     backend: ``"auto"`` (NCCL when every rank can have its own GPU, else gloo), ``"gloo"`` or ``"nccl"``.
     device:  ``"auto"``, ``"cpu"`` or ``"cuda"`` - where gloo ranks compute (``dpteach.device()`` in the rank).
     timeout: seconds before unfinished ranks are killed and ``TimeoutError`` is raised.
@@ -78,8 +79,7 @@ def launch(fn, world_size: int, args=(), kwargs=None, backend: str = "auto", dev
         return _run_in_torchrun_world(fn, world_size, args, kwargs, backend, device)
     if "DPTEACH_PARENT_PID" in os.environ:
         raise RuntimeError("launch() was called inside a rank: ranks cannot start worlds of their own")
-    check_world_size(world_size)
-    placement = choose_placement(world_size, backend, device)
+    world_size, placement = resolve_world(world_size, backend, device)
     try:
         payload = cloudpickle.dumps((fn, tuple(args), kwargs))
     except Exception as exc:
