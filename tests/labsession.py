@@ -1,0 +1,67 @@
+"""A real JupyterLab server on localhost and a real headless Chromium driving it (Playwright).
+
+Used by the browser tests only. Chromium comes from the system (Debian's ``chromium`` package, or
+``DPTEACH_CHROMIUM``): Playwright's own browser downloads are not needed.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
+
+CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--disable-dev-shm-usage"]
+
+
+def chromium_path() -> str | None:
+    for candidate in (os.environ.get("DPTEACH_CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium"),
+                      shutil.which("chromium-browser")):
+        if candidate and os.path.exists(candidate):
+            return candidate
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def jupyterlab(root_dir: str, env: dict | None = None, timeout: float = 90.0):
+    """Start ``jupyter lab`` serving ``root_dir``; yield its base URL and token; stop it afterwards."""
+    port, token = _free_port(), secrets.token_hex(16)
+    command = [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
+               f"--ServerApp.token={token}", f"--ServerApp.root_dir={root_dir}",
+               "--LabApp.expose_app_in_browser=True", "--allow-root",
+               "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+    log = open(os.path.join(root_dir, "jupyterlab.log"), "w")
+    server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
+                              start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2)
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"JupyterLab did not start; see {log.name}")
+                time.sleep(0.5)
+        yield url, token
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        subprocess.run(["pkill", "-TERM", "-s", str(server.pid)], check=False)  # kernels it started
+        log.close()
