@@ -153,6 +153,15 @@ def test_async_needs_a_worker_besides_the_server():
         TrainConfig(strategy="async").check(1)
 
 
+def test_interleaved_strategies_give_the_same_results_as_sequential_ones():
+    strategies = ("local", "bucketed", "overlap", "ddp")
+    seq = compare_strategies(2, steps=3, strategies=strategies, batch_per_rank=8)
+    mixed = compare_strategies(2, steps=3, strategies=strategies, batch_per_rank=8, interleave=True)
+    for a, b in zip(seq["rows"], mixed["rows"]):
+        assert a["strategy"] == b["strategy"] and a["final_loss"] == b["final_loss"]
+        assert a["max_abs_diff_vs_single"] == b["max_abs_diff_vs_single"]
+
+
 def test_compare_cli_json_and_errors():
     cmd = [sys.executable, "-m", "dpteach.cli", "compare", "-w", "2", "--steps", "3", "--batch", "8",
            "--strategies", "local,naive,overlap,ddp", "--json"]

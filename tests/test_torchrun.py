@@ -17,7 +17,7 @@ def test_compare_runs_under_torchrun_and_reports_once():
     assert report["world_size"] == 2 and report["backend"] == "gloo"
     rows = {r["strategy"]: r for r in report["rows"]}
     for name in ("naive", "overlap", "ddp"):
-        assert rows[name]["replicas_identical"] and rows[name]["max_abs_diff_vs_single"] <= 1e-6
+        assert rows[name]["replicas_identical"] and rows[name]["max_abs_diff_vs_single"] <= 1e-5
 
 
 def test_bench_runs_under_torchrun():

@@ -22,6 +22,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--strategies", default=",".join(DEFAULT_STRATEGIES),
                         help="comma-separated strategies (local is the compute floor)")
     parser.add_argument("--backend", default="auto", help="auto, gloo or nccl")
+    parser.add_argument("--sequential", action="store_true",
+                        help="run the strategies one after another instead of step by step side by side")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -29,7 +31,7 @@ def run(args) -> int:
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     report = compare_strategies(args.world_size, model=args.model, steps=args.steps, accum_steps=args.accum,
                                 bucket_mb=args.bucket_mb, strategies=strategies, optimizer=args.optimizer,
-                                backend=args.backend, batch_per_rank=args.batch)
+                                backend=args.backend, batch_per_rank=args.batch, interleave=not args.sequential)
     if context.rank() != 0:
         return 0  # under torchrun every rank ran the experiment; one of them reports it
     rows = [{k: row[k] for k in COLUMNS} for row in report["rows"]]

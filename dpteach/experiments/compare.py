@@ -15,20 +15,29 @@ from .. import context
 from ..backend import resolve_world
 from ..launcher import launch
 from ..sync import EXACT
-from ..train import TrainConfig, train_on_rank, train_single_process
+from ..train import TrainConfig, train_interleaved_on_rank, train_on_rank, train_single_process
 
 DEFAULT_STRATEGIES = ("local", "naive", "bucketed", "overlap", "ddp", "int8", "int8_ef", "fp16", "async")
 
 
-def _train_each(configs: list[TrainConfig]) -> list[dict]:
+def _train_each(configs: list[TrainConfig], interleave: bool = False) -> list[dict]:
+    """Train each config in this world, one after another (or, with ``interleave``, the synchronous
+    ones step by step side by side); results in the order of ``configs``."""
+    results = {}
+    together = [i for i, c in enumerate(configs) if interleave and c.strategy != "async"]
     if context.rank() == 0:
         context.report_progress(0, total=len(configs), desc="strategies")
-    results = []
-    for config in configs:
-        results.append(train_on_rank(config))
+    if together:
+        for i, result in zip(together, train_interleaved_on_rank([configs[i] for i in together])):
+            results[i] = result
         if context.rank() == 0:
-            context.report_progress(1)
-    return results
+            context.report_progress(len(together))
+    for i, config in enumerate(configs):
+        if i not in results:
+            results[i] = train_on_rank(config)
+            if context.rank() == 0:
+                context.report_progress(1)
+    return [results[i] for i in range(len(configs))]
 
 
 def _row(name: str, ranks: list[dict], reference: dict, local_step: float | None) -> dict:
@@ -47,8 +56,14 @@ def _row(name: str, ranks: list[dict], reference: dict, local_step: float | None
 
 def compare_strategies(world_size: int | None = None, model: str = "mlp", steps: int = 20, accum_steps: int = 1,
                        bucket_mb: float = 1.0, strategies=DEFAULT_STRATEGIES, optimizer: str = "sgd",
-                       backend: str = "auto", device: str = "auto", timeout: float = 600.0, **options) -> dict:
-    """Train every strategy for ``steps`` steps on ``world_size`` ranks; return a table and the raw runs."""
+                       backend: str = "auto", device: str = "auto", timeout: float = 600.0, interleave: bool = False,
+                       **options) -> dict:
+    """Train every strategy for ``steps`` steps on ``world_size`` ranks; return a table and the raw runs.
+
+    ``interleave=True`` runs the synchronous strategies step by step side by side (fair timing
+    ratios on a busy machine; the command line does this); the default runs them one after another,
+    which keeps each strategy's timeline free of gaps for the Gantt plots.
+    """
     strategies = list(strategies)
     world_size, placement = resolve_world(world_size, backend, device)
     if "async" in strategies and world_size < 2:
@@ -56,7 +71,7 @@ def compare_strategies(world_size: int | None = None, model: str = "mlp", steps:
     base = TrainConfig(model=model, steps=steps, accum_steps=accum_steps, bucket_mb=bucket_mb,
                        optimizer=optimizer, **options)
     configs = [replace(base, strategy=s).check(world_size) for s in strategies]
-    per_rank = launch(_train_each, world_size, args=(configs,), backend=placement.backend,
+    per_rank = launch(_train_each, world_size, args=(configs, interleave), backend=placement.backend,
                       device=placement.device_type, timeout=timeout)
     runs = {s: [per_rank[r][i] for r in range(world_size)] for i, s in enumerate(strategies)}
     references = {world_size: train_single_process(base, world_size)}
