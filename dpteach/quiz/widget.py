@@ -25,7 +25,10 @@ from .scoring import count_problem, is_correct, option_order, resolve_choices
 _STYLE = """<style>
 .dpteach-quiz .widget-radio-box label, .dpteach-quiz .jupyter-widget-radio-box label,
 .dpteach-quiz .widget-checkbox .widget-label-basic, .dpteach-quiz .jupyter-widget-checkbox .widget-label-basic {
-  white-space: normal; overflow: visible; height: auto; line-height: 1.4; margin: 2px 0; }
+  white-space: normal; overflow: visible; height: auto; line-height: 1.4; margin: 2px 0;
+  display: flex; align-items: flex-start; gap: 6px; }
+.dpteach-quiz .widget-radio-box label input, .dpteach-quiz .jupyter-widget-radio-box label input {
+  flex: none; margin-top: 0.3em; order: -1; }
 .dpteach-quiz .widget-checkbox, .dpteach-quiz .jupyter-widget-checkbox { height: auto; width: 100%; }
 .dpteach-quiz-feedback li { margin-bottom: 6px; }
 </style>"""
