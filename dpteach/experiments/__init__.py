@@ -4,5 +4,14 @@ Notebooks, widgets, the command line and the tests all call these, so a number p
 notebook and a number asserted in a test come from the same code.
 """
 from .compare import compare_strategies, run_strategy
+from .machine import machine_profile
+from .equivalence import gradient_equivalence
+from .memory import measure_model_memory, memory_per_replica
+from .collectives import allreduce_sweep, collective_basics, collective_trace
+from .bucketing import bucket_assignment, bucket_size_sweep
+from .scaling import scaling_simulation, scaling_sweep
 
-__all__ = ["compare_strategies", "run_strategy"]
+__all__ = ["compare_strategies", "run_strategy",
+           "machine_profile", "gradient_equivalence", "memory_per_replica", "measure_model_memory",
+           "collective_basics", "collective_trace", "allreduce_sweep", "bucket_assignment", "bucket_size_sweep",
+           "scaling_sweep", "scaling_simulation"]

@@ -1,0 +1,113 @@
+"""Lesson 00: what this machine is, and how fast its ranks can talk to each other.
+
+Every later lesson leans on two numbers that differ enormously from one machine to the next: the
+latency ``alpha`` every message pays before its first byte arrives, and the time per byte
+``beta`` (one over the bandwidth). On a laptop both come from the operating system copying bytes
+between processes; on a GPU box from NVLink or PCIe; on a cluster from the network. Measuring them
+here, with the same all-reduce sweep ``dpteach bench allreduce`` runs (in the manner of
+nccl-tests), lets every later prediction use *this* machine's numbers rather than a textbook's.
+
+``link_on_rank`` is the small version of the same measurement, meant to run inside a world an
+experiment has already started (the bucketing and scaling lessons use it), so that the latency
+their predictions use is measured in the same processes, at the same moment, as their timings.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+from .. import context, costmodel
+from ..backend import choose_placement, gloo_available, nccl_available, visible_gpus
+from ..bench import allreduce_benchmark, parse_size
+
+DEFAULT_SIZES = ("4KiB", "32KiB", "256KiB", "1MiB", "4MiB")
+LINK_SIZES = (4096, 4 << 20)  # far apart, so that noise cannot hide the slope (beta)
+
+
+def describe_machine(world_size: int = 2) -> dict:
+    """Python, torch, CPUs, GPUs and the backend W ranks get here (what ``dpteach doctor`` prints)."""
+    placement = choose_placement(world_size)
+    gpus = visible_gpus()
+    return {"python": platform.python_version(), "torch": torch.__version__, "cpus": os.cpu_count(),
+            "gpus": [torch.cuda.get_device_name(i) for i in range(gpus)], "cuda": torch.version.cuda,
+            "gloo": gloo_available(), "nccl": nccl_available(),
+            "placement": {"world_size": world_size, "backend": placement.backend,
+                          "device": placement.device_type}}
+
+
+def machine_profile(world_size: int = 2, sizes=DEFAULT_SIZES, iters: int = 10, warmup: int = 2,
+                    algorithms=("builtin", "ring"), backend: str = "auto", device: str = "auto") -> dict:
+    """Describe this machine and measure its all-reduce time over a sweep of message sizes.
+
+    Returns plain data::
+
+        {"machine": {python, torch, cpus, gpus, cuda, gloo, nccl, placement},
+         "world_size", "backend", "device", "sizes": [bytes, ...],
+         "rows": [{algorithm, bytes, time_s, algbw_GBps, busbw_GBps}, ...],   # one per size x algorithm
+         "fit": {algorithm: "ring", alpha_s, beta_s_per_byte, bandwidth_GBps, r2},
+         "predicted_s": [ring time the fit predicts at each size]}
+
+    The fit is a least-squares line through the ring's times, seen through the ring's formula
+    ``2(W-1) alpha + 2(W-1)/W n beta`` (``dpteach.costmodel``): alpha is per message, so it is
+    comparable across world sizes and algorithms.
+    """
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 2:
+        raise ValueError(f"world_size={world_size!r} is not allowed: measuring a link needs at least 2 ranks")
+    algorithms = list(algorithms)
+    if "ring" not in algorithms:
+        raise ValueError(f"algorithms={algorithms!r} is not allowed: it must include 'ring', whose times "
+                         f"the alpha-beta fit uses")
+    byte_sizes = sorted({parse_size(s) if isinstance(s, str) else int(s) for s in sizes})
+    if len(byte_sizes) < 2:
+        raise ValueError(f"sizes={list(sizes)!r} is not allowed: fitting alpha and beta needs at least two "
+                         f"different message sizes")
+    report = allreduce_benchmark(world_size, byte_sizes, algorithms, iters=iters, warmup=warmup,
+                                 backend=backend, device=device)
+    machine = describe_machine(world_size)
+    params = costmodel.LinkParams(report["fit"]["alpha_s"], report["fit"]["beta_s_per_byte"])
+    return {
+        "machine": machine, "world_size": world_size, "backend": report["backend"],
+        "device": report["device"], "sizes": byte_sizes, "rows": report["rows"], "fit": report["fit"],
+        "predicted_s": [costmodel.predict("ring", n, world_size, params) for n in byte_sizes],
+    }
+
+
+def measured(result: dict, algorithm: str) -> list[float]:
+    """The measured times of one algorithm, in the order of ``result["sizes"]``."""
+    by_size = {r["bytes"]: r["time_s"] for r in result["rows"] if r["algorithm"] == algorithm}
+    return [by_size[n] for n in result["sizes"]]
+
+
+def link_on_rank(sizes=LINK_SIZES, iters: int = 10) -> dict:
+    """Inside a running world: time ``dist.all_reduce`` at a few sizes and fit alpha and beta.
+
+    Every rank must call it (it is a collective). Each timed call starts after a barrier and
+    counts as long as the slowest rank took; the median over ``iters`` calls is kept. This is the
+    built-in all-reduce the training strategies use, so the fitted alpha is the latency each of
+    their messages pays. With one rank there is no link: alpha and beta are 0.
+    """
+    world = dist.get_world_size()
+    if world < 2:
+        return {"alpha_s": 0.0, "beta_s_per_byte": 0.0, "samples": []}
+    samples = []
+    for nbytes in sizes:
+        buf = torch.ones(max(1, nbytes // 4), device=context.device())
+        times = []
+        for i in range(iters + 2):
+            context.synchronize()
+            dist.barrier()
+            start = time.perf_counter()
+            dist.all_reduce(buf)
+            context.synchronize()
+            if i >= 2:
+                times.append(time.perf_counter() - start)
+        slowest = torch.tensor(times, dtype=torch.float64)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        samples.append((buf.numel() * 4, world, statistics.median(slowest.tolist())))
+    fit = costmodel.fit_alpha_beta(samples, algorithm="ring")
+    return {"alpha_s": fit.params.alpha, "beta_s_per_byte": fit.params.beta, "samples": samples}

@@ -1,0 +1,147 @@
+"""Lesson 01 (second half): what one replica must hold, and what sharding it with ZeRO changes.
+
+Plain data parallelism copies *everything* to every rank: parameters, gradients and optimizer
+state. Adding ranks makes each step see more data, but it never lowers the memory one rank needs;
+a model that does not fit on one GPU does not fit on a thousand of them either.
+
+Per parameter, following Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion
+Parameter Models" (SC 2020), section 3.1:
+
+==================  ==========  =========  =============================================
+training recipe     parameters  gradients  optimizer state
+==================  ==========  =========  =============================================
+fp32, SGD           4           4          0
+fp32, SGD+momentum  4           4          4   (momentum buffer)
+fp32, Adam          4           4          8   (first and second moments)
+mixed, SGD          2           2          4   (fp32 master weights)
+mixed, SGD+mom.     2           2          8   (master weights + momentum)
+mixed, Adam         2           2          12  (master weights + two moments: the paper's K = 12)
+==================  ==========  =========  =============================================
+
+("mixed" = fp16 or bf16 weights and gradients for compute, fp32 copies for the update.) ZeRO
+shards these over the W data-parallel ranks: stage 1 the optimizer state, stage 2 also the
+gradients, stage 3 also the parameters; a sharded part costs 1/W of its bytes per rank.
+Activations, temporary buffers and fragmentation come on top and are left out here: they depend
+on the batch and the model's shape, not on the parameter count.
+
+``memory_per_replica`` is that table as arithmetic. ``measure_model_memory`` checks it against
+reality: it builds the course's models, runs one optimizer step, and counts the bytes of the actual
+parameter, gradient and optimizer-state tensors.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..data import loss_fn, make_dataset, sample_batch
+from ..models import build_model, model_names
+
+OPTIMIZERS = ("sgd", "sgd_momentum", "adam")
+PRECISIONS = ("fp32", "mixed")
+STAGES = (0, 1, 2, 3)
+GB = 1e9  # decimal gigabytes, as GPU data sheets and the ZeRO paper count
+
+# bytes per parameter: (parameters, gradients, optimizer state)
+BYTES_PER_PARAM = {
+    ("fp32", "sgd"): (4, 4, 0), ("fp32", "sgd_momentum"): (4, 4, 4), ("fp32", "adam"): (4, 4, 8),
+    ("mixed", "sgd"): (2, 2, 4), ("mixed", "sgd_momentum"): (2, 2, 8), ("mixed", "adam"): (2, 2, 12),
+}
+
+
+def _check_choice(name, value, allowed):
+    if value not in allowed:
+        raise ValueError(f"{name}={value!r} is not allowed: choose one of {', '.join(map(str, allowed))}")
+
+
+def _per_rank(parts: dict, world_size: int, stage: int) -> dict:
+    """Bytes one rank holds of each part at ZeRO ``stage`` (0 = plain data parallelism)."""
+    sharded = {"optimizer": stage >= 1, "grads": stage >= 2, "params": stage >= 3}
+    out = {k: parts[k] / world_size if sharded[k] else parts[k] for k in ("params", "grads", "optimizer")}
+    out["total"] = sum(out.values())
+    return out
+
+
+def memory_per_replica(params_billion: float = 7.0, optimizer: str = "adam", precision: str = "mixed",
+                       world_size: int = 8, zero_stage: int = 0, gpu_gb: float = 80.0) -> dict:
+    """Bytes per rank for a model of ``params_billion`` x 1e9 parameters; pure arithmetic, instant.
+
+    Returns plain data::
+
+        {"params", "bytes_per_param": {params, grads, optimizer, total},
+         "replica_bytes": {params, grads, optimizer, total},        # unsharded (ZeRO stage 0)
+         "per_rank_bytes": {...},                                   # at the chosen zero_stage
+         "by_stage": [{stage, params, grads, optimizer, total, fits}, ...],   # stages 0..3
+         "max_params_billion": {stage: largest model that fits in gpu_gb}, "fits", ...inputs}
+    """
+    if isinstance(params_billion, bool) or not isinstance(params_billion, (int, float)) or not params_billion > 0:
+        raise ValueError(f"params_billion={params_billion!r} is not allowed: it must be a number > 0")
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size={world_size!r} is not allowed: it must be an integer >= 1")
+    if isinstance(gpu_gb, bool) or not isinstance(gpu_gb, (int, float)) or not gpu_gb > 0:
+        raise ValueError(f"gpu_gb={gpu_gb!r} is not allowed: it must be a number of GB > 0")
+    _check_choice("optimizer", optimizer, OPTIMIZERS)
+    _check_choice("precision", precision, PRECISIONS)
+    _check_choice("zero_stage", zero_stage, STAGES)
+    n = params_billion * 1e9
+    p, g, o = BYTES_PER_PARAM[(precision, optimizer)]
+    replica = {"params": p * n, "grads": g * n, "optimizer": o * n}
+    replica["total"] = sum(replica.values())
+    capacity = gpu_gb * GB
+    by_stage, largest = [], {}
+    for stage in STAGES:
+        row = _per_rank(replica, world_size, stage)
+        by_stage.append({"stage": stage, **row, "fits": row["total"] <= capacity})
+        per_param = _per_rank({"params": p, "grads": g, "optimizer": o}, world_size, stage)["total"]
+        largest[stage] = capacity / per_param / 1e9
+    return {
+        "params": n, "params_billion": params_billion, "optimizer": optimizer, "precision": precision,
+        "world_size": world_size, "zero_stage": zero_stage, "gpu_gb": gpu_gb,
+        "bytes_per_param": {"params": p, "grads": g, "optimizer": o, "total": p + g + o},
+        "replica_bytes": replica, "per_rank_bytes": _per_rank(replica, world_size, zero_stage),
+        "by_stage": by_stage, "max_params_billion": largest,
+        "fits": by_stage[zero_stage]["fits"],
+    }
+
+
+def _tensor_bytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
+
+
+def measure_model_memory(models=None, optimizers=("sgd_momentum", "adam"), batch: int = 8) -> list[dict]:
+    """Count the real bytes of each model's parameters, gradients and optimizer state after one step.
+
+    fp32 only (the course trains in fp32 on every device). Optimizer state is split into the
+    per-parameter buffers the table predicts (momentum; Adam's two moments) and everything else
+    (Adam keeps a one-element ``step`` counter per parameter tensor). Returns one row per
+    (model, optimizer)::
+
+        {"model", "optimizer", "num_params", "num_tensors", "param_bytes", "grad_bytes",
+         "state_bytes" (per-parameter buffers), "other_state_bytes", "predicted": {params, grads, optimizer}}
+    """
+    rows = []
+    for name in (models or model_names()):
+        data = make_dataset(name, batch, seed=0)
+        x, y = sample_batch(data, range(batch))
+        for opt_name in optimizers:
+            _check_choice("optimizers", opt_name, OPTIMIZERS)
+            model = build_model(name, seed=0)
+            params = [p for p in model.parameters() if p.requires_grad]
+            if opt_name == "adam":
+                opt = torch.optim.Adam(params, lr=1e-3)
+            else:
+                opt = torch.optim.SGD(params, lr=0.01, momentum=0.9 if opt_name == "sgd_momentum" else 0.0)
+            loss_fn(name)(model(x), y).backward()
+            opt.step()  # optimizer state is created lazily, on the first step
+            state = [opt.state[p] for p in params]
+            per_param = [v for s, p in zip(state, params) for v in s.values()
+                         if isinstance(v, torch.Tensor) and v.shape == p.shape]
+            everything = [v for s in state for v in s.values() if isinstance(v, torch.Tensor)]
+            n = sum(p.numel() for p in params)
+            p_b, g_b, o_b = BYTES_PER_PARAM[("fp32", opt_name)]
+            rows.append({
+                "model": name, "optimizer": opt_name, "num_params": n, "num_tensors": len(params),
+                "param_bytes": _tensor_bytes(params), "grad_bytes": _tensor_bytes(p.grad for p in params),
+                "state_bytes": _tensor_bytes(per_param),
+                "other_state_bytes": _tensor_bytes(everything) - _tensor_bytes(per_param),
+                "predicted": {"params": p_b * n, "grads": g_b * n, "optimizer": o_b * n},
+            })
+    return rows

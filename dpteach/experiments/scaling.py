@@ -1,0 +1,190 @@
+"""Lesson 09: does W times the ranks give W times the throughput?
+
+``scaling_sweep`` trains the same model with a fixed per-rank batch (weak scaling) at several
+world sizes, one launch per W, and in each world it runs two things: ``local`` (the same per-rank
+work with no communication: the compute floor at this W) and the strategy under study. Then
+
+* throughput(W) = W x batch_per_rank / step time (samples per second, all ranks together);
+* efficiency(W) = throughput(W) / (W x throughput(1)) - 1.0 is perfect linear scaling;
+* the step is broken down from the strategy's own timeline: forward, backward, optimizer, the
+  wait for the last all-reduces (synchronisation), and the rest of the step (fetching the batch,
+  bookkeeping); and exposed communication = step - local step at the same W.
+
+Each world also measures its link (``machine.link_on_rank``) so that ``dpteach.scaling`` can
+extrapolate from this machine's own alpha, beta and compute time.
+
+On a laptop the ranks share the CPU cores: once W exceeds the cores, ranks take turns, and the
+"scaling" measured is the machine running out of cores, not the algorithm failing. The result
+says so (``oversubscribed``) and the notebook explains it. Each rank computes with one thread by
+default (``threads_per_rank=1``), so that W ranks ask for W cores, as W GPUs would be W devices: if
+the single rank of W=1 used every core, W=2 would start by halving each rank's compute, and a
+multi-threaded rank on a busy machine can stall badly when one of its threads loses its core.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+from dataclasses import replace
+
+import torch
+
+from .. import context
+from .. import scaling as simulator
+from ..backend import choose_placement
+from ..launcher import launch
+from ..models import build_model, check_model_name
+from ..timeline import busy_time
+from ..train import TrainConfig, train_on_rank
+from .machine import link_on_rank
+
+PHASES = ("forward", "backward", "optimizer", "wait")
+
+
+def _breakdown(spans: list[dict], step_times: list[float], first_step: int) -> dict:
+    """Median seconds per step of each compute-lane phase, plus the unaccounted rest of the step."""
+    steps = range(first_step, len(step_times)) if len(step_times) > first_step else range(len(step_times))
+    per_phase = {name: [] for name in PHASES}
+    rest, comm = [], []
+    for step in steps:
+        mine = [s for s in spans if s["step"] == step]
+        accounted = 0.0
+        for name in PHASES:
+            seconds = sum(s["end"] - s["start"] for s in mine if s["lane"] == "compute" and s["name"] == name)
+            per_phase[name].append(seconds)
+            accounted += seconds
+        rest.append(max(0.0, step_times[step] - accounted))
+        comm.append(busy_time(mine, "comm"))
+    out = {name: statistics.median(v) for name, v in per_phase.items()}
+    out["data_and_other"] = statistics.median(rest)
+    out["comm_busy"] = statistics.median(comm)  # time with an all-reduce in flight, hidden or not
+    return out
+
+
+def _scaling_on_rank(configs: list[TrainConfig], repeats: int, threads: int | None) -> dict:
+    if threads is not None:
+        torch.set_num_threads(threads)
+    rank = context.rank()
+    if rank == 0:
+        context.report_progress(0, total=1 + repeats * len(configs), desc=f"W={context.world_size()}")
+    link = link_on_rank()
+    if rank == 0:
+        context.report_progress(1)
+    runs = [[] for _ in configs]
+    for rep in range(repeats):  # alternate the order, so neither run always goes first
+        for i in (range(len(configs)) if rep % 2 == 0 else reversed(range(len(configs)))):
+            out = train_on_rank(configs[i])
+            runs[i].append({"median_step_s": out["median_step_s"], "final_loss": out["losses"][-1],
+                            "breakdown": _breakdown(out["spans"], out["step_times"], configs[i].timing_warmup)})
+            if rank == 0:
+                context.report_progress(1)
+    return {"link": link, "runs": runs}
+
+
+def _best_pass(ranks: list[dict], index: int) -> dict:
+    """The pass with the shortest step (averaged over ranks): a load spike elsewhere only slows steps down."""
+    passes = range(len(ranks[0]["runs"][index]))
+    best = min(passes, key=lambda p: statistics.mean(r["runs"][index][p]["median_step_s"] for r in ranks))
+    keys = ranks[0]["runs"][index][best]["breakdown"]
+    return {"median_step_s": statistics.mean(r["runs"][index][best]["median_step_s"] for r in ranks),
+            "final_loss": ranks[0]["runs"][index][best]["final_loss"],
+            "breakdown": {k: statistics.mean(r["runs"][index][best]["breakdown"][k] for r in ranks) for k in keys}}
+
+
+def scaling_sweep(world_sizes=(1, 2, 3, 4), model: str = "mlp", steps: int = 10, strategy: str = "overlap",
+                  batch_per_rank: int = 32, bucket_mb: float = 1.0, repeats: int = 3, threads_per_rank: int | None = 1,
+                  backend: str = "auto",
+                  device: str = "auto") -> dict:
+    """Throughput and scaling efficiency at each W (fixed per-rank batch), with the overheads split out.
+
+    Returns plain data::
+
+        {"model", "strategy", "batch_per_rank", "cpus", "grad_bytes", "world_sizes",
+         "compute_s" (local step at W=1: the compute time the simulator starts from),
+         "link": {"alpha_s", "beta_s_per_byte"} (from the largest W that has a link),
+         "rows": [{"world_size", "step_time_s", "local_step_s", "samples_per_s", "speedup",
+                   "efficiency", "exposed_comm_s", "breakdown": {forward, backward, optimizer,
+                   wait, data_and_other, comm_busy}, "alpha_s", "beta_s_per_byte",
+                   "oversubscribed", "final_loss"}, ...]}
+    """
+    check_model_name(model)
+    sizes = sorted({int(w) for w in world_sizes})
+    if not sizes or sizes[0] != 1:
+        raise ValueError(f"world_sizes={list(world_sizes)!r} is not allowed: include 1, the baseline every "
+                         f"efficiency is measured against")
+    if threads_per_rank is not None and (isinstance(threads_per_rank, bool) or not isinstance(threads_per_rank, int)
+                                         or threads_per_rank < 1):
+        raise ValueError(f"threads_per_rank={threads_per_rank!r} is not allowed: an integer >= 1, or None "
+                         f"(the launcher's default: the cores shared out between the ranks)")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats={repeats!r} is not allowed: it must be an integer >= 1")
+    if strategy in ("local", "async"):
+        raise ValueError(f"strategy={strategy!r} is not allowed here: choose a synchronous data-parallel "
+                         f"strategy (overlap, bucketed, naive, ddp, ...)")
+    base = TrainConfig(model=model, steps=steps, batch_per_rank=batch_per_rank, bucket_mb=bucket_mb,
+                       timing_warmup=2)
+    configs = [replace(base, strategy="local"), replace(base, strategy=strategy)]
+    for w in sizes:
+        for config in configs:
+            config.check(w)
+    cpus = os.cpu_count() or 1
+    rows = []
+    for w in sizes:
+        placement = choose_placement(w, backend, device)
+        ranks = launch(_scaling_on_rank, w, args=(configs, repeats, threads_per_rank), backend=placement.backend,
+                       device=placement.device_type, timeout=600)
+        local, run = _best_pass(ranks, 0), _best_pass(ranks, 1)
+        step = run["median_step_s"]
+        rows.append({
+            "world_size": w, "step_time_s": step, "local_step_s": local["median_step_s"],
+            "samples_per_s": w * batch_per_rank / step, "exposed_comm_s": max(0.0, step - local["median_step_s"]),
+            "breakdown": run["breakdown"], "local_breakdown": local["breakdown"],
+            "alpha_s": ranks[0]["link"]["alpha_s"], "beta_s_per_byte": ranks[0]["link"]["beta_s_per_byte"],
+            "oversubscribed": placement.device_type == "cpu" and w > cpus,
+            "final_loss": run["final_loss"], "backend": placement.backend,
+        })
+    one = rows[0]["samples_per_s"]
+    for row in rows:
+        row["speedup"] = row["samples_per_s"] / one
+        row["efficiency"] = row["samples_per_s"] / (row["world_size"] * one)
+    # The link the simulator extrapolates from: the largest world that still had a core per rank.
+    with_link = [r for r in rows if r["world_size"] > 1]
+    fair = [r for r in with_link if not r["oversubscribed"]]
+    link = fair[-1] if fair else (with_link[0] if with_link else rows[0])
+    grad_bytes = sum(p.numel() * p.element_size() for p in build_model(model).parameters() if p.requires_grad)
+    return {"model": model, "strategy": strategy, "batch_per_rank": batch_per_rank, "bucket_mb": bucket_mb,
+            "cpus": cpus, "grad_bytes": grad_bytes, "world_sizes": sizes, "compute_s": rows[0]["local_step_s"],
+            "link": {"alpha_s": link["alpha_s"], "beta_s_per_byte": link["beta_s_per_byte"],
+                     "world_size": link["world_size"]},
+            "rows": rows}
+
+
+def scaling_simulation(compute_ms: float = 200.0, grad_mb: float = 2000.0, overlap: float = 0.6,
+                       algorithm: str = "ring", bucket_mb: float | None = 25.0, max_world_size: int = 4096,
+                       links=("nvlink", "infiniband"), measured_link: dict | None = None) -> dict:
+    """Extrapolate one training step to W = 1, 2, 4, ... ``max_world_size`` with ``dpteach.scaling``.
+
+    ``links`` names presets of :data:`dpteach.scaling.PRESETS`; ``measured_link`` (``{"alpha_s",
+    "beta_s_per_byte"}``, e.g. ``scaling_sweep(...)["link"]``) adds this machine's own link.
+    Pure arithmetic, instant. Returns ``{"curves": {link name: [predict_step rows]}, "title",
+    "max_world_size", ...inputs}``.
+    """
+    if isinstance(max_world_size, bool) or not isinstance(max_world_size, int) or max_world_size < 2:
+        raise ValueError(f"max_world_size={max_world_size!r} is not allowed: it must be an integer >= 2")
+    chosen = []
+    for name in links:
+        if name not in simulator.PRESETS:
+            raise ValueError(f"links={list(links)!r} is not allowed: choose from {', '.join(simulator.PRESETS)}")
+        chosen.append(simulator.PRESETS[name])
+    if measured_link is not None:
+        chosen.insert(0, simulator.measured_link(measured_link["alpha_s"], measured_link["beta_s_per_byte"]))
+    world_sizes = simulator.powers_of_two(max_world_size)
+    bucket = None if bucket_mb is None else bucket_mb * 2**20
+    curves = {}
+    for link in chosen:
+        label = f"{link.name} (alpha {link.alpha_s * 1e6:.3g} us, {link.bandwidth_GBps:.3g} GB/s)"
+        curves[label] = simulator.simulate(world_sizes, compute_ms / 1e3, grad_mb * 2**20, link, overlap,
+                                         algorithm, bucket)
+    title = (f"compute {compute_ms:g} ms/step, {grad_mb:g} MiB of gradients, overlap {overlap:.0%}, {algorithm}"
+             + (f", buckets of {bucket_mb:g} MiB" if bucket_mb else ", one message"))
+    return {"curves": curves, "title": title, "max_world_size": max_world_size, "compute_ms": compute_ms,
+            "grad_mb": grad_mb, "overlap": overlap, "algorithm": algorithm, "bucket_mb": bucket_mb}

@@ -1,0 +1,127 @@
+"""A scaling simulator: how efficient would data-parallel training be on W = 1 ... 4096 ranks?
+
+We cannot run 4096 GPUs in a notebook, but the alpha-beta model (``dpteach.costmodel``) lets us
+extrapolate from three numbers we *can* measure: the compute time of one step on one rank, the
+latency alpha and the time per byte beta of the link. The model of one synchronous step is::
+
+    comm(W)    = sum over buckets of T_alg(bucket bytes, W)      # ring, tree, or the faster of both
+    exposed(W) = max(0, comm(W) - overlap x compute)             # what backward could not hide
+    step(W)    = compute + exposed(W)
+    efficiency = throughput(W) / (W x throughput(1)) = compute / step(W)
+
+Assumptions, all of which a real cluster breaks a little:
+
+* weak scaling: each rank keeps its per-rank batch, so compute per step does not change with W
+  (the global batch grows with W; Goyal et al. 2017 show how the learning rate must follow);
+* one flat network: every message pays the same alpha and beta, whatever its route; no
+  contention, no hierarchy (a real cluster has fast NVLink inside a node and slower InfiniBand
+  between nodes: a ring that crosses nodes runs at the slower speed, which is what the cluster
+  preset models);
+* ``overlap`` is the fraction of the compute time that communication can hide behind (backward
+  is roughly two thirds of a step, so about 0.6 is a good DDP with buckets; 0 is no overlap);
+* identical ranks: no stragglers, and the input pipeline keeps up;
+* the textbook tree (binomial, whole message per step). NCCL's pipelined double binary tree
+  moves large messages far better; ``auto`` here still shows *why* a library switches algorithm
+  as W grows: the ring's 2(W-1) latencies grow linearly, the tree's only with log2 W.
+
+Published figures for the presets (per direction, order of magnitude; measure your own with
+``dpteach bench`` or nccl-tests, whose PERFORMANCE.md explains bus bandwidth):
+
+* NVLink 4 (H100 SXM): 900 GB/s bidirectional per GPU, i.e. ~450 GB/s each way (NVIDIA data
+  sheet); latency a few microseconds per step;
+* InfiniBand NDR: 400 Gb/s = 50 GB/s per port (NVIDIA ConnectX-7); a few microseconds.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from . import costmodel
+
+ALGORITHMS = ("ring", "tree", "auto")
+
+
+@dataclass(frozen=True)
+class Link:
+    """A network as the model sees it: per-message latency (s) and per-direction bandwidth (GB/s)."""
+
+    name: str
+    alpha_s: float
+    bandwidth_GBps: float
+    source: str = ""
+
+    @property
+    def params(self) -> costmodel.LinkParams:
+        return costmodel.LinkParams.from_bandwidth(self.alpha_s, self.bandwidth_GBps * 1e9)
+
+
+PRESETS = {
+    "nvlink": Link("NVLink 4, inside one 8-GPU node", 3e-6, 450.0,
+                   "NVIDIA H100 data sheet: 900 GB/s bidirectional per GPU"),
+    "infiniband": Link("InfiniBand NDR 400 Gb/s, across nodes", 5e-6, 50.0,
+                       "400 Gb/s per port = 50 GB/s (NVIDIA ConnectX-7)"),
+}
+
+
+def measured_link(alpha_s: float, beta_s_per_byte: float, name: str = "this machine") -> Link:
+    """A :class:`Link` from a fit (``machine_profile`` or ``scaling_sweep``): alpha and beta in seconds."""
+    bandwidth = math.inf if beta_s_per_byte == 0 else 1.0 / beta_s_per_byte / 1e9
+    return Link(name, alpha_s, bandwidth, "measured here")
+
+
+def _check(name, value, low=0.0, high=None, strict=False):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value < low or (strict and value == low) or (high is not None and value > high):
+        bound = f"> {low}" if strict else f">= {low}"
+        raise ValueError(f"{name}={value!r} is not allowed: it must be a number {bound}"
+                         + (f" and <= {high}" if high is not None else ""))
+    return float(value)
+
+
+def allreduce_time(nbytes: float, world_size: int, link: Link, algorithm: str = "ring") -> tuple[float, str]:
+    """Predicted time of one all-reduce and the algorithm used (``auto`` picks the faster one)."""
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm={algorithm!r} is not allowed: choose one of {', '.join(ALGORITHMS)}")
+    n = float(round(nbytes))
+    if algorithm == "auto":
+        choice = costmodel.choose_algorithm(n, world_size, link.params, candidates=("ring", "tree"))
+        return choice.times[choice.algorithm], choice.algorithm
+    return costmodel.predict(algorithm, n, world_size, link.params), algorithm
+
+
+def predict_step(world_size: int, compute_s: float, grad_bytes: float, link: Link, overlap: float = 0.0,
+                 algorithm: str = "ring", bucket_bytes: float | None = None) -> dict:
+    """One step at ``world_size`` ranks: compute, communication, exposed part, efficiency."""
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size={world_size!r} is not allowed: it must be an integer >= 1")
+    compute_s = _check("compute_s", compute_s, strict=True)
+    grad_bytes = _check("grad_bytes", grad_bytes)
+    overlap = _check("overlap", overlap, 0.0, 1.0)
+    if bucket_bytes is None or bucket_bytes >= grad_bytes:
+        buckets = [grad_bytes] if grad_bytes else []
+    else:
+        bucket_bytes = _check("bucket_bytes", bucket_bytes, strict=True)
+        full, rest = divmod(grad_bytes, bucket_bytes)
+        buckets = [bucket_bytes] * int(full) + ([rest] if rest else [])
+    comm, used = 0.0, set()
+    for size in buckets:
+        seconds, name = allreduce_time(size, world_size, link, algorithm)
+        comm += seconds
+        used.add(name)
+    exposed = max(0.0, comm - overlap * compute_s)
+    step = compute_s + exposed
+    return {"world_size": world_size, "compute_s": compute_s, "comm_s": comm, "exposed_s": exposed,
+            "step_s": step, "efficiency": compute_s / step, "speedup": world_size * compute_s / step,
+            "messages": len(buckets), "algorithms": sorted(used)}
+
+
+def simulate(world_sizes, compute_s: float, grad_bytes: float, link: Link, overlap: float = 0.0,
+             algorithm: str = "ring", bucket_bytes: float | None = None) -> list[dict]:
+    """:func:`predict_step` for every W in ``world_sizes`` (a list of dicts, one per W)."""
+    return [predict_step(int(w), compute_s, grad_bytes, link, overlap, algorithm, bucket_bytes)
+            for w in world_sizes]
+
+
+def powers_of_two(largest: int = 4096) -> list[int]:
+    """1, 2, 4, ... up to ``largest``: the usual x axis of a scaling plot."""
+    return [1 << k for k in range(int(math.log2(largest)) + 1)]
