@@ -11,23 +11,21 @@ messages changes - and so does the result, not at all.
 compute floor), ``naive`` and ``bucketed`` at several bucket sizes. In the same world it first
 measures the built-in all-reduce's alpha and beta (``machine.link_on_rank``), so the predicted
 latency cost, messages x ``2(W-1) alpha``, uses this machine's latency measured a moment before.
-The configurations run twice, forwards then backwards, and each keeps its faster pass: on a
-shared machine whatever else is running slows one pass or the other, and the drift of a warming
-machine hits both ends of the list alike.
+The configurations are trained side by side, step s of each in turn
+(``train.train_interleaved_on_rank``): on a shared machine the background load drifts, and
+interleaving makes every configuration meet the same conditions, so their ratios stay meaningful.
 """
 from __future__ import annotations
 
 import statistics
 from dataclasses import replace
 
-import torch
-
 from .. import context, costmodel
-from ..backend import choose_placement
-from ..buckets import MB, assign_buckets
+from ..backend import resolve_world
+from ..buckets import assign_buckets
 from ..launcher import launch
 from ..models import build_model, check_model_name
-from ..train import TrainConfig, train_on_rank
+from ..train import TrainConfig, train_interleaved_on_rank
 from .machine import link_on_rank
 
 DEFAULT_SIZES_MB = (0.01, 0.25, 1.0, 4.0, 32.0)
@@ -60,40 +58,30 @@ def _comm_per_step(spans: list[dict], first_step: int) -> float:
     return statistics.median(per_step.values()) if per_step else 0.0
 
 
-def _sweep_on_rank(configs: list[TrainConfig], repeats: int) -> dict:
+def _sweep_on_rank(configs: list[TrainConfig]) -> dict:
     rank = context.rank()
     if rank == 0:
-        context.report_progress(0, total=1 + repeats * len(configs), desc="bucket sizes")
+        context.report_progress(0, total=2, desc="bucket sizes")
     link = link_on_rank()
     if rank == 0:
         context.report_progress(1)
-    runs = [[] for _ in configs]
-    reference = None
-    for rep in range(repeats):
-        order = list(range(len(configs)))
-        for i in (order if rep % 2 == 0 else reversed(order)):
-            out = train_on_rank(configs[i])
-            probe = configs[i].timing_warmup if configs[i].steps > configs[i].timing_warmup else 0
-            row = {"median_step_s": out["median_step_s"], "wire_bytes_per_step": out["wire_bytes_per_step"],
-                   "comm_s": _comm_per_step(out["spans"], probe),
-                   "messages": _messages_in_step(out["spans"], probe), "replica_spread": out["replica_spread"]}
-            if rank == 0 and rep == 0:  # compare every exact run with naive's final weights, here on the rank
-                if configs[i].strategy == "naive":
-                    reference = out["params"]
-                row["params"] = out["params"]
-            runs[i].append(row)
-            if rank == 0:
-                context.report_progress(1)
+    outs = train_interleaved_on_rank(configs)
     if rank == 0:
-        for i, config in enumerate(configs):
-            params = runs[i][0].pop("params")
-            exact = config.strategy != "local" and reference is not None
-            runs[i][0]["max_abs_diff_vs_naive"] = (params - reference).abs().max().item() if exact else None
+        context.report_progress(1)
+    reference = next(o["params"] for c, o in zip(configs, outs) if c.strategy == "naive") if rank == 0 else None
+    runs = []
+    for config, out in zip(configs, outs):
+        first = config.timing_warmup if config.steps > config.timing_warmup else 0
+        exact = rank == 0 and config.strategy != "local"
+        runs.append({"median_step_s": out["median_step_s"], "wire_bytes_per_step": out["wire_bytes_per_step"],
+                     "comm_s": _comm_per_step(out["spans"], first), "messages": _messages_in_step(out["spans"], first),
+                     "replica_spread": out["replica_spread"],
+                     "max_abs_diff_vs_naive": (out["params"] - reference).abs().max().item() if exact else None})
     return {"link": link, "runs": runs}
 
 
 def bucket_size_sweep(world_size: int = 2, model: str = "mlp", bucket_sizes_mb=DEFAULT_SIZES_MB,
-                      steps: int = 8, batch_per_rank: int = 32, repeats: int = 2, backend: str = "auto",
+                      steps: int = 10, batch_per_rank: int = 32, backend: str = "auto",
                       device: str = "auto") -> dict:
     """Step time of per-parameter vs bucketed all-reduce, over bucket sizes, in one launch.
 
@@ -111,16 +99,18 @@ def bucket_size_sweep(world_size: int = 2, model: str = "mlp", bucket_sizes_mb=D
     sizes = sorted({float(s) for s in bucket_sizes_mb})
     if not sizes or any(not s > 0 for s in sizes):
         raise ValueError(f"bucket_sizes_mb={list(bucket_sizes_mb)!r} is not allowed: give bucket sizes in MB > 0")
-    for name, value, low in (("world_size", world_size, 2), ("steps", steps, 3), ("repeats", repeats, 1)):
+    for name, value, low in (("steps", steps, 3),):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{name}={value!r} is not allowed: it must be an integer >= {low}")
     base = TrainConfig(model=model, steps=steps, batch_per_rank=batch_per_rank, timing_warmup=2)
     configs = [replace(base, strategy="local"), replace(base, strategy="naive")]
     configs += [replace(base, strategy="bucketed", bucket_mb=s) for s in sizes]
+    world_size, placement = resolve_world(world_size, backend, device)
+    if world_size < 2:
+        raise ValueError(f"world_size={world_size!r} is not allowed: an all-reduce needs at least 2 ranks")
     for config in configs:
         config.check(world_size)
-    placement = choose_placement(world_size, backend, device)
-    ranks = launch(_sweep_on_rank, world_size, args=(configs, repeats), backend=placement.backend,
+    ranks = launch(_sweep_on_rank, world_size, args=(configs,), backend=placement.backend,
                    device=placement.device_type, timeout=600)
     link = ranks[0]["link"]
     params = costmodel.LinkParams(link["alpha_s"], link["beta_s_per_byte"])
@@ -129,16 +119,16 @@ def bucket_size_sweep(world_size: int = 2, model: str = "mlp", bucket_sizes_mb=D
     grad_bytes = sum(p.numel() * p.element_size() for p in tensors)
     bandwidth_s = costmodel.predict("ring", grad_bytes, world_size, params) - per_message
 
-    def best(i, key):  # best pass, averaged over ranks (they wait for each other, so they agree closely)
-        return min(statistics.mean(r["runs"][i][rep][key] for r in ranks) for rep in range(repeats))
+    def mean(i, key):  # averaged over ranks (they wait for each other, so they agree closely)
+        return statistics.mean(r["runs"][i][key] for r in ranks)
 
     def step_time(i):
-        return best(i, "median_step_s")
+        return mean(i, "median_step_s")
 
     local = step_time(0)
     rows = []
     for i, config in enumerate(configs):
-        first = ranks[0]["runs"][i][0]
+        first = ranks[0]["runs"][i]
         messages = first["messages"]
         bucketed = config.strategy == "bucketed"
         rows.append({
@@ -146,11 +136,11 @@ def bucket_size_sweep(world_size: int = 2, model: str = "mlp", bucket_sizes_mb=D
             "label": f"{config.bucket_mb:g} MB" if bucketed else config.strategy,
             "num_buckets": len(assign_buckets(tensors, config.bucket_mb)) if bucketed else None,
             "messages_per_step": messages, "bytes_per_step": first["wire_bytes_per_step"],
-            "step_time_s": step_time(i), "comm_s": best(i, "comm_s"), "exposed_comm_s": max(0.0, step_time(i) - local),
+            "step_time_s": step_time(i), "comm_s": mean(i, "comm_s"), "exposed_comm_s": max(0.0, step_time(i) - local),
             "predicted_latency_s": messages * per_message,
             "predicted_comm_s": messages * per_message + (bandwidth_s if messages else 0.0),
             "max_abs_diff_vs_naive": first.get("max_abs_diff_vs_naive"),
-            "replicas_identical": all(r["runs"][i][0]["replica_spread"] == 0.0 for r in ranks),
+            "replicas_identical": all(r["runs"][i]["replica_spread"] == 0.0 for r in ranks),
         })
     return {"world_size": world_size, "model": model, "backend": placement.backend, "device": placement.device_type,
             "num_tensors": len(tensors), "grad_bytes": grad_bytes, "alpha_s": link["alpha_s"],

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from .. import context, costmodel
-from ..backend import choose_placement
+from ..backend import resolve_world
 from ..bench import allreduce_benchmark, parse_size
 from ..collectives import ALL_REDUCE, chunk_bounds
 from ..launcher import launch
@@ -67,7 +67,7 @@ def collective_basics(world_size: int = 4, numel: int = 2, backend: str = "auto"
     """
     if isinstance(numel, bool) or not isinstance(numel, int) or not 1 <= numel <= 16:
         raise ValueError(f"numel={numel!r} is not allowed: use 1..16 numbers per rank (the demo prints them)")
-    placement = choose_placement(world_size, backend, device)
+    world_size, placement = resolve_world(world_size, backend, device)
     ranks = launch(_basics_on_rank, world_size, args=(numel,), backend=placement.backend,
                    device=placement.device_type)
     return {"world_size": world_size, "numel": numel, "backend": placement.backend,
@@ -137,9 +137,9 @@ def collective_trace(world_size: int = 4, numel: int = 8, algorithm: str = "ring
         raise ValueError(f"algorithm={algorithm!r} is not allowed: choose one of {', '.join(TRACE_ALGORITHMS)}")
     if isinstance(numel, bool) or not isinstance(numel, int) or not 1 <= numel <= 64:
         raise ValueError(f"numel={numel!r} is not allowed: use 1..64 elements (each is drawn as a cell)")
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or not 2 <= world_size <= 16:
+    world_size, placement = resolve_world(world_size, backend, device)
+    if not 2 <= world_size <= 16:
         raise ValueError(f"world_size={world_size!r} is not allowed: a trace needs 2..16 ranks")
-    placement = choose_placement(world_size, backend, device)
     ranks = launch(_trace_on_rank, world_size, args=(numel, algorithm), backend=placement.backend,
                    device=placement.device_type)
     transfers = [t for r in ranks for t in r["trace"]]

@@ -21,7 +21,7 @@ import torch.distributed as dist
 from torch.nn.utils import parameters_to_vector
 
 from .. import context
-from ..backend import choose_placement
+from ..backend import resolve_world
 from ..data import global_batches, loss_fn, make_dataset, rank_microbatches, sample_batch
 from ..launcher import launch
 from ..models import build_model, check_model_name
@@ -67,7 +67,7 @@ def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a - b).norm() / b.norm()).item()
 
 
-def gradient_equivalence(world_size: int = 2, batch_per_rank: int = 16, model: str = "mlp",
+def gradient_equivalence(world_size: int | None = 2, batch_per_rank: int = 16, model: str = "mlp",
                          accum_steps: int = 1, seed: int = 0, backend: str = "auto",
                          device: str = "auto") -> dict:
     """Average the W ranks' shard gradients and compare them with the global-batch gradient.
@@ -82,11 +82,10 @@ def gradient_equivalence(world_size: int = 2, batch_per_rank: int = 16, model: s
          "tolerance": GRAD_REL_TOLERANCE, "backend", "device"}
     """
     check_model_name(model)
-    for name, value in (("world_size", world_size), ("batch_per_rank", batch_per_rank),
-                        ("accum_steps", accum_steps)):
+    for name, value in (("batch_per_rank", batch_per_rank), ("accum_steps", accum_steps)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name}={value!r} is not allowed: it must be an integer >= 1")
-    placement = choose_placement(world_size, backend, device)
+    world_size, placement = resolve_world(world_size, backend, device)
     ranks = launch(_rank_gradient, world_size, args=(model, batch_per_rank, accum_steps, seed),
                    backend=placement.backend, device=placement.device_type)
     # The reference: one process, one model, the whole global batch in a single forward and backward.

@@ -34,7 +34,7 @@ from ..backend import choose_placement
 from ..launcher import launch
 from ..models import build_model, check_model_name
 from ..timeline import busy_time
-from ..train import TrainConfig, train_on_rank
+from ..train import TrainConfig, train_interleaved_on_rank
 from .machine import link_on_rank
 
 PHASES = ("forward", "backward", "optimizer", "wait")
@@ -65,18 +65,17 @@ def _scaling_on_rank(configs: list[TrainConfig], repeats: int, threads: int | No
         torch.set_num_threads(threads)
     rank = context.rank()
     if rank == 0:
-        context.report_progress(0, total=1 + repeats * len(configs), desc=f"W={context.world_size()}")
+        context.report_progress(0, total=1 + repeats, desc=f"W={context.world_size()}")
     link = link_on_rank()
     if rank == 0:
         context.report_progress(1)
     runs = [[] for _ in configs]
-    for rep in range(repeats):  # alternate the order, so neither run always goes first
-        for i in (range(len(configs)) if rep % 2 == 0 else reversed(range(len(configs)))):
-            out = train_on_rank(configs[i])
+    for _ in range(repeats):  # local and the strategy side by side, step by step: same conditions for both
+        for i, out in enumerate(train_interleaved_on_rank(configs)):
             runs[i].append({"median_step_s": out["median_step_s"], "final_loss": out["losses"][-1],
                             "breakdown": _breakdown(out["spans"], out["step_times"], configs[i].timing_warmup)})
-            if rank == 0:
-                context.report_progress(1)
+        if rank == 0:
+            context.report_progress(1)
     return {"link": link, "runs": runs}
 
 
@@ -91,7 +90,7 @@ def _best_pass(ranks: list[dict], index: int) -> dict:
 
 
 def scaling_sweep(world_sizes=(1, 2, 3, 4), model: str = "mlp", steps: int = 10, strategy: str = "overlap",
-                  batch_per_rank: int = 32, bucket_mb: float = 1.0, repeats: int = 3, threads_per_rank: int | None = 1,
+                  batch_per_rank: int = 32, bucket_mb: float = 1.0, repeats: int = 2, threads_per_rank: int | None = 1,
                   backend: str = "auto",
                   device: str = "auto") -> dict:
     """Throughput and scaling efficiency at each W (fixed per-rank batch), with the overheads split out.

@@ -1,0 +1,150 @@
+"""Plots and widgets for lesson 02: the collectives, a step-by-step trace player, the alpha-beta model."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import costmodel
+from .start import ALGO_STYLE, human_bytes, show, size_axis, table
+
+
+def render_basics(result: dict) -> None:
+    """One small table per collective: what each rank held before and after."""
+    def fmt(values):
+        return "-" if not values else "[" + ", ".join(f"{v:g}" for v in values) + "]"
+    for op, per_rank in result["ops"].items():
+        table(["rank", "before", "after"], [[r, fmt(x["before"]), fmt(x["after"])] for r, x in enumerate(per_rank)],
+              title=f"\n{op}")
+
+
+def _label(ranks: frozenset, world: int) -> str:
+    return "+".join(str(r) for r in sorted(ranks))
+
+
+def draw_frame(result: dict, index: int, ax) -> None:
+    """Draw every rank's buffer after step ``index`` of the replayed trace, and that step's transfers.
+
+    Rows are ranks, columns are elements (grouped into the ring's chunks). A cell's colour is the
+    number of ranks whose contribution it holds; its text names them. Arrows are the messages of
+    this step, from the sender's row to the receiver's, over the elements they carry.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+    world, numel = result["world_size"], result["numel"]
+    frame = result["frames"][index]
+    cmap = plt.get_cmap("Blues")
+    received = {(t["dst"], i) for t in frame["transfers"] for i in range(t["start"], t["stop"])}
+    for r in range(world):
+        for i in range(numel):
+            held = frame["state"][r][i]
+            shade = 0.15 + 0.75 * (len(held) - 1) / max(1, world - 1)
+            edge = "#DD8452" if (r, i) in received else "white"
+            ax.add_patch(Rectangle((i, r), 1, 1, facecolor=cmap(shade), edgecolor=edge,
+                                   linewidth=3 if (r, i) in received else 1))
+            ax.text(i + 0.5, r + 0.5, _label(held, world), ha="center", va="center", fontsize=8,
+                    color="white" if shade > 0.55 else "black")
+    for start, stop in result["chunks"][1:]:
+        ax.axvline(start, color="black", linewidth=1.5)
+    for t in frame["transfers"]:
+        x = (t["start"] + t["stop"]) / 2
+        bend = 0.35 if t["dst"] > t["src"] else -0.35
+        ax.annotate("", xy=(x, t["dst"] + 0.5), xytext=(x, t["src"] + 0.5),
+                    arrowprops={"arrowstyle": "-|>", "color": "#C44E52", "lw": 2,
+                                "connectionstyle": f"arc3,rad={bend}"})
+    ax.set_xlim(0, numel)
+    ax.set_ylim(world, 0)
+    ax.set_yticks([r + 0.5 for r in range(world)], [f"rank {r}" for r in range(world)])
+    ax.set_xticks([(a + b) / 2 for a, b in result["chunks"]], [f"chunk {c}" for c in range(len(result["chunks"]))])
+    ax.tick_params(length=0)
+    total = len(result["frames"]) - 1
+    if frame["phase"] == "start":
+        title = f"{result['algorithm']} all-reduce, W={world}: before any message (rank r holds only its own data)"
+    else:
+        moves = ", ".join(f"{t['src']}->{t['dst']}" for t in frame["transfers"])
+        title = (f"{result['algorithm']}, step {index} of {total} ({frame['phase'].replace('_', '-')}): "
+                 f"{moves}")
+    ax.set_title(title, fontsize="medium")
+    ax.set_xlabel("elements of the buffer; cell text = the ranks whose values it has summed")
+
+
+def trace_player(result: dict):
+    """A Play button and a slider over the steps of a recorded trace; the figure redraws on each move."""
+    import ipywidgets as widgets
+    import matplotlib.pyplot as plt
+    last = len(result["frames"]) - 1
+    play = widgets.Play(value=0, min=0, max=last, interval=1200, description="play")
+    slider = widgets.IntSlider(value=0, min=0, max=last, description="step")
+    widgets.jslink((play, "value"), (slider, "value"))
+
+    def draw(step):
+        fig, ax = plt.subplots(figsize=(9, 0.7 * result["world_size"] + 1.8))
+        draw_frame(result, step, ax)
+        fig.tight_layout()
+        show(fig)
+
+    out = widgets.interactive_output(draw, {"step": slider})
+    return widgets.VBox([widgets.HBox([play, slider]), out])
+
+
+def render_trace(result: dict) -> None:
+    from IPython.display import display
+    print(f"{result['algorithm']}: {len(result['frames']) - 1} steps; messages sent per rank "
+          f"{result['messages_sent']}, elements sent per rank {result['elements_sent']} (of {result['numel']}); "
+          f"replay matches the real buffers: {result['replay_matches_run']}")
+    display(trace_player(result))
+
+
+def plot_sweep(result: dict):
+    """Measured all-reduce times (points) against the alpha-beta predictions from one ring fit (lines)."""
+    import matplotlib.pyplot as plt
+    sizes, world, fit = result["sizes"], result["world_size"], result["fit"]
+    params = costmodel.LinkParams(fit["alpha_s"], fit["beta_s_per_byte"])
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    dense = np.geomspace(sizes[0], sizes[-1], 100)
+    for algorithm, times in result["measured"].items():
+        color, marker = ALGO_STYLE.get(algorithm, ("#777777", "o"))
+        ax.plot(sizes, [t * 1e3 for t in times], marker, color=color, markersize=7, label=f"{algorithm} measured")
+        if algorithm in result["predicted"]:
+            ax.plot(dense, [costmodel.predict(algorithm, float(round(n)), world, params) * 1e3 for n in dense],
+                    "-", color=color, alpha=0.8, label=f"{algorithm} predicted")
+    if result["crossover_bytes"] and sizes[0] <= result["crossover_bytes"] <= sizes[-1]:
+        ax.axvline(result["crossover_bytes"], color="grey", linestyle=":",
+                   label=f"model: tree = ring at {human_bytes(result['crossover_bytes'])}")
+    size_axis(ax, sizes)
+    ax.set_yscale("log")
+    ax.set_xlabel("message size per rank")
+    ax.set_ylabel("all-reduce time (ms, log scale)")
+    ax.set_title(f"W={world} ({result['backend']}): one fit to the ring, alpha={fit['alpha_s'] * 1e6:.0f} us, "
+                 f"{fit['bandwidth_GBps']:.2f} GB/s")
+    ax.legend(fontsize="small", ncol=2)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def render_sweep(result: dict) -> None:
+    table(["size"] + [f"{a} (ms)" for a in result["measured"]] + ["model picks", "measured faster"],
+          [[human_bytes(n)] + [f"{result['measured'][a][i] * 1e3:.2f}" for a in result["measured"]]
+           + [result["model_choice"][i], (result["measured_winner"] or ["-"] * len(result["sizes"]))[i]]
+           for i, n in enumerate(result["sizes"])])
+    show(plot_sweep(result))
+
+
+def plot_crossover(links: dict, world_sizes=(4, 8, 16, 64, 256, 1024, 4096)):
+    """Below the line the tree is predicted faster, above it the ring: per link, as W grows."""
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(9, 4))
+    for name, params in links.items():
+        points = [(p, costmodel.crossover_bytes(p, params)) for p in world_sizes]
+        points = [(p, n) for p, n in points if n]
+        ax.plot([p for p, _ in points], [n for _, n in points], "o-", label=name)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(list(world_sizes), [str(p) for p in world_sizes])
+    ax.minorticks_off()
+    ax.set_xlabel("ranks W (log scale)")
+    ax.set_ylabel("tree/ring crossover (bytes, log scale)")
+    ax.set_title("Messages smaller than the crossover go faster on a tree")
+    ax.legend(fontsize="small")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig

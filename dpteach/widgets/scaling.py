@@ -1,0 +1,96 @@
+"""Plots and tables for lesson 09: measured scaling on this machine, and the simulator's extrapolation."""
+from __future__ import annotations
+
+from ..timeline import COLORS
+from .start import show, table
+
+PHASE_COLORS = {"forward": COLORS["forward"], "backward": COLORS["backward"], "optimizer": COLORS["optimizer"],
+                "wait": COLORS["wait"], "data_and_other": COLORS["data"]}
+PHASE_LABELS = {"forward": "forward", "backward": "backward (all-reduces overlap it)", "optimizer": "optimizer",
+                "wait": "waiting for all-reduces", "data_and_other": "batch fetch + other"}
+
+
+def plot_measured(result: dict):
+    """Left: throughput against ideal linear scaling. Right: where each step's time goes."""
+    import matplotlib.pyplot as plt
+    rows = result["rows"]
+    ws = [r["world_size"] for r in rows]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2))
+    one = rows[0]["samples_per_s"]
+    left.plot(ws, [w * one for w in ws], "--", color="grey", label="ideal: W x throughput(1)")
+    left.plot(ws, [r["samples_per_s"] for r in rows], "o-", color="#4C72B0", label=f"measured ({result['strategy']})")
+    for r in rows:
+        left.annotate(f"{r['efficiency']:.0%}", (r["world_size"], r["samples_per_s"]), textcoords="offset points",
+                      xytext=(0, 8), ha="center", fontsize="small")
+    for r in rows:
+        if r["oversubscribed"]:
+            left.axvspan(r["world_size"] - 0.4, r["world_size"] + 0.4, color="#C44E52", alpha=0.08)
+    left.set_xticks(ws)
+    left.set_xlabel("ranks W (shaded: more ranks than CPU cores)")
+    left.set_ylabel("samples per second (all ranks)")
+    left.set_title("Throughput; labels = scaling efficiency")
+    left.set_ylim(bottom=0)
+    left.legend(fontsize="small", loc="upper left")
+    bottom = [0.0] * len(rows)
+    for phase, color in PHASE_COLORS.items():
+        values = [r["breakdown"][phase] * 1e3 for r in rows]
+        right.bar(ws, values, bottom=bottom, color=color, label=PHASE_LABELS[phase])
+        bottom = [b + v for b, v in zip(bottom, values)]
+    right.plot(ws, [r["local_step_s"] * 1e3 for r in rows], "k_", markersize=30, mew=2,
+               label="local step (no communication)")
+    right.set_xticks(ws)
+    right.set_xlabel("ranks W")
+    right.set_ylabel("milliseconds per step")
+    right.set_title(f"One step of {result['model']}, batch {result['batch_per_rank']} per rank")
+    right.legend(fontsize="x-small", loc="upper left")
+    right.set_ylim(0, max(bottom + [r["local_step_s"] * 1e3 for r in rows]) * 1.6)
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def render_measured(result: dict) -> None:
+    table(["W", "step (ms)", "local (ms)", "exposed comm (ms)", "wait (ms)", "fetch+other (ms)", "samples/s",
+           "speedup", "efficiency", "cores enough?"],
+          [[r["world_size"], f"{r['step_time_s'] * 1e3:.1f}", f"{r['local_step_s'] * 1e3:.1f}",
+            f"{r['exposed_comm_s'] * 1e3:.1f}", f"{r['breakdown']['wait'] * 1e3:.1f}",
+            f"{r['breakdown']['data_and_other'] * 1e3:.1f}", f"{r['samples_per_s']:,.0f}", f"{r['speedup']:.2f}x",
+            f"{r['efficiency']:.0%}", "no" if r["oversubscribed"] else "yes"] for r in result["rows"]])
+    show(plot_measured(result))
+
+
+def plot_simulation(curves: dict, measured: dict | None = None, title: str = ""):
+    """Predicted efficiency against W (log scale) for each scenario; optional measured points."""
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(9.5, 4.5))
+    for name, rows in curves.items():
+        ax.plot([r["world_size"] for r in rows], [r["efficiency"] for r in rows], "o-", markersize=4, label=name)
+    if measured:
+        ax.plot([r["world_size"] for r in measured["rows"]], [r["efficiency"] for r in measured["rows"]], "k*",
+                markersize=11, label="measured on this machine")
+    ax.set_xscale("log", base=2)
+    ws = sorted({r["world_size"] for rows in curves.values() for r in rows})
+    ticks = [w for w in ws if w in (1, 4, 16, 64, 256, 1024, 4096)] or ws
+    ax.set_xticks(ticks, [str(w) for w in ticks])
+    ax.minorticks_off()
+    ax.set_ylim(0, 1.05)
+    ax.set_xlabel("ranks W (log scale)")
+    ax.set_ylabel("scaling efficiency (1 = linear)")
+    ax.set_title(title or "Predicted scaling efficiency")
+    ax.legend(fontsize="small", loc="lower left")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def render_simulation(result: dict) -> None:
+    """``result`` from ``scaling_simulation``: its curves, a table at a few W, and the plot."""
+    marks = [w for w in (2, 8, 64, 512, 4096) if w <= result["max_world_size"]]
+    for name, rows in result["curves"].items():
+        by_w = {r["world_size"]: r for r in rows}
+        table(["W", "all-reduce (ms)", "exposed (ms)", "step (ms)", "efficiency", "algorithm"],
+              [[w, f"{by_w[w]['comm_s'] * 1e3:.2f}", f"{by_w[w]['exposed_s'] * 1e3:.2f}",
+                f"{by_w[w]['step_s'] * 1e3:.2f}", f"{by_w[w]['efficiency']:.0%}", "+".join(by_w[w]["algorithms"])]
+               for w in marks if w in by_w], title=f"\n{name}")
+    show(plot_simulation(result["curves"], title=result["title"]))

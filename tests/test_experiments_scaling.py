@@ -1,0 +1,67 @@
+"""Lesson 09: the scaling sweep on real ranks, and the simulator's arithmetic."""
+import pytest
+
+from dpteach import scaling
+from dpteach.experiments import scaling_simulation, scaling_sweep
+
+LAPTOP = scaling.measured_link(1e-3, 1e-9)
+
+
+def test_simulator_efficiency_falls_as_w_grows_and_comm_rises():
+    rows = scaling.simulate(scaling.powers_of_two(4096), 0.1, 100e6, scaling.PRESETS["infiniband"], overlap=0.5)
+    assert rows[0]["efficiency"] == 1.0 and rows[0]["comm_s"] == 0.0
+    effs, comms = [r["efficiency"] for r in rows], [r["comm_s"] for r in rows]
+    assert effs == sorted(effs, reverse=True) and comms == sorted(comms)
+    assert all(0 < e <= 1 for e in effs)
+    for r in rows:
+        assert r["step_s"] == pytest.approx(r["compute_s"] + r["exposed_s"])
+        assert r["speedup"] == pytest.approx(r["world_size"] * r["efficiency"])
+
+
+def test_overlap_hides_communication_up_to_the_compute_time():
+    hidden = scaling.predict_step(8, 1.0, 1e6, LAPTOP, overlap=1.0)
+    assert hidden["comm_s"] < 1.0 and hidden["exposed_s"] == 0.0 and hidden["efficiency"] == 1.0
+    bare = scaling.predict_step(8, 1.0, 1e6, LAPTOP, overlap=0.0)
+    assert bare["exposed_s"] == pytest.approx(bare["comm_s"]) and bare["efficiency"] < 1.0
+
+
+def test_auto_picks_the_faster_algorithm_and_buckets_pay_latency():
+    for w in (4, 64, 4096):
+        ring = scaling.predict_step(w, 0.1, 1e5, LAPTOP, algorithm="ring")["comm_s"]
+        tree = scaling.predict_step(w, 0.1, 1e5, LAPTOP, algorithm="tree")["comm_s"]
+        auto = scaling.predict_step(w, 0.1, 1e5, LAPTOP, algorithm="auto")["comm_s"]
+        assert auto == pytest.approx(min(ring, tree))
+    one = scaling.predict_step(16, 0.1, 8e6, LAPTOP)
+    many = scaling.predict_step(16, 0.1, 8e6, LAPTOP, bucket_bytes=1e6)
+    assert many["messages"] == 8 and many["comm_s"] > one["comm_s"]
+
+
+def test_simulation_experiment_returns_one_curve_per_link():
+    result = scaling_simulation(max_world_size=64, measured_link={"alpha_s": 1e-3, "beta_s_per_byte": 1e-9})
+    assert len(result["curves"]) == 3
+    assert all([r["world_size"] for r in rows] == [1, 2, 4, 8, 16, 32, 64] for rows in result["curves"].values())
+    with pytest.raises(ValueError, match="links"):
+        scaling_simulation(links=("ethernet",))
+    with pytest.raises(ValueError, match="overlap"):
+        scaling.predict_step(2, 0.1, 1e6, LAPTOP, overlap=1.5)
+
+
+def test_sweep_reports_throughput_efficiency_and_breakdown():
+    result = scaling_sweep(world_sizes=(1, 2), model="mlp", steps=4, repeats=1, batch_per_rank=8)
+    rows = result["rows"]
+    assert [r["world_size"] for r in rows] == [1, 2]
+    assert rows[0]["efficiency"] == pytest.approx(1.0) and rows[0]["speedup"] == pytest.approx(1.0)
+    for r in rows:
+        assert r["samples_per_s"] == pytest.approx(r["world_size"] * 8 / r["step_time_s"])
+        assert r["efficiency"] == pytest.approx(r["samples_per_s"] / (r["world_size"] * rows[0]["samples_per_s"]))
+        assert set(r["breakdown"]) == {"forward", "backward", "optimizer", "wait", "data_and_other", "comm_busy"}
+        assert r["oversubscribed"] == (r["world_size"] > result["cpus"])
+    assert result["link"]["world_size"] == 2 and result["link"]["alpha_s"] >= 0
+    assert result["grad_bytes"] == 4 * 1089034 and result["compute_s"] > 0
+
+
+@pytest.mark.parametrize("kwargs, word", [({"world_sizes": (2, 4)}, "world_sizes"), ({"strategy": "async"}, "strategy"),
+                                          ({"repeats": 0}, "repeats"), ({"threads_per_rank": 0}, "threads_per_rank")])
+def test_bad_sweep_arguments_fail_before_any_rank_starts(kwargs, word):
+    with pytest.raises(ValueError, match=word):
+        scaling_sweep(**kwargs)
