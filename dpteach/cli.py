@@ -17,6 +17,7 @@ COMMANDS = {
     "compare": ("dpteach.commands.compare", "train with every gradient-sync strategy and compare them"),
     "quiz": ("dpteach.commands.quiz", "practice-exam quizzes in the terminal; check or list the quiz bank"),
     "progress": ("dpteach.commands.progress", "your course progress: quiz answers per topic, exercise grades"),
+    "grade": ("dpteach.commands.grade", "grade an exercise notebook on real ranks (exit 0 only on full marks)"),
 }
 
 

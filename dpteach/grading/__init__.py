@@ -1,0 +1,76 @@
+"""Exercises that grade themselves by running the learner's code on real multi-rank worlds.
+
+In an exercise notebook, after writing the stub's function(s)::
+
+    from dpteach.grading import check
+    check("01")          # prints a table: each check, its points, a hint for each failure, the total
+
+In a terminal: ``dpteach grade exercises/01_ring_reduce_scatter_all_gather.ipynb [--json]``.
+
+No grading server, database or JupyterHub: the checks run here, on this machine's CPU cores, in real
+gloo process groups of 1 to 4 ranks (``runner.py``, ``rank.py``), with a time limit per check, hidden
+cases, and a guard against calling the built-in collective the exercise asks you to build
+(``forbidden.py`` reads the code, ``guard.py`` watches it run). Scores go to the same progress store as
+the quizzes (``dpteach progress``).
+
+For tools: :func:`grade_notebook` (a notebook file), :func:`grade_source` (the text of a solution cell) and
+:func:`grade_namespace` (a dict of the learner's objects) return a :class:`~dpteach.grading.report.Report`
+instead of printing.
+"""
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+from .notebook import exercise_of_notebook, from_namespace, from_notebook_file, from_source
+from .report import Report
+from .runner import grade
+from .spec import Exercise, all_exercises, get_exercise
+
+__all__ = ["check", "grade_notebook", "grade_source", "grade_namespace", "get_exercise", "all_exercises", "Report", "Exercise"]
+
+
+def grade_notebook(path, exercise: str | None = None, *, record: bool = True) -> Report:
+    """Grade the cells tagged ``solution`` in the notebook at ``path``.
+
+    The exercise is ``exercise`` if given, else the one the notebook declares in its metadata, else the
+    one whose notebook file name it carries (``01_...ipynb``).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"path={str(path)!r} is not a file: give an exercise notebook "
+                         f"(exercises/NN_*.ipynb) or an exercise id such as 01")
+    key = exercise or exercise_of_notebook(path) or path.name.split("_")[0]
+    chosen = get_exercise(key)
+    return grade(chosen, from_notebook_file(chosen, path), record=record)
+
+
+def grade_source(exercise: str, source: str, *, record: bool = True, only=None) -> Report:
+    """Grade ``source`` as if it were the text of the notebook's solution cell (for tools and tests)."""
+    chosen = get_exercise(exercise)
+    submission = from_source(chosen, source)
+    return grade(chosen, submission, record=record, only=only)
+
+
+def grade_namespace(exercise: str, namespace: dict, *, record: bool = True) -> Report:
+    """Grade the learner's objects found by name in ``namespace`` (a notebook's globals)."""
+    chosen = get_exercise(exercise)
+    try:
+        submission = from_namespace(chosen, namespace)
+    except NameError as missing:
+        from .report import not_attempted
+        report = not_attempted(chosen)
+        report.status, report.error = "error", str(missing)
+        return report
+    return grade(chosen, submission, record=record, namespace=namespace)
+
+
+def check(exercise: str, namespace: dict | None = None, *, record: bool = True) -> None:
+    """Grade exercise ``exercise`` from the calling notebook's definitions and print the table.
+
+    ``namespace`` defaults to the caller's globals, i.e. the notebook. Returns nothing (so that the
+    table is not printed twice); use :func:`grade_namespace` to get the report as an object.
+    """
+    if namespace is None:
+        namespace = inspect.currentframe().f_back.f_globals
+    print(grade_namespace(exercise, namespace, record=record).text())

@@ -1,0 +1,207 @@
+"""Exercise 01: ring reduce-scatter and ring all-gather, from send and receive only.
+
+The two halves of a ring all-reduce, written separately so each can be checked on its own:
+``reduce_scatter(tensor) -> chunk`` and ``all_gather(chunk, numel) -> tensor``, with the chunk
+layout of ``dpteach.collectives.chunk_bounds`` (rank r owns chunk r). Checks cover worlds of 1 to 4
+ranks, lengths that W does not divide, fewer elements than ranks (empty chunks), six dtypes, and the
+traffic: a reduce-scatter that sends each rank's whole tensor to everyone gives the right numbers
+but is not a ring.
+"""
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import torch
+
+from ...collectives import chunk_bounds
+from ..spec import (ALL_COLLECTIVES, COLLECTIVE_MODULES, PROCESS_GROUP_METHODS, Check, Exercise, Fail)
+from .common import (expect_dtype, expect_tensor, rank_data, sum_over_ranks, unchanged, which_chunk)
+
+STUB = '''\
+import torch
+import torch.distributed as dist
+from dpteach.collectives import chunk_bounds, exchange
+
+
+def reduce_scatter(tensor):
+    """Sum `tensor` (1-D, same length on every rank) over all ranks; return this rank's chunk.
+
+    Rank r returns chunk r of chunk_bounds(tensor.numel(), W), summed over all ranks, as a new
+    1-D tensor with the input's dtype. `tensor` itself must be left unchanged.
+    """
+    raise NotImplementedError("your code here")
+
+
+def all_gather(chunk, numel):
+    """Every rank passes its chunk (chunk r of chunk_bounds(numel, W) on rank r); return them all.
+
+    Returns a new 1-D tensor of `numel` elements on every rank: the chunks, in rank order.
+    """
+    raise NotImplementedError("your code here")
+'''
+
+INTRO = """\
+# Exercise 01 - ring reduce-scatter and all-gather, from send and receive
+
+A ring all-reduce is two passes around a ring of ranks (rank r sends to r+1 and receives from r-1):
+
+* **reduce-scatter** - after W-1 steps, rank r holds chunk r *summed over all ranks*;
+* **all-gather** - after W-1 more steps, every rank holds every summed chunk.
+
+Here you write each pass on its own. The tensor is cut with `chunk_bounds(numel, W)`: W contiguous
+chunks whose lengths differ by at most one (10 elements on 4 ranks: 3, 3, 2, 2; 3 elements on 4 ranks:
+1, 1, 1, 0). Rank r owns chunk r.
+
+**What to write** (in the cell tagged `solution` below):
+
+* `reduce_scatter(tensor)` -> this rank's chunk of the sum, a new 1-D tensor of the input's dtype;
+  leave `tensor` unchanged.
+* `all_gather(chunk, numel)` -> the full 1-D tensor of `numel` elements, chunks in rank order.
+
+**Rules.** Move data only with point-to-point messages: `exchange(send, dst, recv, src)` (posts a send
+and a receive together and waits for both - the safe way round a ring), or `dist.isend` / `dist.irecv` /
+`dist.send` / `dist.recv` / `dist.batch_isend_irecv`. Built-in collectives (`dist.all_reduce`,
+`dist.all_gather`, `dist.reduce_scatter_tensor`, `dist.broadcast`, ...) and dpteach's own ring functions
+score **zero** for the whole exercise: the grader reads your code and also watches it run.
+
+Each rank should send W-1 chunks per pass - no more. If you get stuck, walk the 3-rank example at the
+top of `dpteach/collectives/ring.py` on paper first.
+"""
+
+TRY = '''\
+import dpteach
+
+
+def try_it():
+    rank = dist.get_rank()
+    x = torch.arange(10, dtype=torch.float32) * (rank + 1)   # rank r holds (r + 1) * [0, 1, ..., 9]
+    mine = reduce_scatter(x)                                  # 3 ranks: the sum is 6 * [0, 1, ..., 9]
+    return mine.tolist(), all_gather(mine, x.numel()).tolist()
+
+
+try:
+    for rank, (mine, everything) in enumerate(dpteach.launch(try_it, world_size=3, timeout=60)):
+        print(f"rank {rank}: my chunk {mine}\\n        all-gathered {everything}")
+except dpteach.RankError as err:
+    print(f"Not working yet: rank {err.rank} raised {err.exc_type}.")
+    print(err.rank_traceback.strip().splitlines()[-1])
+except TimeoutError as err:
+    print("Not working yet:", err)
+'''
+
+HINT_VALUES = ("Walk the 3-rank example in dpteach/collectives/ring.py by hand: which chunk does each rank "
+               "send at each step, which does it add into, and which does it own at the end?")
+HINT_LENGTH = ("chunk_bounds(n, W) gives the first n % W chunks one extra element; with n < W the last "
+               "chunks are empty, and an empty chunk still has to be returned (and sent: as nothing).")
+HINT_TRAFFIC = ("A ring sends one chunk per step, W-1 steps per pass: (W-1)/W of the tensor per rank. "
+                "Sending the whole tensor, or sending to every rank, is not a ring.")
+
+
+def reduce_scatter_case(ctx, numel, dtype, seed, traffic=False):
+    mine = rank_data(seed, ctx.rank, numel, dtype)
+    before = mine.clone()
+    sent = ctx.guard.sent_elements
+    out = expect_tensor(ctx.call("reduce_scatter", mine), "the result of reduce_scatter")
+    sent = ctx.guard.sent_elements - sent
+    total = sum_over_ranks(seed, ctx.world, numel, dtype)
+    start, stop = chunk_bounds(numel, ctx.world)[ctx.rank]
+    expect_dtype(out, dtype, "the returned chunk")
+    if out.numel() != stop - start:
+        raise Fail("the returned chunk has the wrong number of elements: rank r returns chunk r of "
+                   "chunk_bounds(numel, W)")
+    if not torch.equal(out.reshape(-1), total[start:stop]):
+        other = which_chunk(out, total, ctx.world)
+        if other is not None:
+            raise Fail(f"the returned chunk is the summed chunk {other}, not chunk {ctx.rank}: the chunk "
+                       f"indices are off")
+        if torch.equal(out.reshape(-1), mine[start:stop]):
+            raise Fail("the returned chunk holds only this rank's own values: nothing was added")
+        raise Fail("the returned chunk's values differ from chunk r of the sum over ranks")
+    unchanged(before, mine, "the input tensor")
+    if traffic:
+        _check_traffic(ctx, sent, numel, passes=1)
+
+
+def all_gather_case(ctx, numel, dtype, seed, traffic=False):
+    total = sum_over_ranks(seed, ctx.world, numel, dtype)
+    start, stop = chunk_bounds(numel, ctx.world)[ctx.rank]
+    chunk = total[start:stop].clone()
+    before = chunk.clone()
+    sent = ctx.guard.sent_elements
+    out = expect_tensor(ctx.call("all_gather", chunk, numel), "the result of all_gather")
+    sent = ctx.guard.sent_elements - sent
+    expect_dtype(out, dtype, "the gathered tensor")
+    if out.numel() != numel:
+        raise Fail("the gathered tensor has the wrong number of elements: it must hold all `numel`")
+    if not torch.equal(out.reshape(-1), total):
+        if torch.equal(out.reshape(-1)[start:stop], total[start:stop]):
+            raise Fail("this rank's own chunk is in place but other chunks are missing or in the wrong place")
+        raise Fail("the gathered tensor's values differ from the chunks the ranks passed in, in rank order")
+    unchanged(before, chunk, "the chunk passed in")
+    if traffic:
+        _check_traffic(ctx, sent, numel, passes=1)
+
+
+def round_trip_case(ctx, numel, dtype, seed):
+    mine = rank_data(seed, ctx.rank, numel, dtype)
+    chunk = expect_tensor(ctx.call("reduce_scatter", mine), "the result of reduce_scatter")
+    out = expect_tensor(ctx.call("all_gather", chunk, numel), "the result of all_gather")
+    if out.dtype != dtype or out.numel() != numel or not torch.equal(out.reshape(-1), sum_over_ranks(
+            seed, ctx.world, numel, dtype)):
+        raise Fail("all_gather(reduce_scatter(x), n) is not the all-reduce (the sum over ranks) of x")
+
+
+def _check_traffic(ctx, sent, numel, passes):
+    """A ring pass sends W-1 chunks per rank; allow a few elements for exchanging sizes."""
+    if ctx.world == 1:
+        return
+    limit = passes * (ctx.world - 1) * math.ceil(numel / ctx.world) + 4 * ctx.world
+    if sent > limit:
+        raise Fail("this rank sent more elements than a ring does: a ring sends W-1 chunks per rank and pass, "
+                   "(W-1)/W of the tensor, not whole tensors and not to every rank")
+    if sent == 0:
+        raise Fail("this rank sent nothing with send/isend: the data must travel point to point")
+
+
+RS, AG, BOTH = ("reduce_scatter",), ("all_gather",), ("reduce_scatter", "all_gather")
+f32, f64, f16, bf16, i64, i32 = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64,
+                                  torch.int32)
+
+CHECKS = (
+    Check("reduce_scatter: W=1, 5 elements, float32", 1, 1, partial(reduce_scatter_case, numel=5, dtype=f32, seed=1),
+          uses=RS, hint=HINT_VALUES),
+    Check("reduce_scatter: W=2, 8 elements, float32", 2, 2, partial(reduce_scatter_case, numel=8, dtype=f32, seed=2),
+          uses=RS, hint=HINT_VALUES),
+    Check("reduce_scatter: W=3, 10 elements (3 does not divide 10), float32; input unchanged", 2, 3,
+          partial(reduce_scatter_case, numel=10, dtype=f32, seed=3), uses=RS, hint=HINT_LENGTH),
+    Check("reduce_scatter: W=3, 300 elements, sends only W-1 chunks per rank", 2, 3,
+          partial(reduce_scatter_case, numel=300, dtype=f32, seed=4, traffic=True), uses=RS, hint=HINT_TRAFFIC),
+    Check("all_gather: W=2, 8 elements, float32", 2, 2, partial(all_gather_case, numel=8, dtype=f32, seed=5),
+          uses=AG, hint=HINT_VALUES),
+    Check("all_gather: W=3, 10 elements, float32", 2, 3, partial(all_gather_case, numel=10, dtype=f32, seed=6),
+          uses=AG, hint=HINT_LENGTH),
+    Check("all_gather(reduce_scatter(x)) is the all-reduce: W=3, 12 elements, float64", 1, 3,
+          partial(round_trip_case, numel=12, dtype=f64, seed=7), uses=BOTH, hint=HINT_VALUES),
+    Check("hidden: reduce_scatter, larger world, odd length, integers", 2, 4,
+          partial(reduce_scatter_case, numel=11, dtype=i64, seed=8), hidden=True, uses=RS, hint=HINT_LENGTH),
+    Check("hidden: reduce_scatter, fewer elements than ranks, half precision", 1, 4,
+          partial(reduce_scatter_case, numel=3, dtype=f16, seed=9), hidden=True, uses=RS, hint=HINT_LENGTH),
+    Check("hidden: all_gather, larger world, odd length, bfloat16", 2, 4,
+          partial(all_gather_case, numel=13, dtype=bf16, seed=10), hidden=True, uses=AG, hint=HINT_LENGTH),
+    Check("hidden: all_gather, fewer elements than ranks, int32", 1, 4,
+          partial(all_gather_case, numel=2, dtype=i32, seed=11), hidden=True, uses=AG, hint=HINT_LENGTH),
+    Check("hidden: all_gather, larger world, sends only W-1 chunks per rank", 1, 4,
+          partial(all_gather_case, numel=1001, dtype=f32, seed=12, traffic=True), hidden=True, uses=AG,
+          hint=HINT_TRAFFIC),
+    Check("hidden: reduce_scatter then all_gather, larger world, long tensor", 1, 4,
+          partial(round_trip_case, numel=4099, dtype=f64, seed=13), hidden=True, uses=BOTH, hint=HINT_VALUES),
+)
+
+EXERCISE = Exercise(
+    id="01", stem="01_ring_reduce_scatter_all_gather", title="Ring reduce-scatter and all-gather",
+    names=("reduce_scatter", "all_gather"), stub=STUB, intro=INTRO, try_code=TRY, checks=CHECKS,
+    forbidden=ALL_COLLECTIVES, forbidden_methods=PROCESS_GROUP_METHODS, forbidden_modules=COLLECTIVE_MODULES,
+    rule="this exercise asks you to build the collectives from send/recv, and your code uses a built-in one",
+    after="When the grader is happy, exercise 02 puts the two passes together into one in-place all-reduce.",
+)

@@ -1,0 +1,152 @@
+"""Exercise 02: a complete ring all-reduce, in place, for any shape and dtype.
+
+The learner puts exercise 01's two passes together: ``ring_all_reduce(tensor)`` replaces ``tensor`` by
+its sum over ranks. What is checked beyond 01: in place (the caller's tensor changes - that is how
+gradients are synchronised), shapes other than 1-D, a tensor that is a non-contiguous view, calling it
+twice in a row, and 2(W-1)/W of the tensor on the wire per rank - the bandwidth-optimal ring, not a
+gather to one rank and a broadcast back.
+"""
+from __future__ import annotations
+
+from functools import partial
+
+import torch
+
+from ...collectives import chunk_bounds
+from ..spec import ALL_COLLECTIVES, COLLECTIVE_MODULES, PROCESS_GROUP_METHODS, Check, Exercise, Fail
+from .common import rank_data, sum_over_ranks
+from .ex01_ring_pieces import _check_traffic
+
+STUB = '''\
+import torch
+import torch.distributed as dist
+from dpteach.collectives import chunk_bounds, exchange
+
+
+def ring_all_reduce(tensor):
+    """Replace `tensor` on every rank by its sum over all ranks - in place, around a ring - and return it.
+
+    `tensor` can have any shape (it may even be a non-contiguous view) and any of the usual dtypes;
+    every rank passes a tensor of the same shape and dtype.
+    """
+    raise NotImplementedError("your code here")
+'''
+
+INTRO = """\
+# Exercise 02 - ring all-reduce
+
+Put the two passes of exercise 01 together: a reduce-scatter, then an all-gather, on one buffer.
+
+**What to write:** `ring_all_reduce(tensor)` replaces `tensor` on every rank by the sum over all ranks,
+**in place** - the caller's tensor changes, which is how a gradient gets synchronised - and returns it.
+The tensor may have any shape, and may be a non-contiguous view (a transposed matrix): then
+`tensor.view(-1)` fails and `tensor.reshape(-1)` quietly makes a copy, so work on a flat contiguous
+buffer and copy the result back into `tensor` at the end.
+
+**Rules** (as in exercise 01): only point-to-point messages (`exchange`, `dist.isend` / `irecv` / `send` /
+`recv` / `batch_isend_irecv`); a built-in collective or dpteach's own ring scores zero.
+
+**Cost.** Each rank sends W-1 chunks in each pass: 2(W-1)/W of the tensor in total, almost independent
+of W. The grader counts the elements your ranks send, so a gather-to-rank-0-and-broadcast solution gives
+the right sum and still fails the traffic checks.
+"""
+
+TRY = '''\
+import dpteach
+
+
+def try_it():
+    rank = dist.get_rank()
+    x = torch.full((2, 3), float(rank + 1))   # 4 ranks: every element becomes 1 + 2 + 3 + 4 = 10
+    ring_all_reduce(x)
+    return x.tolist()
+
+
+try:
+    for rank, result in enumerate(dpteach.launch(try_it, world_size=4, timeout=60)):
+        print(f"rank {rank}: {result}")
+except dpteach.RankError as err:
+    print(f"Not working yet: rank {err.rank} raised {err.exc_type}.")
+    print(err.rank_traceback.strip().splitlines()[-1])
+except TimeoutError as err:
+    print("Not working yet:", err)
+'''
+
+HINT_VALUES = ("Check each pass separately: after the reduce-scatter, rank r should own the sum of chunk r; "
+               "the all-gather then only copies. An off-by-one chunk index shows up as some chunks right and "
+               "others wrong.")
+HINT_IN_PLACE = ("The caller's tensor must hold the sum afterwards. A flat buffer that is a view of it "
+                 "(tensor.view(-1)) changes it directly; a copy has to be copied back with tensor.copy_(...).")
+HINT_TRAFFIC = ("A ring all-reduce sends 2(W-1) chunks per rank: (W-1) in the reduce-scatter and (W-1) in the "
+                "all-gather. Sending whole tensors, or everything to one rank, costs more.")
+
+
+def all_reduce_case(ctx, numel, dtype, seed, shape=None, traffic=False, repeat=1, transposed=False):
+    for round_ in range(repeat):
+        case_seed = seed + 100 * round_
+        mine = rank_data(case_seed, ctx.rank, numel, dtype, shape)
+        total = sum_over_ranks(case_seed, ctx.world, numel, dtype, shape)
+        if transposed:
+            mine, total = mine.t(), total.t()
+        before = mine.clone()
+        sent = ctx.guard.sent_elements
+        out = ctx.call("ring_all_reduce", mine)
+        sent = ctx.guard.sent_elements - sent
+        if not torch.equal(mine, total):
+            if isinstance(out, torch.Tensor) and out.shape == total.shape and torch.equal(out, total):
+                raise Fail("the returned tensor holds the sum, but the tensor passed in does not: work in place")
+            if torch.equal(mine, before) and ctx.world > 1:
+                raise Fail("the tensor passed in was not changed: the sum has to end up in it (in place)")
+            right = [torch.equal(mine.reshape(-1)[a:b], total.reshape(-1)[a:b]) for a, b in
+                     chunk_bounds(numel, ctx.world)] if mine.is_contiguous() else []
+            if any(right) and not all(right):
+                raise Fail("some chunks hold the sum and others do not: a chunk index is off in one of the passes")
+            raise Fail("the tensor's values differ from the sum over ranks")
+        if out is not None and not (isinstance(out, torch.Tensor) and out.shape == total.shape
+                                    and torch.equal(out, total)):
+            raise Fail("the tensor passed in is right, but the returned value is not it: return `tensor`")
+        if traffic:
+            _check_traffic(ctx, sent, numel, passes=2)
+
+
+f32, f64, f16, bf16, i64 = torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64
+USES = ("ring_all_reduce",)
+
+CHECKS = (
+    Check("W=1, 7 elements, float32", 1, 1, partial(all_reduce_case, numel=7, dtype=f32, seed=21), uses=USES,
+          hint=HINT_VALUES),
+    Check("W=2, 8 elements, float32, in place", 2, 2, partial(all_reduce_case, numel=8, dtype=f32, seed=22),
+          uses=USES, hint=HINT_IN_PLACE),
+    Check("W=3, 10 elements (3 does not divide 10), float32", 2, 3,
+          partial(all_reduce_case, numel=10, dtype=f32, seed=23), uses=USES, hint=HINT_VALUES),
+    Check("W=2, a 3x4 matrix, float64", 1, 2, partial(all_reduce_case, numel=12, dtype=f64, seed=24, shape=(3, 4)),
+          uses=USES, hint=HINT_IN_PLACE),
+    Check("W=3, 300 elements: sends 2(W-1)/W of the tensor per rank, like a ring", 2, 3,
+          partial(all_reduce_case, numel=300, dtype=f32, seed=25, traffic=True), uses=USES, hint=HINT_TRAFFIC),
+    Check("hidden: larger world, odd length, integers", 2, 4, partial(all_reduce_case, numel=11, dtype=i64, seed=26),
+          hidden=True, uses=USES, hint=HINT_VALUES),
+    Check("hidden: fewer elements than ranks", 1, 4, partial(all_reduce_case, numel=3, dtype=f64, seed=27),
+          hidden=True, uses=USES, hint=HINT_VALUES),
+    Check("hidden: a matrix in half precision", 1, 3,
+          partial(all_reduce_case, numel=35, dtype=f16, seed=28, shape=(5, 7)), hidden=True, uses=USES,
+          hint=HINT_IN_PLACE),
+    Check("hidden: bfloat16, odd length", 1, 2, partial(all_reduce_case, numel=9, dtype=bf16, seed=29),
+          hidden=True, uses=USES, hint=HINT_VALUES),
+    Check("hidden: larger world, traffic of a ring", 2, 4,
+          partial(all_reduce_case, numel=1000, dtype=f32, seed=30, traffic=True), hidden=True, uses=USES,
+          hint=HINT_TRAFFIC),
+    Check("hidden: called several times in a row", 1, 4,
+          partial(all_reduce_case, numel=17, dtype=f32, seed=31, repeat=3), hidden=True, uses=USES,
+          hint="Nothing may carry over from one call to the next (a buffer kept between calls, say)."),
+    Check("hidden: a non-contiguous view (a transposed matrix)", 1, 3,
+          partial(all_reduce_case, numel=20, dtype=f32, seed=32, shape=(4, 5), transposed=True), hidden=True,
+          uses=USES, hint=HINT_IN_PLACE),
+)
+
+EXERCISE = Exercise(
+    id="02", stem="02_ring_all_reduce", title="Ring all-reduce", names=("ring_all_reduce",), stub=STUB,
+    intro=INTRO, try_code=TRY, checks=CHECKS, forbidden=ALL_COLLECTIVES, forbidden_methods=PROCESS_GROUP_METHODS,
+    forbidden_modules=COLLECTIVE_MODULES,
+    rule="this exercise asks you to build the all-reduce from send/recv, and your code uses a built-in collective",
+    after="Next, exercise 03 packs many gradients into a few buffers, so that one all-reduce serves many tensors.",
+)

@@ -1,0 +1,204 @@
+"""Exercise 05: gradient accumulation - no_sync() decided before forward, the loss divided by K.
+
+The learner writes ``train_step(model, micro_batches, optimizer, loss_fn)`` for a real
+``DistributedDataParallel`` model. Two mistakes are common and they show up differently:
+
+* **forgetting to divide the loss by K** changes the numbers: the weights no longer match one process
+  training on the whole global batch (computed independently on every rank, float64, from the same
+  seed) - the "weights" checks;
+* **deciding to skip the sync after forward** does *not* change the numbers (DDP's reducer was armed
+  by the forward, so every micro-batch is all-reduced, and averaging is linear), only the cost. So the
+  grader counts the all-reduces DDP performs, through a communication hook it registers: one per
+  bucket per step, on the last micro-batch - the "synchronised once" checks.
+"""
+from __future__ import annotations
+
+from functools import partial
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from ..spec import ALL_COLLECTIVES, COLLECTIVE_MODULES, PROCESS_GROUP_METHODS, Check, Exercise, Fail
+
+STUB = '''\
+import torch
+
+
+def train_step(model, micro_batches, optimizer, loss_fn):
+    """One optimizer step with gradient accumulation on a DistributedDataParallel `model`.
+
+    micro_batches: this rank's K (inputs, targets) pairs for the step. Run forward and backward on
+    each. Only the last one may synchronise: the first K-1 run entirely - forward AND backward -
+    inside `with model.no_sync():`. Divide each micro-batch's loss by K before backward, so the
+    accumulated gradient is the mean. Then step the optimizer and clear the gradients.
+    Returns the step's loss on this rank: the mean of the K micro-batch losses, as a float.
+    """
+    raise NotImplementedError("your code here")
+'''
+
+INTRO = """\
+# Exercise 05 - gradient accumulation, synchronised once
+
+A global batch too large for memory is split into K micro-batches per rank. Their gradients are
+*accumulated* (backward adds into `.grad`) and the ranks only need to agree once, after the last one.
+With DDP that takes two things, and you write both into one training step.
+
+**What to write:** `train_step(model, micro_batches, optimizer, loss_fn)` for a `DistributedDataParallel`
+model:
+
+1. **Decide before forward.** DDP arms its gradient synchronisation *during forward*. So the first K-1
+   micro-batches run forward *and* backward inside `with model.no_sync():`; the last one runs normally
+   and its backward all-reduces the accumulated gradients. Entering `no_sync()` only around backward is
+   too late: the forward has already armed the all-reduce, and every micro-batch pays for one.
+2. **Scale the loss by 1/K.** Each loss is a mean over its micro-batch; dividing by K makes the
+   accumulated gradient the mean over all K micro-batches, i.e. the gradient of the whole batch.
+
+Then `optimizer.step()`, `optimizer.zero_grad()`, and return the mean of the K micro-batch losses.
+
+The grader trains the same model in one process on each step's whole global batch and expects the
+same weights, and counts DDP's all-reduces: one per step. **Rules:** no collectives of your own
+(`dist.all_reduce` & co. score zero) - DDP does the communication.
+"""
+
+TRY = '''\
+import dpteach
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+
+def try_it(k=4):
+    torch.manual_seed(0)
+    model = DistributedDataParallel(nn.Linear(3, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    torch.manual_seed(1 + dist.get_rank())
+    micro_batches = [(torch.randn(2, 3), torch.randn(2, 1)) for _ in range(k)]
+    loss = train_step(model, micro_batches, optimizer, nn.functional.mse_loss)
+    return loss, model.module.weight.tolist()
+
+
+try:
+    for rank, (loss, weight) in enumerate(dpteach.launch(try_it, world_size=2, timeout=60)):
+        print(f"rank {rank}: loss {loss:.4f}, weights after the step {weight}")   # same weights on both
+except dpteach.RankError as err:
+    print(f"Not working yet: rank {err.rank} raised {err.exc_type}.")
+    print(err.rank_traceback.strip().splitlines()[-1])
+except TimeoutError as err:
+    print("Not working yet:", err)
+'''
+
+WIDTHS, LR, BATCH = (4, 8, 3), 0.1, 3
+
+
+def _model(seed):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(WIDTHS[0], WIDTHS[1]), nn.Tanh(), nn.Linear(WIDTHS[1], WIDTHS[2])).double()
+
+
+def _micro_batches(seed, step, rank, k):
+    generator = torch.Generator().manual_seed(seed * 1000 + step * 37 + rank)
+    return [(torch.randn(BATCH, WIDTHS[0], generator=generator, dtype=torch.float64),
+             torch.randn(BATCH, WIDTHS[-1], generator=generator, dtype=torch.float64)) for _ in range(k)]
+
+
+def _reference(seed, world, k, steps):
+    """One process, one model, each step on the whole global batch (every rank's micro-batches)."""
+    model = _model(seed)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    for step in range(steps):
+        pairs = [pair for r in range(world) for pair in _micro_batches(seed, step, r, k)]
+        x, y = torch.cat([p[0] for p in pairs]), torch.cat([p[1] for p in pairs])
+        nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return [p.detach() for p in model.parameters()]
+
+
+def _import_dynamo():
+    """Constructing DDP (and a torch optimizer) first imports torch._dynamo, seconds of CPU per rank: pay
+    that once, before the checks and their time limits start."""
+    import torch._dynamo  # noqa: F401
+
+
+def accumulation_case(ctx, props, k, steps, seed):
+    model = _model(seed)
+    ddp = DistributedDataParallel(model)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=LR)
+    calls = []
+
+    def counting_allreduce(state, bucket):  # what DDP does by default, counted
+        calls.append(1)
+        with ctx.allow():
+            tensor = bucket.buffer().div_(ctx.world)
+            future = dist.all_reduce(tensor, async_op=True).get_future()
+        return future.then(lambda done: done.value()[0])
+
+    ddp.register_comm_hook(None, counting_allreduce)
+    first_loss = None
+    for step in range(steps):
+        batches = _micro_batches(seed, step, ctx.rank, k)
+        if step == 0:
+            with torch.no_grad():
+                first_loss = sum(nn.functional.mse_loss(model(x), y).item() for x, y in batches) / k
+        calls.clear()
+        returned = ctx.call("train_step", ddp, batches, optimizer, nn.functional.mse_loss)
+        later = f" (step {step + 1} of {steps})" if steps > 1 else ""
+        if "comm" in props and len(calls) != 1:
+            if len(calls) == 0:
+                raise Fail("DDP never synchronised the gradients: the last micro-batch must run outside "
+                           "no_sync()" + later)
+            raise Fail("DDP synchronised the gradients more than once in the step: every micro-batch but the "
+                       "last must run forward and backward inside no_sync() - entered before forward" + later)
+        if "loss" in props and step == 0:
+            if not isinstance(returned, (float, int)) and not (isinstance(returned, torch.Tensor)
+                                                               and returned.numel() == 1):
+                raise Fail("train_step should return the step's loss as a float")
+            if abs(float(returned) - first_loss) > 1e-9 * max(1.0, abs(first_loss)):
+                raise Fail("the returned loss is not the mean of the K micro-batch losses (before the update)")
+        if "cleared" in props and any(p.grad is not None and p.grad.count_nonzero() > 0 for p in ddp.parameters()):
+            raise Fail("the gradients were not cleared after the optimizer step: the next step would add to them")
+    if "weights" in props:
+        for mine, expected in zip(model.parameters(), _reference(seed, ctx.world, k, steps)):
+            if not torch.allclose(mine.detach(), expected, atol=1e-10, rtol=1e-9):
+                raise Fail("the weights differ from one process training on the whole global batch: is each "
+                           "loss divided by K, is the optimizer stepped once per step, are gradients cleared?")
+
+
+HINT_WEIGHTS = ("The accumulated gradient must be the mean over the K micro-batches and the W ranks: DDP "
+                "averages over ranks, the division of each loss by K averages over micro-batches.")
+HINT_SYNC = ("The choice has to be made before model(x) is called: pick the context for the micro-batch "
+             "(model.no_sync() or contextlib.nullcontext()) first, then run forward and backward inside it.")
+USES = ("train_step",)
+
+CHECKS = (
+    Check("W=2, K=2: the weights after one step equal one process on the whole batch", 2, 2,
+          partial(accumulation_case, props=("weights",), k=2, steps=1, seed=61), uses=USES, hint=HINT_WEIGHTS),
+    Check("W=2, K=4: gradients are synchronised once per step, on the last micro-batch", 2, 2,
+          partial(accumulation_case, props=("comm",), k=4, steps=1, seed=62), uses=USES, hint=HINT_SYNC),
+    Check("W=2, K=2: returns the step's loss, the mean of the micro-batch losses", 1, 2,
+          partial(accumulation_case, props=("loss",), k=2, steps=1, seed=63), uses=USES,
+          hint="Add up loss.item() of each scaled micro-batch loss (or average the unscaled ones)."),
+    Check("W=2, K=2: three steps in a row match one process, gradients cleared", 2, 2,
+          partial(accumulation_case, props=("weights", "cleared"), k=2, steps=3, seed=64), uses=USES,
+          hint=HINT_WEIGHTS),
+    Check("hidden: larger world, more micro-batches, two steps", 2, 3,
+          partial(accumulation_case, props=("weights", "comm", "cleared"), k=3, steps=2, seed=65), hidden=True,
+          uses=USES, hint=HINT_WEIGHTS),
+    Check("hidden: larger world, no accumulation (K=1) still synchronises", 1, 3,
+          partial(accumulation_case, props=("weights", "comm"), k=1, steps=1, seed=66), hidden=True, uses=USES,
+          hint=HINT_SYNC),
+    Check("hidden: a world of one rank, synchronised once in each of several steps", 2, 1,
+          partial(accumulation_case, props=("weights", "comm", "loss"), k=3, steps=3, seed=67), hidden=True,
+          uses=USES, hint=HINT_SYNC),
+)
+
+EXERCISE = Exercise(
+    id="05", stem="05_accumulation", title="Gradient accumulation with no_sync()", names=("train_step",),
+    stub=STUB, intro=INTRO, try_code=TRY, checks=CHECKS,
+    forbidden=ALL_COLLECTIVES + ("dpteach.train.train_on_rank", "dpteach.train.train_single_process"),
+    forbidden_methods=PROCESS_GROUP_METHODS, forbidden_modules=COLLECTIVE_MODULES,
+    rule="this exercise asks DDP to do the communication, and your code calls a collective itself",
+    after="Exercise 06 makes each all-reduce cheaper: 8 bits per gradient instead of 32.",
+    warmup=_import_dynamo,
+)

@@ -1,0 +1,189 @@
+"""Exercise 08 (stretch): ZeRO stage 1 - each rank keeps the optimizer state of its own slice only.
+
+The learner writes ``ZeroSGD(params, lr, momentum)`` with ``step()`` and ``state_numel()``. Checked on
+real ranks: after several steps the weights equal plain SGD with momentum on the gradient averaged
+over ranks (computed independently on every rank), every rank ends with identical weights, and the
+momentum state held per rank is at most one slice of ``chunk_bounds(N, W)``. The exercise is the
+reduce-scatter / update / all-gather pattern, so an all-reduce of the gradients scores zero.
+
+A limit, stated plainly: the state size is the one ``state_numel()`` reports, so a learner could keep a
+full momentum buffer and report less. The weights check still holds them to the right numbers.
+"""
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import torch
+from torch import nn
+
+from ..spec import Check, Exercise, Fail
+
+STUB = '''\
+import torch
+import torch.distributed as dist
+from dpteach.collectives import chunk_bounds, ring_all_gather, ring_reduce_scatter
+
+
+class ZeroSGD:
+    """SGD with momentum whose optimizer state is sharded over the ranks (ZeRO stage 1).
+
+    params: the model's parameters, identical on every rank. Think of them as one flat vector of N
+    elements (in params order); rank r owns the slice chunk_bounds(N, W)[r] and keeps momentum
+    for that slice only.
+    """
+
+    def __init__(self, params, lr, momentum):
+        raise NotImplementedError("your code here")
+
+    def step(self):
+        """Each parameter's .grad holds this rank's own gradient. Average the gradients over the ranks
+        - but you need only your slice of the average: a reduce-scatter. Update your slice
+        (buf = momentum * buf + grad; p = p - lr * buf), then all-gather the slices so that every
+        rank ends with the same, complete parameters."""
+        raise NotImplementedError("your code here")
+
+    def state_numel(self):
+        """How many elements of optimizer state (momentum) this rank holds."""
+        raise NotImplementedError("your code here")
+'''
+
+INTRO = """\
+# Exercise 08 (stretch) - ZeRO stage 1: shard the optimizer state
+
+Plain data parallelism keeps a full copy of everything on every rank - weights, gradients *and the
+optimizer's state* (momentum for SGD; two buffers for Adam, which in mixed precision dwarf the weights).
+ZeRO stage 1 (Rajbhandari et al., 2020) keeps each piece of optimizer state on one rank only.
+
+**The pattern**, with the parameters seen as one flat vector of N elements cut by `chunk_bounds(N, W)`:
+
+1. **reduce-scatter** the gradients: rank r gets the sum over ranks of *its slice* only (divide by W);
+2. **update its slice** with the momentum it keeps for that slice alone;
+3. **all-gather** the updated slices, so every rank again holds the full, identical parameters.
+
+The traffic is the same as one all-reduce (a reduce-scatter plus an all-gather *is* an all-reduce, split
+open to put the update in the middle), and the momentum memory per rank falls from N to N/W.
+
+**What to write:** `ZeroSGD(params, lr, momentum)` with `step()` and `state_numel()`. You may use
+`ring_reduce_scatter` / `ring_all_gather` from `dpteach.collectives` (or your own from exercise 01).
+**Rules:** no all-reduce of the gradients (`dist.all_reduce`, `ring_all_reduce`): that would give every rank
+the whole average and miss the point - it scores zero.
+"""
+
+TRY = '''\
+import dpteach
+from torch import nn
+
+
+def try_it():
+    torch.manual_seed(0)
+    model = nn.Linear(5, 3)                                 # 18 parameters
+    optimizer = ZeroSGD(list(model.parameters()), lr=0.1, momentum=0.9)
+    torch.manual_seed(1 + dist.get_rank())
+    for _ in range(3):
+        model(torch.randn(4, 5)).pow(2).mean().backward()
+        optimizer.step()
+        for p in model.parameters():
+            p.grad = None
+    return optimizer.state_numel(), model.bias.tolist()
+
+
+try:
+    for rank, (state, bias) in enumerate(dpteach.launch(try_it, world_size=3, timeout=60)):
+        print(f"rank {rank}: keeps {state} momentum values; bias {bias}")   # 6 each; the same bias everywhere
+except dpteach.RankError as err:
+    print(f"Not working yet: rank {err.rank} raised {err.exc_type}.")
+    print(err.rank_traceback.strip().splitlines()[-1])
+except TimeoutError as err:
+    print("Not working yet:", err)
+'''
+
+LR, MOMENTUM = 0.1, 0.9
+
+
+def _model(widths, seed):
+    torch.manual_seed(seed)
+    layers = []
+    for a, b in zip(widths[:-1], widths[1:]):
+        layers += [nn.Linear(a, b), nn.Tanh()]
+    return nn.Sequential(*layers[:-1]).double()
+
+
+def _batch(widths, seed, step, rank):
+    generator = torch.Generator().manual_seed(seed * 1000 + step * 41 + rank)
+    return (torch.randn(4, widths[0], generator=generator, dtype=torch.float64),
+            torch.randn(4, widths[-1], generator=generator, dtype=torch.float64))
+
+
+def _reference(widths, seed, world, steps):
+    """Every rank's gradient, averaged, through SGD with momentum as torch.optim.SGD defines it (written
+    out, because constructing a torch optimizer first imports torch._dynamo: seconds of CPU per rank)."""
+    model = _model(widths, seed)
+    buffers = [torch.zeros_like(p) for p in model.parameters()]
+    for step in range(steps):
+        grads = []
+        for rank in range(world):
+            model.zero_grad()
+            x, y = _batch(widths, seed, step, rank)
+            nn.functional.mse_loss(model(x), y).backward()
+            grads.append([p.grad.clone() for p in model.parameters()])
+        with torch.no_grad():
+            for p, buffer, parts in zip(model.parameters(), buffers, zip(*grads)):
+                buffer.mul_(MOMENTUM).add_(sum(parts) / world)
+                p.sub_(LR * buffer)
+    return [p.detach() for p in model.parameters()]
+
+
+def zero_case(ctx, props, widths, steps, seed):
+    model = _model(widths, seed)
+    params = list(model.parameters())
+    with ctx.running_learner_code():
+        optimizer = ctx.learner("ZeroSGD")(params, LR, MOMENTUM)
+    for step in range(steps):
+        for p in params:
+            p.grad = None
+        x, y = _batch(widths, seed, step, ctx.rank)
+        nn.functional.mse_loss(model(x), y).backward()
+        with ctx.running_learner_code():
+            optimizer.step()
+    if "state" in props:
+        with ctx.running_learner_code():
+            held = optimizer.state_numel()
+        total = sum(p.numel() for p in params)
+        if not isinstance(held, int) or held > math.ceil(total / ctx.world):
+            raise Fail("this rank holds more momentum than its slice: each rank keeps state for "
+                       "chunk_bounds(N, W)[rank] only")
+    if "weights" in props:
+        for mine, expected in zip(params, _reference(widths, seed, ctx.world, steps)):
+            if not torch.allclose(mine.detach(), expected, atol=1e-10, rtol=1e-9):
+                raise Fail("the weights differ from SGD with momentum on the gradient averaged over ranks: "
+                           "check the division by W, the momentum update, and that every slice is gathered")
+
+
+USES = ("ZeroSGD",)
+HINT = ("Flatten the gradients in params order, reduce-scatter them (your slice = the sum over ranks), "
+        "divide by W, update your slice of the flat parameters with your momentum slice, all-gather, and copy "
+        "back into each parameter.")
+
+CHECKS = (
+    Check("W=2: three steps equal SGD with momentum on the averaged gradient", 3, 2,
+          partial(zero_case, props=("weights",), widths=(4, 6, 3), steps=3, seed=91), uses=USES, hint=HINT),
+    Check("W=2: each rank keeps momentum for its slice only", 1, 2,
+          partial(zero_case, props=("state",), widths=(4, 6, 3), steps=1, seed=92), uses=USES, hint=HINT),
+    Check("W=3: N not divisible by W", 2, 3,
+          partial(zero_case, props=("weights", "state"), widths=(3, 5, 2), steps=2, seed=93), uses=USES, hint=HINT),
+    Check("hidden: larger world, deeper model, four steps", 2, 4,
+          partial(zero_case, props=("weights", "state"), widths=(5, 7, 4, 3), steps=4, seed=94), hidden=True,
+          uses=USES, hint=HINT),
+)
+
+EXERCISE = Exercise(
+    id="08", stem="08_zero1", title="ZeRO stage 1: sharded optimizer state (stretch)", names=("ZeroSGD",),
+    stub=STUB, intro=INTRO, try_code=TRY, checks=CHECKS,
+    forbidden=("torch.distributed.all_reduce", "dpteach.collectives.ring_all_reduce",
+               "dpteach.collectives.tree_all_reduce", "dpteach.collectives.naive_all_reduce",
+               "torch.distributed.all_reduce_coalesced"),
+    forbidden_methods=("allreduce", "allreduce_coalesced"),
+    rule="this exercise asks for reduce-scatter / update / all-gather, and your code all-reduces instead",
+    after="That is the end of the exercises: `dpteach progress` shows where you stand.",
+)

@@ -1,0 +1,203 @@
+"""What runs inside each rank while an exercise is graded.
+
+One ``dpteach.launch`` starts as many ranks as the largest world any check needs, and the ranks then
+go through the checks one by one. Each check gets a *fresh* default process group of exactly its own
+size (``init_process_group`` over the launcher's key-value store, under a new prefix): the learner's
+code sees a real world of W ranks, a check that leaves a stray message behind cannot confuse the next
+one, and worlds of 1, 2, 3 and 4 ranks cost one start-up instead of four (starting a rank - a fresh
+interpreter importing torch - is by far the most expensive thing in grading).
+
+For every check each rank writes one JSON line to its own results file, with ``os.write`` on an
+``O_APPEND`` descriptor, so a line is either whole or absent even if the rank is killed a moment later.
+The parent process (``runner.py``) reads these files whatever happened to the world.
+
+Time limits are kept by a watchdog thread: when a check runs past its limit (an endless loop; a
+deadlock, where every rank waits in a receive that nobody sends to) the watchdog writes a "timeout"
+line and ends the rank at once. The launcher then stops the other ranks, and the runner starts a new
+world for the checks that remain.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import traceback
+from contextlib import contextmanager
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from .guard import ForbiddenCall, Guard
+from .spec import Fail, get_exercise
+
+WATCHDOG_EXIT_CODE = 75
+PROCESS_GROUP_TIMEOUT = timedelta(seconds=600)  # the watchdog acts long before this
+
+
+class LearnerError(Exception):
+    """The learner's code raised; ``text`` is the traceback trimmed to the learner's own lines."""
+
+    def __init__(self, text: str, exc_type: str):
+        super().__init__(text)
+        self.text, self.exc_type = text, exc_type
+
+
+def trimmed_traceback(exc: BaseException, learner_files) -> str:
+    """The traceback of ``exc`` showing only frames from the learner's cells (the last frame if none)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    mine = [frame for frame in frames if frame.filename in learner_files] or frames[-1:]
+    lines = ["Traceback (your code only, most recent call last):\n"]
+    lines += traceback.format_list(mine)
+    lines += traceback.format_exception_only(type(exc), exc)
+    return "".join(lines).rstrip()
+
+
+class Context:
+    """What a check's ``run(ctx)`` sees: its rank and world, and a safe way to call the learner's code."""
+
+    def __init__(self, rank: int, world: int, namespace: dict, guard: Guard, learner_files):
+        self.rank, self.world = rank, world
+        self.namespace, self.guard, self.learner_files = namespace, guard, learner_files
+
+    def learner(self, name: str):
+        return self.namespace[name]
+
+    def call(self, name: str, *args, **kwargs):
+        """Run the learner's ``name(*args, **kwargs)`` with the guard watching."""
+        with self.running_learner_code():
+            return self.namespace[name](*args, **kwargs)
+
+    @contextmanager
+    def running_learner_code(self):
+        """Everything inside is the learner's doing: watched, and its exceptions become LearnerError."""
+        with self.guard.watching():
+            try:
+                yield
+            except (Fail, ForbiddenCall):
+                raise
+            except BaseException as exc:  # SystemExit and KeyboardInterrupt from their code, too
+                raise LearnerError(trimmed_traceback(exc, self.learner_files), type(exc).__name__) from None
+
+    def allow(self):
+        """The grader's own communication inside a learner window (see ``Guard.allow``)."""
+        return self.guard.allow()
+
+    def fail(self, message: str):
+        raise Fail(message)
+
+
+class _Results:
+    """One JSON line per event, appended atomically to this rank's file."""
+
+    def __init__(self, path: str, rank: int):
+        self.rank = rank
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def write(self, **record) -> None:
+        record["rank"] = self.rank
+        os.write(self.fd, (json.dumps(record) + "\n").encode())
+
+
+class _Watchdog(threading.Thread):
+    """Ends this rank when the armed check runs past its limit, after saying so in the results file."""
+
+    def __init__(self, results: _Results):
+        super().__init__(daemon=True)
+        self.results, self.label, self.deadline, self.limit = results, None, None, None
+
+    def arm(self, label, seconds: float) -> None:
+        self.label, self.limit, self.deadline = label, seconds, time.monotonic() + seconds
+
+    def disarm(self) -> None:
+        self.deadline = None
+
+    def run(self) -> None:
+        while True:
+            deadline = self.deadline
+            if deadline is not None and time.monotonic() > deadline:
+                self.results.write(event="timeout", check=self.label, limit=self.limit)
+                os._exit(WATCHDOG_EXIT_CODE)
+            time.sleep(0.02)
+
+
+def _wait_for_peers(store, key: str, world: int) -> None:
+    """A barrier through the key-value store, not through gloo: the last rank to arrive opens it.
+
+    ``store.wait`` releases the GIL while it blocks, so the watchdog thread can still end a rank whose
+    peer never arrives (it is stuck in the learner's code).
+    """
+    if store.add(key, 1) == world:
+        store.set(key + "/open", "1")
+    else:
+        store.wait([key + "/open"])
+
+
+def rank_main(plan: dict) -> None:
+    """Run ``plan["order"]`` (check indexes) of exercise ``plan["exercise"]`` on this rank."""
+    rank, size = dist.get_rank(), dist.get_world_size()
+    exercise = get_exercise(plan["exercise"])
+    results = _Results(os.path.join(plan["results_dir"], f"rank{rank}.jsonl"), rank)
+    watchdog = _Watchdog(results)
+    watchdog.start()
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                          timeout=PROCESS_GROUP_TIMEOUT)
+    nonce = plan["nonce"]
+    guard = Guard(exercise.forbidden, exercise.forbidden_methods).install()
+    dist.destroy_process_group()  # from here on, every check brings its own world
+
+    watchdog.arm("load", plan["load_limit"])
+    submission = plan["submission"]
+    try:
+        namespace = submission.load()
+        missing = [name for name in exercise.names if name not in namespace]
+        if missing:
+            raise NameError(f"the solution does not define {', '.join(missing)}")
+    except BaseException as exc:  # their top-level code raised: nothing can be checked
+        results.write(event="load_error", text=trimmed_traceback(exc, submission.files), exc_type=type(exc).__name__)
+        namespace = None
+    if namespace is not None and exercise.warmup is not None:
+        exercise.warmup()
+    watchdog.disarm()
+
+    for index in plan["order"] if namespace is not None else []:
+        check = exercise.checks[index]
+        if rank >= check.world:
+            continue  # not part of this check's world; the next check's rendezvous waits for us
+        dist.init_process_group("gloo", store=dist.PrefixStore(f"{nonce}/check{index}", store), rank=rank,
+                                world_size=check.world, timeout=PROCESS_GROUP_TIMEOUT)
+        # Armed only once the world is complete: a rank that skipped the smaller worlds waits here for
+        # its peers, and that wait is not this check's time.
+        watchdog.arm(index, check.limit * plan.get("limit_scale", 1.0))
+        started = time.perf_counter()
+        outcome = _run_one(check, rank, namespace, guard, submission.files)
+        results.write(event="check", check=index, seconds=round(time.perf_counter() - started, 3),
+                      at=time.time(), **outcome)
+        _wait_for_peers(store, f"{nonce}/done{index}", check.world)
+        dist.destroy_process_group()
+        watchdog.disarm()
+
+    # The launcher's worker tears down a default process group when we return: leave one in place.
+    dist.init_process_group("gloo", store=dist.PrefixStore(f"{nonce}/end", store), rank=rank, world_size=size,
+                            timeout=PROCESS_GROUP_TIMEOUT)
+
+
+def _run_one(check, rank: int, namespace: dict, guard: Guard, learner_files) -> dict:
+    seen = len(guard.calls)
+    ctx = Context(rank, check.world, namespace, guard, learner_files)
+    torch.manual_seed(1000 + rank)  # learner code that draws random numbers does so reproducibly
+    try:
+        check.run(ctx)
+        outcome, message = "passed", ""
+    except Fail as failure:
+        outcome, message = "failed", str(failure)
+    except ForbiddenCall as call:
+        outcome, message = "forbidden", str(call)
+    except LearnerError as error:
+        outcome, message = "error", error.text
+    except Exception:  # the grader's own mistake: say so rather than blame the learner
+        outcome, message = "grader_error", traceback.format_exc()
+    finally:
+        guard.clear_watches()
+    return {"outcome": outcome, "message": message, "forbidden": guard.calls[seen:]}

@@ -1,0 +1,224 @@
+"""Grade one submission: read it, run its checks on real ranks, and turn what happened into a report.
+
+The order of events, and why:
+
+1. **Untouched stub?** Then "not attempted", at once: no rank is started for code that only raises
+   ``NotImplementedError``.
+2. **Syntax error?** Reported from here, with the line, before any process starts.
+3. **Static scan** for forbidden collectives (``forbidden.py``).
+4. **Checks on real ranks.** One ``dpteach.launch`` with as many ranks as the largest check needs; the
+   ranks run every check in turn, each in a fresh world of its own size (``rank.py``), smallest worlds
+   first. Starting ranks dominates the cost of grading (a fresh interpreter importing torch, about a
+   second of CPU each), which is why all checks share one launch rather than one launch per world.
+5. **When a world dies** - a check ran past its limit, or a rank crashed, or the learner's code raised on
+   one rank while the others waited for it - the checks that finished keep their results, the check
+   that was running gets the blame (timed out / error, with the learner's traceback when there is one),
+   later checks that call the same learner functions are skipped (a hang usually recurs, and each
+   would cost a full time limit and a new world), and a new world runs the rest. No rank outlives its launch: the launcher kills
+   every rank's process group on any failure.
+6. **Score**: the points of the checks that passed; zero when a forbidden call was found, by reading or
+   at run time. The attempt is recorded in the progress store.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from ..launcher import RankError, launch
+from ..progress import ProgressStore
+from . import forbidden as static
+from .notebook import Submission, attempted, syntax_problem
+from .rank import WATCHDOG_EXIT_CODE
+from .report import CheckResult, Report, not_attempted
+from .spec import Exercise
+
+LOAD_LIMIT = 20.0       # seconds for a rank to execute the learner's cells
+GRADING_BUDGET = 120.0  # after this, checks left after a dead world are not started again
+STARTUP_ALLOWANCE = 60.0
+
+
+def grade(exercise: Exercise, submission: Submission, *, record: bool = True, namespace: dict | None = None,
+          limit_scale: float | None = None, only=None) -> Report:
+    """Grade ``submission`` against ``exercise``; record the attempt unless ``record=False``.
+
+    ``limit_scale`` multiplies every time limit (default: ``$DPTEACH_GRADE_TIME_SCALE`` or 1; raise it on a
+    very slow machine). ``only`` (check indexes) runs a subset - for the grader's own tests; the others
+    are reported as not run, so such a report can never claim full marks.
+    """
+    started = time.monotonic()
+    if limit_scale is None:
+        limit_scale = float(os.environ.get("DPTEACH_GRADE_TIME_SCALE", "1"))
+    if not attempted(exercise, submission):
+        return not_attempted(exercise)
+    report = Report(exercise.id, exercise.title, "failed", 0, exercise.max_score, rule=exercise.rule,
+                    checks=[CheckResult(c.name, c.points, c.hidden, hint=c.hint) for c in exercise.checks])
+    problem = syntax_problem(submission)
+    if problem is None:
+        offenses = static.scan(exercise, submission.files, namespace)
+        report.forbidden = [str(o) for o in offenses]
+        problem = _run_checks(exercise, submission, report, limit_scale, only)
+    if problem is not None:
+        report.status, report.error = "error", problem
+        for row in report.checks:
+            row.message = "not run: the code could not be loaded"
+    _score(report)
+    report.elapsed_s = time.monotonic() - started
+    if record:
+        ProgressStore().record_exercise(Path(exercise.notebook_name).stem, report.score, report.max_score,
+                                        report.status)
+    return report
+
+
+def _score(report: Report) -> None:
+    for row in report.checks:
+        row.earned = row.points if row.passed and not report.forbidden else 0
+    report.score = sum(row.earned for row in report.checks)
+    if report.status != "error":
+        report.status = "passed" if report.score == report.max_score else "failed"
+
+
+def _run_checks(exercise: Exercise, submission: Submission, report: Report, limit_scale: float,
+                only=None) -> str | None:
+    """Run every check, launching again after a world dies; fill ``report.checks``. Returns a load error."""
+    checks = exercise.checks
+    chosen = range(len(checks)) if only is None else sorted(set(only))
+    for i in set(range(len(checks))) - set(chosen):
+        report.checks[i].message = "not run: this grading covered only some of the checks"
+    pending = sorted(chosen, key=lambda i: checks[i].world)  # stable: declared order within a world
+    deadline = time.monotonic() + GRADING_BUDGET
+    runtime_forbidden: list[str] = []
+    while pending:
+        records, failure = _launch(exercise, submission, pending, limit_scale)
+        load_errors = [r for r in records if r.get("event") == "load_error"]
+        if load_errors:
+            return min(load_errors, key=lambda r: r["rank"])["text"]
+        if isinstance(failure, TypeError):  # raised by launch() before any rank started
+            return f"your code cannot be sent to the ranks: {failure}"
+        if any(r.get("event") == "timeout" and r["check"] == "load" for r in records):
+            return (f"running your cells took longer than {LOAD_LIMIT:g} s before any check started: is there "
+                    f"an endless loop (or a long computation) outside your functions?")
+        by_check: dict[int, dict] = {}
+        timeouts = {}
+        for r in records:
+            if r.get("event") == "check":
+                by_check.setdefault(r["check"], {})[r["rank"]] = r
+                runtime_forbidden += r.get("forbidden", [])
+            elif r.get("event") == "timeout":
+                timeouts.setdefault(r["check"], r)
+        done = [i for i in pending if len(by_check.get(i, {})) == checks[i].world]
+        for i in done:
+            _merge(report.checks[i], by_check[i])
+        remaining = [i for i in pending if i not in done]
+        if not remaining:
+            break
+        broken = next((i for i in remaining if i in timeouts), remaining[0])
+        _blame(report.checks[broken], checks[broken], by_check.get(broken, {}), broken in timeouts,
+               failure, limit_scale)
+        after = [i for i in remaining if i != broken]
+        skipped = [i for i in after if set(checks[broken].uses) <= set(checks[i].uses)]
+        for i in skipped:
+            report.checks[i].outcome = "not_run"
+            report.checks[i].message = (f"not run: {', '.join(checks[broken].uses) or 'your code'} already "
+                                        f"failed to finish in an earlier check; fix that first")
+        pending = [i for i in after if i not in skipped]
+        if pending and time.monotonic() > deadline:
+            for i in pending:
+                report.checks[i].message = "not run: the grading time budget was spent on earlier time-outs"
+            break
+    if runtime_forbidden:
+        names = sorted(set(runtime_forbidden))
+        report.forbidden += [f"{name} (called while your code ran)" for name in names]
+    return None
+
+
+def _launch(exercise: Exercise, submission: Submission, order: list[int], limit_scale: float):
+    """One world for the checks in ``order``; returns (all result records, the failure or None)."""
+    results_dir = tempfile.mkdtemp(prefix="dpteach-grade-")
+    plan = {"exercise": exercise.id, "order": order, "submission": submission, "results_dir": results_dir,
+            "nonce": uuid.uuid4().hex[:12], "load_limit": LOAD_LIMIT, "limit_scale": limit_scale}
+    world = max(exercise.checks[i].world for i in order)
+    timeout = STARTUP_ALLOWANCE + LOAD_LIMIT + sum(exercise.checks[i].limit for i in order) * limit_scale
+    failure = None
+    try:
+        from .rank import rank_main
+        launch(rank_main, world, args=(plan,), device="cpu", backend="gloo", timeout=timeout,
+               show_output=False, progress=False)
+    except (RankError, TimeoutError, TypeError) as exc:
+        failure = exc
+    try:
+        records = []
+        for name in sorted(os.listdir(results_dir)):
+            with open(os.path.join(results_dir, name), encoding="utf-8") as handle:
+                records += [json.loads(line) for line in handle if line.strip()]
+    finally:
+        shutil.rmtree(results_dir, ignore_errors=True)
+    return records, failure
+
+
+def _first_raised(records: list) -> dict:
+    """The rank whose code raised first: when one rank fails, its peers often fail a moment later *because*
+    of it ("connection reset by peer"), and it is the first error that explains the others."""
+    return min(records, key=lambda r: (r.get("at", 0.0), r["rank"]))
+
+
+def _merge(row: CheckResult, per_rank: dict) -> None:
+    """A check passes when it passed on every rank; otherwise one failing rank speaks for it: a forbidden
+    call first, then the first exception, then the lowest rank whose result was wrong."""
+    failing = [per_rank[r] for r in sorted(per_rank) if per_rank[r]["outcome"] != "passed"]
+    if not failing:
+        row.passed, row.outcome, row.message = True, "passed", ""
+        return
+    order = ("forbidden", "error", "grader_error", "failed")
+    best = min(order.index(r["outcome"]) if r["outcome"] in order else len(order) for r in failing)
+    worst = _first_raised([r for r in failing if (order.index(r["outcome"]) if r["outcome"] in order
+                                                  else len(order)) == best])
+    if worst["outcome"] == "failed":
+        worst = min((r for r in failing if r["outcome"] == "failed"), key=lambda r: r["rank"])
+    row.outcome = worst["outcome"]
+    prefix = f"rank {worst['rank']}: " if len(per_rank) > 1 else ""
+    row.message = prefix + worst["message"]
+    if row.outcome == "grader_error":
+        row.message = "the grader itself failed on this check - please report it:\n" + worst["message"]
+
+
+def _blame(row: CheckResult, check, per_rank: dict, timed_out: bool, failure, limit_scale: float) -> None:
+    """The check that was running when its world died: why, as precisely as the records allow."""
+    raised = [per_rank[r] for r in sorted(per_rank) if per_rank[r]["outcome"] in ("error", "forbidden")]
+    crashed = (isinstance(failure, RankError) and failure.rank not in per_rank and not failure.exc_type
+               and failure.exit_code not in (WATCHDOG_EXIT_CODE, 0, 1, None))
+    if crashed:  # a rank died outright; the others' errors ("connection reset by peer") are its echo
+        code = failure.exit_code
+        how = f"exited with code {code}"
+        if code < 0:
+            name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
+            how = f"was killed by {name}"
+            if -code == signal.SIGABRT:
+                how += (" (the C++ side aborted; with gloo that is typically a message whose size does not "
+                        "match the receive posted for it - check which chunk each rank sends and receives)")
+        row.outcome = "error"
+        row.message = f"rank {failure.rank} {how} during this check; the other ranks lost their connection to it"
+    elif raised:
+        first = _first_raised(raised)
+        row.outcome = first["outcome"]
+        row.message = (f"rank {first['rank']}: {first['message']}\n(the other ranks were left waiting for "
+                       f"rank {first['rank']} and were stopped)")
+    elif timed_out or isinstance(failure, TimeoutError) or (
+            isinstance(failure, RankError) and failure.exit_code == WATCHDOG_EXIT_CODE):
+        row.outcome = "timed_out"
+        row.message = (f"timed out after {check.limit * limit_scale:g} s on W={check.world}: an endless loop, "
+                       f"or a deadlock (a receive that no rank sends to, or ranks that disagree on the "
+                       f"order of their messages). Every rank was stopped.")
+    elif isinstance(failure, RankError):
+        row.outcome = "error"
+        row.message = f"rank {failure.rank} exited with code {failure.exit_code} during this check, without a result"
+    else:
+        row.outcome = "error"
+        row.message = f"the world stopped during this check: {failure}"
+    if isinstance(failure, RankError) and failure.exc_type and not raised and row.outcome == "error":
+        row.message = "the grader itself failed on this check - please report it:\n" + str(failure)

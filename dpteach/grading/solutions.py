@@ -1,0 +1,232 @@
+"""Reference solutions, one solution cell per exercise - for the tests and for instructors, not for learners.
+
+Each entry is the text of a complete ``solution`` cell, exactly as a learner would write it, so the tests
+grade it through the same path as a learner's notebook (``tests/test_grading_solutions.py`` fills it into
+a copy of the exercise notebook and runs ``dpteach grade --json``: every one must score full marks).
+
+They are written afresh rather than borrowed from ``dpteach.collectives`` or ``dpteach.sync``: the
+exercises forbid calling those, and the grader would rightly give a borrowed answer zero.
+
+If you are a learner and reading this: the exercises teach more if you close this file now.
+"""
+from __future__ import annotations
+
+from .spec import get_exercise
+
+SOLUTIONS: dict[str, str] = {}
+
+SOLUTIONS["01"] = '''\
+import torch
+import torch.distributed as dist
+from dpteach.collectives import chunk_bounds, exchange
+
+
+def reduce_scatter(tensor):
+    world, rank = dist.get_world_size(), dist.get_rank()
+    buf = tensor.detach().reshape(-1).clone()
+    bounds = chunk_bounds(buf.numel(), world)
+    inbox = torch.empty(max(b - a for a, b in bounds), dtype=buf.dtype)
+    right, left = (rank + 1) % world, (rank - 1) % world
+    for step in range(world - 1):
+        s0, s1 = bounds[(rank - step - 1) % world]
+        r0, r1 = bounds[(rank - step - 2) % world]
+        exchange(buf[s0:s1], right, inbox[:r1 - r0], left)
+        buf[r0:r1] += inbox[:r1 - r0]
+    start, stop = bounds[rank]
+    return buf[start:stop].clone()
+
+
+def all_gather(chunk, numel):
+    world, rank = dist.get_world_size(), dist.get_rank()
+    bounds = chunk_bounds(numel, world)
+    out = torch.empty(numel, dtype=chunk.dtype)
+    start, stop = bounds[rank]
+    out[start:stop] = chunk.reshape(-1)
+    right, left = (rank + 1) % world, (rank - 1) % world
+    for step in range(world - 1):
+        s0, s1 = bounds[(rank - step) % world]
+        r0, r1 = bounds[(rank - step - 1) % world]
+        exchange(out[s0:s1], right, out[r0:r1], left)
+    return out
+'''
+
+SOLUTIONS["02"] = '''\
+import torch
+import torch.distributed as dist
+from dpteach.collectives import chunk_bounds, exchange
+
+
+def ring_all_reduce(tensor):
+    world, rank = dist.get_world_size(), dist.get_rank()
+    buf = tensor.detach().contiguous().view(-1)   # the tensor itself when it is contiguous
+    bounds = chunk_bounds(buf.numel(), world)
+    right, left = (rank + 1) % world, (rank - 1) % world
+    inbox = torch.empty(max(b - a for a, b in bounds), dtype=buf.dtype)
+    for step in range(world - 1):                  # reduce-scatter
+        s0, s1 = bounds[(rank - step - 1) % world]
+        r0, r1 = bounds[(rank - step - 2) % world]
+        exchange(buf[s0:s1], right, inbox[:r1 - r0], left)
+        buf[r0:r1] += inbox[:r1 - r0]
+    for step in range(world - 1):                  # all-gather
+        s0, s1 = bounds[(rank - step) % world]
+        r0, r1 = bounds[(rank - step - 1) % world]
+        exchange(buf[s0:s1], right, buf[r0:r1], left)
+    if buf.data_ptr() != tensor.data_ptr() or not tensor.is_contiguous():
+        tensor.copy_(buf.view(tensor.shape))
+    return tensor
+'''
+
+
+SOLUTIONS["03"] = '''\
+import torch
+
+
+def assign_buckets(sizes, cap_bytes, first_cap_bytes):
+    buckets, current, filled = [], [], 0
+    for index in reversed(range(len(sizes))):
+        current.append(index)
+        filled += sizes[index]
+        if filled >= (cap_bytes if buckets else first_cap_bytes):
+            buckets.append(current)
+            current, filled = [], 0
+    if current:
+        buckets.append(current)
+    return buckets
+
+
+def flatten(grads):
+    flat = torch.empty(sum(g.numel() for g in grads), dtype=grads[0].dtype if grads else torch.float32)
+    views, offset = [], 0
+    for g in grads:
+        view = flat[offset:offset + g.numel()].view(g.shape)
+        view.copy_(g)
+        views.append(view)
+        offset += g.numel()
+    return flat, views
+'''
+
+SOLUTIONS["04"] = '''\
+import torch
+import torch.distributed as dist
+
+
+class OverlapSync:
+    def __init__(self, model, buckets):
+        self.buckets = buckets
+        self.buffers, self.where = [], {}
+        for b, params in enumerate(buckets):
+            flat = torch.zeros(sum(p.numel() for p in params), dtype=params[0].dtype)
+            offset = 0
+            for p in params:
+                self.where[p] = (b, flat[offset:offset + p.numel()].view_as(p))
+                offset += p.numel()
+            self.buffers.append(flat)
+        for p in self.where:
+            p.register_post_accumulate_grad_hook(self.hook)
+        self.reset()
+
+    def reset(self):
+        self.missing = [len(params) for params in self.buckets]
+        self.next_bucket = 0
+        self.handles = []
+
+    def hook(self, param):
+        b, view = self.where[param]
+        view.copy_(param.grad)
+        self.missing[b] -= 1
+        while self.next_bucket < len(self.buckets) and self.missing[self.next_bucket] == 0:
+            self.handles.append(dist.all_reduce(self.buffers[self.next_bucket], async_op=True))
+            self.next_bucket += 1
+
+    def finish(self):
+        for handle in self.handles:
+            handle.wait()
+        world = dist.get_world_size()
+        for p, (b, view) in self.where.items():
+            p.grad.copy_(view / world)
+        self.reset()
+'''
+
+SOLUTIONS["05"] = '''\
+import contextlib
+
+import torch
+
+
+def train_step(model, micro_batches, optimizer, loss_fn):
+    k = len(micro_batches)
+    total = 0.0
+    for i, (inputs, targets) in enumerate(micro_batches):
+        context = model.no_sync() if i < k - 1 else contextlib.nullcontext()
+        with context:                       # decided before forward
+            loss = loss_fn(model(inputs), targets) / k
+            loss.backward()
+        total += loss.item()
+    optimizer.step()
+    optimizer.zero_grad()
+    return total
+'''
+
+SOLUTIONS["06"] = '''\
+import torch
+
+
+def quantize(x, chunk):
+    flat = x.detach().reshape(-1).to(torch.float32)
+    n = flat.numel()
+    chunks = -(-n // chunk)
+    padded = torch.zeros(chunks * chunk)
+    padded[:n] = flat
+    blocks = padded.view(chunks, chunk)
+    scales = blocks.abs().amax(dim=1) / 127
+    scales = torch.where(scales > 0, scales, torch.ones_like(scales))
+    q = torch.round(blocks / scales[:, None]).clamp(-127, 127).to(torch.int8)
+    return q.view(-1)[:n].clone(), scales
+
+
+def dequantize(q, scales, chunk):
+    steps = scales.to(torch.float32).repeat_interleave(chunk)[:q.numel()]
+    return q.reshape(-1).to(torch.float32) * steps
+
+
+def compress_with_feedback(grad, residual, chunk):
+    corrected = grad + residual
+    q, scales = quantize(corrected, chunk)
+    return q, scales, corrected - dequantize(q, scales, chunk)
+'''
+
+SOLUTIONS["08"] = '''\
+import torch
+import torch.distributed as dist
+from dpteach.collectives import chunk_bounds, ring_all_gather, ring_reduce_scatter
+
+
+class ZeroSGD:
+    def __init__(self, params, lr, momentum):
+        self.params, self.lr, self.momentum = list(params), lr, momentum
+        total = sum(p.numel() for p in self.params)
+        self.start, self.stop = chunk_bounds(total, dist.get_world_size())[dist.get_rank()]
+        self.buf = torch.zeros(self.stop - self.start, dtype=self.params[0].dtype)
+
+    def step(self):
+        world = dist.get_world_size()
+        grads = torch.cat([p.grad.reshape(-1) for p in self.params])
+        mine = ring_reduce_scatter(grads) / world
+        flat = torch.cat([p.detach().reshape(-1) for p in self.params])
+        self.buf.mul_(self.momentum).add_(mine)
+        updated = flat[self.start:self.stop] - self.lr * self.buf
+        full = ring_all_gather(updated)
+        offset = 0
+        with torch.no_grad():
+            for p in self.params:
+                p.copy_(full[offset:offset + p.numel()].view_as(p))
+                offset += p.numel()
+
+    def state_numel(self):
+        return self.buf.numel()
+'''
+
+
+def solution(exercise: str) -> str:
+    """The reference solution cell of an exercise (by id, stem or notebook name)."""
+    return SOLUTIONS[get_exercise(exercise).id]

@@ -1,0 +1,124 @@
+"""What an exercise is, for the grader: the names the learner writes, the stub they start from, the checks.
+
+An :class:`Exercise` is plain data. Each exercise module in ``dpteach/grading/checks/`` builds one, and
+the same object drives everything else: ``exercises/build.py`` writes the notebook from it (so the stub
+in the notebook is, character for character, the stub the grader compares against), the runner runs its
+checks on real ranks, and the report lists them in the order they are declared here.
+
+A :class:`Check` is one property with points. Its ``run(ctx)`` executes on *every* rank of a world of
+``world`` ranks, calls the learner's code through ``ctx`` (see ``dpteach/grading/rank.py``) and raises
+:class:`Fail` with a message for people when the property does not hold. Messages describe what is
+wrong ("the chunk's values differ from the sum over ranks") and never the expected numbers: an
+answer key leaked through an error message is still an answer key.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+# The exercise modules, in course order. Each defines ``EXERCISE``.
+EXERCISE_MODULES = (
+    "dpteach.grading.checks.ex01_ring_pieces",
+    "dpteach.grading.checks.ex02_ring_all_reduce",
+    "dpteach.grading.checks.ex03_buckets",
+    "dpteach.grading.checks.ex04_overlap",
+    "dpteach.grading.checks.ex05_accumulation",
+    "dpteach.grading.checks.ex06_int8",
+    "dpteach.grading.checks.ex08_zero1",
+)
+
+STUB_TEXT = "your code here"
+STUB_MARKER = f'raise NotImplementedError("{STUB_TEXT}")'
+
+# Collectives that a "build it yourself" exercise may not call. Grouped so that an exercise can
+# forbid all of them (01, 02) or all but the one it is about (04 allows all_reduce).
+TORCH_COLLECTIVES = tuple(f"torch.distributed.{name}" for name in (
+    "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "all_to_all_single",
+    "reduce_scatter_tensor", "all_gather_into_tensor", "all_gather_object", "broadcast_object_list",
+    "gather", "scatter", "gather_object", "scatter_object_list", "all_reduce_coalesced",
+    "all_gather_coalesced", "_all_gather_base", "_reduce_scatter_base", "_broadcast_coalesced"))
+# Methods of a ProcessGroup object (``dist.group.WORLD.allreduce(...)``): the same collectives, one level down.
+PROCESS_GROUP_METHODS = ("allreduce", "allgather", "reduce_scatter", "broadcast", "reduce", "alltoall",
+                         "alltoall_base", "allreduce_coalesced", "allgather_coalesced", "_allgather_base",
+                         "_reduce_scatter_base", "allgather_into_tensor_coalesced",
+                         "reduce_scatter_tensor_coalesced", "gather", "scatter")
+DPTEACH_COLLECTIVES = tuple(f"dpteach.collectives.{name}" for name in (
+    "ring_all_reduce", "ring_reduce_scatter", "ring_all_gather", "tree_all_reduce", "naive_all_reduce"))
+# Whole modules that are collectives under another name.
+COLLECTIVE_MODULES = ("torch.distributed._functional_collectives", "torch.distributed.nn")
+ALL_COLLECTIVES = TORCH_COLLECTIVES + DPTEACH_COLLECTIVES
+
+
+class Fail(Exception):
+    """A checked property does not hold; the message says which, in words, without expected values."""
+
+
+@dataclass(frozen=True)
+class Check:
+    """One property with points, checked on ``world`` real ranks.
+
+    ``uses`` names the learner's functions the check calls: when one of them hangs, the world has to be
+    killed, and later checks of the same function are skipped rather than each waiting for its own
+    time-out (the learner fixes the hang first either way). ``hint`` is shown when the check fails.
+    """
+
+    name: str
+    points: int
+    world: int
+    run: Callable
+    hidden: bool = False
+    uses: tuple = ()
+    hint: str = ""
+    limit: float = 6.0
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """One exercise: notebook text, the names the learner defines, the stub, the checks, the rules."""
+
+    id: str                   # "01"
+    stem: str                 # notebook file name without .ipynb; also the progress-store key
+    title: str
+    names: tuple              # what the learner defines (functions or classes)
+    stub: str                 # the solution cell exactly as it ships
+    intro: str                # markdown above the stub: what to write, the signature, the rules
+    try_code: str             # the cell below the stub that runs it on a small world
+    checks: tuple
+    forbidden: tuple = ()     # qualified names (see ALL_COLLECTIVES) the learner's code may not use
+    forbidden_methods: tuple = ()  # ProcessGroup method names, likewise
+    forbidden_modules: tuple = ()
+    rule: str = ""            # one sentence: what the forbidden list means, shown when it is broken
+    after: str = ""           # markdown between the try cell and check(): what to look at next
+    warmup: Callable | None = None  # run in each rank before the first check, outside its time limit
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def max_score(self) -> int:
+        return sum(check.points for check in self.checks)
+
+    @property
+    def notebook_name(self) -> str:
+        return f"{self.stem}.ipynb"
+
+
+def all_exercises() -> list[Exercise]:
+    """Every exercise, in course order (imports the exercise modules on first use)."""
+    return [importlib.import_module(name).EXERCISE for name in EXERCISE_MODULES]
+
+
+def get_exercise(key: str) -> Exercise:
+    """An exercise by id ("01", "1"), notebook stem ("01_ring_all_reduce"...) or notebook file name."""
+    text = str(key).strip()
+    if text.endswith(".ipynb"):
+        text = text[:-len(".ipynb")]
+    if text.isdigit():  # by id: import that exercise's module only (ranks look exercises up this way)
+        for name in EXERCISE_MODULES:
+            if int(name.rsplit(".", 1)[1][2:4]) == int(text):
+                return importlib.import_module(name).EXERCISE
+    exercises = all_exercises()
+    for exercise in exercises:
+        if text in (exercise.id, exercise.stem) or (text.isdigit() and int(text) == int(exercise.id)):
+            return exercise
+    known = ", ".join(f"{e.id} ({e.stem})" for e in exercises)
+    raise ValueError(f"exercise={key!r} is not an exercise of this course; choose one of: {known}")

@@ -1,0 +1,136 @@
+"""Known-wrong solutions, for the grader's own tests: each must lose points, on the check meant to catch it.
+
+A grader that gives full marks to a broken ring is worse than none. Each variant here is a reference
+solution (``solutions.py``) with one realistic mistake put in by a textual edit - an off-by-one chunk
+index, a missing division by W, a sync decided after forward, a hook that reduces the parameter instead
+of its gradient, a bucket whose state outlives its step - together with the checks that must fail
+because of it (matched by a piece of their name) and the words the failure message must contain.
+``tests/test_grading_variants.py`` grades every one.
+
+Not imported by the grader itself.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .solutions import solution
+from .spec import get_exercise
+
+
+@dataclass(frozen=True)
+class Variant:
+    exercise: str
+    name: str
+    edits: tuple            # ((old text, new text), ...) applied to the reference solution, each exactly once
+    must_fail: tuple        # pieces of the names of checks that must fail
+    message: str = ""       # a piece of the failure message of the first of them
+
+    def source(self) -> str:
+        text = solution(self.exercise)
+        for old, new in self.edits:
+            if text.count(old) != 1:
+                raise AssertionError(f"variant {self.name!r}: {old!r} occurs {text.count(old)} times in the solution")
+            text = text.replace(old, new)
+        return text
+
+    def failing_checks(self) -> list[int]:
+        checks = get_exercise(self.exercise).checks
+        found = [i for i, check in enumerate(checks) if any(piece in check.name for piece in self.must_fail)]
+        if len(found) < len(self.must_fail):
+            raise AssertionError(f"variant {self.name!r}: not every piece of {self.must_fail} names a check")
+        return found
+
+
+NAIVE_ALL_REDUCE = '''\
+def ring_all_reduce(tensor):
+    world, rank = dist.get_world_size(), dist.get_rank()
+    buf = tensor.detach().contiguous().view(-1)
+    if rank == 0:                              # gather to rank 0, add, send the sum back
+        inbox = torch.empty_like(buf)
+        for src in range(1, world):
+            exchange(None, None, inbox, src)
+            buf += inbox
+        for dst in range(1, world):
+            exchange(buf, dst, None, None)
+    else:
+        exchange(buf, 0, None, None)
+        exchange(None, None, buf, 0)
+    if buf.data_ptr() != tensor.data_ptr() or not tensor.is_contiguous():
+        tensor.copy_(buf.view(tensor.shape))
+    return tensor
+'''
+
+VARIANTS = (
+    Variant("01", "off-by-one chunk index in reduce-scatter",
+            (("bounds[(rank - step - 1) % world]\n        r0, r1 = bounds[(rank - step - 2) % world]\n        "
+              "exchange(buf[s0:s1], right, inbox",
+              "bounds[(rank - step) % world]\n        r0, r1 = bounds[(rank - step - 1) % world]\n        "
+              "exchange(buf[s0:s1], right, inbox"),),
+            ("reduce_scatter: W=2, 8 elements",), "rank"),
+    Variant("01", "all-gather that sends the chunk it is about to receive",
+            (("s0, s1 = bounds[(rank - step) % world]\n        r0, r1 = bounds[(rank - step - 1) % world]\n"
+              "        exchange(out[s0:s1]",
+              "s0, s1 = bounds[(rank - step - 1) % world]\n        r0, r1 = bounds[(rank - step - 1) % world]\n"
+              "        exchange(out[s0:s1]"),),
+            ("all_gather: W=3",), "rank"),
+    Variant("02", "off-by-one chunk index in the all-gather pass",
+            (("s0, s1 = bounds[(rank - step) % world]", "s0, s1 = bounds[(rank - step + 1) % world]"),),
+            ("W=3, 10 elements",), "rank"),
+    Variant("02", "works on a copy: the caller's tensor never changes",
+            (("buf = tensor.detach().contiguous().view(-1)", "buf = tensor.detach().reshape(-1).clone()"),
+             ("    if buf.data_ptr() != tensor.data_ptr() or not tensor.is_contiguous():\n"
+              "        tensor.copy_(buf.view(tensor.shape))\n    return tensor",
+              "    return buf.view(tensor.shape)")),
+            ("W=2, 8 elements, float32, in place",), "in place"),
+    Variant("02", "gather to rank 0 and broadcast back: right sum, not a ring",
+            ((solution("02")[solution("02").index("def ring_all_reduce"):], NAIVE_ALL_REDUCE),),
+            ("sends 2(W-1)/W of the tensor",), "more elements than a ring"),
+    Variant("03", "closes a bucket before the parameter that crosses the cap",
+            (("        current.append(index)\n        filled += sizes[index]\n",
+              "        if current and filled + sizes[index] > (cap_bytes if buckets else first_cap_bytes):\n"
+              "            buckets.append(current)\n            current, filled = [], 0\n"
+              "        current.append(index)\n        filled += sizes[index]\n"),),
+            ("crosses the cap joins",), "closed before"),
+    Variant("03", "fills buckets in forward order",
+            (("for index in reversed(range(len(sizes))):", "for index in range(len(sizes)):"),),
+            ("reverse order, equal sizes",), "reverse"),
+    Variant("03", "flatten returns copies instead of views",
+            (("views.append(view)", "views.append(view.clone())"),),
+            ("views share the buffer",), "views"),
+    Variant("04", "the hook reduces the parameter instead of its gradient",
+            (("view.copy_(param.grad)", "view.copy_(param.detach())"),),
+            ("every .grad is the average",), "average"),
+    Variant("04", "missing division by W",
+            (("p.grad.copy_(view / world)", "p.grad.copy_(view)"),),
+            ("every .grad is the average",), "divide by W"),
+    Variant("04", "stale bucket: per-step state never reset",
+            (("            p.grad.copy_(view / world)\n        self.reset()\n",
+              "            p.grad.copy_(view / world)\n"),),
+            ("three steps in a row",), "step 2 of 3"),
+    Variant("04", "launches every all-reduce in finish(): no overlap",
+            (("        while self.next_bucket < len(self.buckets) and self.missing[self.next_bucket] == 0:\n",
+              "        while False:\n"),
+             ("    def finish(self):\n",
+              "    def finish(self):\n        for b in range(len(self.buckets)):\n"
+              "            self.handles.append(dist.all_reduce(self.buffers[b], async_op=True))\n")),
+            ("starts during backward",), "after backward"),
+    Variant("05", "sync decided after forward",
+            (("        with context:                       # decided before forward\n"
+              "            loss = loss_fn(model(inputs), targets) / k\n            loss.backward()\n",
+              "        loss = loss_fn(model(inputs), targets) / k\n"
+              "        with context:                       # too late: forward already armed the sync\n"
+              "            loss.backward()\n"),),
+            ("synchronised once per step",), "more than once"),
+    Variant("05", "loss not divided by K",
+            (("loss = loss_fn(model(inputs), targets) / k", "loss = loss_fn(model(inputs), targets)"),),
+            ("weights after one step",), "weights differ"),
+    Variant("06", "error feedback that forgets the residual",
+            (("corrected = grad + residual", "corrected = grad"),),
+            ("the new residual is what", "add up to the true sum"), "residual"),
+    Variant("06", "truncates instead of rounding",
+            (("torch.round(blocks / scales[:, None])", "(blocks / scales[:, None])"),),
+            ("within half a step",), "half a step"),
+    Variant("08", "missing division by W",
+            (("mine = ring_reduce_scatter(grads) / world", "mine = ring_reduce_scatter(grads)"),),
+            ("three steps equal SGD",), "weights differ"),
+)
