@@ -1,0 +1,62 @@
+"""Turn the JSON results in benchmarks/results/ into the Markdown tables of benchmarks/README.md.
+
+    python benchmarks/report.py > benchmarks/RESULTS.md
+
+Every figure comes from a results file; every results file records the command that made it.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def allreduce_table(report: dict) -> list[str]:
+    rows = {(r["algorithm"], r["bytes"]): r for r in report["rows"]}
+    sizes = sorted({b for _, b in rows})
+    algorithms = [a for a in ("builtin", "ring", "tree", "naive") if any((a, s) in rows for s in sizes)]
+    out = ["| bytes | " + " | ".join(f"{a} (ms)" for a in algorithms) + " | ring / builtin | ring busbw (GB/s) |",
+           "|---:|" + "---:|" * (len(algorithms) + 2)]
+    for size in sizes:
+        cells = [f"{rows[(a, size)]['time_s'] * 1e3:.2f}" for a in algorithms]
+        ratio = rows[("ring", size)]["time_s"] / rows[("builtin", size)]["time_s"]
+        out.append(f"| {size} | " + " | ".join(cells) + f" | **{ratio:.2f}** | {rows[('ring', size)]['busbw_GBps']:.3f} |")
+    fit = report.get("fit")
+    if fit:
+        out += ["", f"Alpha-beta fit to the ring: alpha = {fit['alpha_s'] * 1e6:.0f} us, "
+                    f"beta = {fit['beta_s_per_byte'] * 1e9:.2f} ns/byte ({fit['bandwidth_GBps']:.2f} GB/s), R^2 = {fit['r2']:.3f}."]
+    return out
+
+
+def compare_table(report: dict) -> list[str]:
+    rows = {r["strategy"]: r for r in report["rows"]}
+    out = ["| strategy | step (ms) | exposed comm (ms) | MB / step | final loss | max abs diff vs 1 process | replicas identical |",
+           "|---|---:|---:|---:|---:|---:|:---:|"]
+    for r in report["rows"]:
+        exposed = "-" if r["exposed_comm_s"] is None else f"{r['exposed_comm_s'] * 1e3:.1f}"
+        out.append(f"| {r['strategy']} | {r['step_time_s'] * 1e3:.1f} | {exposed} | {r['bytes_per_step'] / 2**20:.2f} | "
+                   f"{r['final_loss']:.4f} | {r['max_abs_diff_vs_single']:.1e} | {'yes' if r['replicas_identical'] else 'no'} |")
+    if {"overlap", "ddp", "naive"} <= set(rows):
+        step_ratio = rows["overlap"]["step_time_s"] / rows["ddp"]["step_time_s"]
+        exposed_ratio = rows["overlap"]["exposed_comm_s"] / rows["naive"]["exposed_comm_s"]
+        out += ["", f"overlap step time / ddp step time = **{step_ratio:.2f}**; "
+                    f"overlap exposed communication / naive exposed communication = **{exposed_ratio:.2f}**."]
+    return out
+
+
+def main() -> int:
+    for path in sorted(RESULTS.glob("*.json")):
+        data = json.loads(path.read_text())
+        print(f"### `{path.name}`\n")
+        print(f"Command: `{data['command']}`  ")
+        print(f"Machine: {data['machine']}\n")
+        report = data["report"]
+        table = compare_table(report) if "strategy" in report["rows"][0] else allreduce_table(report)
+        print("\n".join(table) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+"""Run the benchmarks the issues set bars for and store each result with its command and machine.
+
+    python benchmarks/run.py            # all of them (a few minutes on 2 cores)
+    python benchmarks/report.py         # the tables
+
+Each result is measured in one run, its ratios between algorithms or strategies measured side by
+side (interleaved), because on a shared or busy machine absolute times drift but ratios hold.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+RESULTS = Path(__file__).resolve().parent / "results"
+RUNS = {
+    "allreduce_w4_cpu.json": ["bench", "allreduce", "--world-size", "4", "--sizes", "4KiB,64KiB,1MiB,16MiB",
+                              "--iters", "30", "--json"],
+    "compare_w2_cpu.json": ["compare", "--world-size", "2", "--steps", "30", "--json"],
+    "compare_w4_cpu.json": ["compare", "--world-size", "4", "--steps", "30", "--json"],
+}
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return (f"{os.cpu_count()} CPU cores ({cpu}), {platform.system()}, Python {platform.python_version()}, "
+            f"torch {torch.__version__}, no GPU" if not torch.cuda.is_available() else
+            f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}, torch {torch.__version__}")
+
+
+def main(names=None) -> int:
+    RESULTS.mkdir(exist_ok=True)
+    for name, args in RUNS.items():
+        if names and name not in names:
+            continue
+        out = subprocess.run([sys.executable, "-m", "dpteach.cli", *args], capture_output=True, text=True, check=True)
+        record = {"command": "dpteach " + " ".join(args), "machine": machine(), "report": json.loads(out.stdout)}
+        (RESULTS / name).write_text(json.dumps(record, indent=2) + "\n")
+        print(f"wrote {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
