@@ -24,10 +24,10 @@ from pathlib import Path
 
 from .notebook import exercise_of_notebook, from_namespace, from_notebook_file, from_source
 from .report import Report
-from .runner import grade
+from .runner import grade, grade_many
 from .spec import Exercise, all_exercises, get_exercise
 
-__all__ = ["check", "grade_notebook", "grade_source", "grade_namespace", "get_exercise", "all_exercises", "Report", "Exercise"]
+__all__ = ["check", "grade_notebook", "grade_source", "grade_sources", "grade_namespace", "get_exercise", "all_exercises", "Report", "Exercise"]
 
 
 def grade_notebook(path, exercise: str | None = None, *, record: bool = True) -> Report:
@@ -45,11 +45,21 @@ def grade_notebook(path, exercise: str | None = None, *, record: bool = True) ->
     return grade(chosen, from_notebook_file(chosen, path), record=record)
 
 
-def grade_source(exercise: str, source: str, *, record: bool = True, only=None) -> Report:
+def grade_source(exercise: str, source: str, *, record: bool = True, only=None,
+                 limit_scale: float | None = None) -> Report:
     """Grade ``source`` as if it were the text of the notebook's solution cell (for tools and tests)."""
     chosen = get_exercise(exercise)
-    submission = from_source(chosen, source)
-    return grade(chosen, submission, record=record, only=only)
+    return grade(chosen, from_source(chosen, source), record=record, only=only, limit_scale=limit_scale)
+
+
+def grade_sources(exercise: str, sources: list, *, limit_scale: float | None = None) -> list[Report]:
+    """Grade several ``(source, only)`` pairs of one exercise in as few worlds as possible; not recorded.
+
+    For the grader's own tests, and for an instructor checking many submissions at once.
+    """
+    chosen = get_exercise(exercise)
+    return grade_many(chosen, [(from_source(chosen, text), only) for text, only in sources], record=False,
+                      limit_scale=limit_scale)
 
 
 def grade_namespace(exercise: str, namespace: dict, *, record: bool = True) -> Report:

@@ -11,7 +11,8 @@ This module finds uses by reading the syntax tree, before anything runs:
 * every dotted expression (``dist.all_reduce``, ``torch.distributed.distributed_c10d.all_reduce``,
   ``dpteach.collectives.ring.ring_all_reduce``) whose root is an imported module - resolved to the
   real object, so an alias or a re-export is caught as surely as the canonical spelling;
-* every attribute named like a ProcessGroup collective (``.allreduce(``), whatever it is called on;
+* every attribute named like a ProcessGroup collective (``.allreduce(``), whatever it is called on - the
+  unmistakable names only (``.gather`` is also a tensor method); the run-time guard covers the rest;
 * in a live notebook, bare names bound in the notebook's globals (``ar = dist.all_reduce`` in another
   cell, then ``ar(t)``) - resolved through those globals.
 
@@ -27,6 +28,9 @@ import types
 from dataclasses import dataclass
 
 from .spec import Exercise
+
+
+AMBIGUOUS_METHODS = {"broadcast", "reduce", "gather", "scatter", "reduce_scatter"}
 
 
 @dataclass(frozen=True)
@@ -107,7 +111,9 @@ class Scanner:
             if obj is not None:
                 self.objects[id(obj)] = (obj, name)
         self.modules = tuple(exercise.forbidden_modules)
-        self.methods = set(exercise.forbidden_methods)
+        # Method names are matched whatever they are called on, so only the unmistakable ones: tensors
+        # have .gather() and .scatter() of their own, and torch.gather is not a collective.
+        self.methods = set(exercise.forbidden_methods) - AMBIGUOUS_METHODS
 
     def _match_object(self, obj) -> str | None:
         entry = self.objects.get(id(obj))
@@ -142,11 +148,10 @@ class Scanner:
             for node in ast.walk(tree):
                 name = None
                 if isinstance(node, ast.Attribute):
-                    if node.attr in self.methods:
+                    dotted = _dotted(node, aliases, namespace)
+                    name = self._match_dotted(dotted) if dotted else None
+                    if name is None and node.attr in self.methods:
                         name = f"ProcessGroup.{node.attr}"
-                    else:
-                        dotted = _dotted(node, aliases, namespace)
-                        name = self._match_dotted(dotted) if dotted else None
                 elif isinstance(node, ast.Name) and namespace is not None and node.id not in aliases:
                     if node.id in namespace:
                         name = self._match_object(namespace[node.id])

@@ -135,7 +135,11 @@ def _wait_for_peers(store, key: str, world: int) -> None:
 
 
 def rank_main(plan: dict) -> None:
-    """Run ``plan["order"]`` (check indexes) of exercise ``plan["exercise"]`` on this rank."""
+    """Run the checks of ``plan["jobs"]`` - each a submission and the check indexes to run - on this rank.
+
+    Usually there is one job: a learner's code. The grader's tests put several submissions of the same
+    exercise in one launch (starting ranks is the expensive part), and so can an instructor's tool.
+    """
     rank, size = dist.get_rank(), dist.get_world_size()
     exercise = get_exercise(plan["exercise"])
     results = _Results(os.path.join(plan["results_dir"], f"rank{rank}.jsonl"), rank)
@@ -146,41 +150,47 @@ def rank_main(plan: dict) -> None:
     nonce = plan["nonce"]
     guard = Guard(exercise.forbidden, exercise.forbidden_methods).install()
     dist.destroy_process_group()  # from here on, every check brings its own world
-
-    watchdog.arm("load", plan["load_limit"])
-    submission = plan["submission"]
-    try:
-        namespace = submission.load()
-        missing = [name for name in exercise.names if name not in namespace]
-        if missing:
-            raise NameError(f"the solution does not define {', '.join(missing)}")
-    except BaseException as exc:  # their top-level code raised: nothing can be checked
-        results.write(event="load_error", text=trimmed_traceback(exc, submission.files), exc_type=type(exc).__name__)
-        namespace = None
-    if namespace is not None and exercise.warmup is not None:
-        exercise.warmup()
-    watchdog.disarm()
-
-    for index in plan["order"] if namespace is not None else []:
-        check = exercise.checks[index]
-        if rank >= check.world:
-            continue  # not part of this check's world; the next check's rendezvous waits for us
-        dist.init_process_group("gloo", store=dist.PrefixStore(f"{nonce}/check{index}", store), rank=rank,
-                                world_size=check.world, timeout=PROCESS_GROUP_TIMEOUT)
-        # Armed only once the world is complete: a rank that skipped the smaller worlds waits here for
-        # its peers, and that wait is not this check's time.
-        watchdog.arm(index, check.limit * plan.get("limit_scale", 1.0))
-        started = time.perf_counter()
-        outcome = _run_one(check, rank, namespace, guard, submission.files)
-        results.write(event="check", check=index, seconds=round(time.perf_counter() - started, 3),
-                      at=time.time(), **outcome)
-        _wait_for_peers(store, f"{nonce}/done{index}", check.world)
-        dist.destroy_process_group()
+    warm = False
+    for job, submission, order in plan["jobs"]:
+        watchdog.arm([job, "load"], plan["load_limit"])
+        try:
+            namespace = submission.load()
+            missing = [name for name in exercise.names if name not in namespace]
+            if missing:
+                raise NameError(f"the solution does not define {', '.join(missing)}")
+        except BaseException as exc:  # their top-level code raised: nothing can be checked
+            results.write(event="load_error", job=job, text=trimmed_traceback(exc, submission.files),
+                          exc_type=type(exc).__name__)
+            namespace = None
+        if namespace is not None and exercise.warmup is not None and not warm:
+            exercise.warmup()
+            warm = True
         watchdog.disarm()
+        for index in order if namespace is not None else []:
+            _run_check(plan, job, index, exercise, rank, store, namespace, guard, submission, results, watchdog)
 
     # The launcher's worker tears down a default process group when we return: leave one in place.
     dist.init_process_group("gloo", store=dist.PrefixStore(f"{nonce}/end", store), rank=rank, world_size=size,
                             timeout=PROCESS_GROUP_TIMEOUT)
+
+
+def _run_check(plan, job, index, exercise, rank, store, namespace, guard, submission, results, watchdog):
+    check = exercise.checks[index]
+    if rank >= check.world:
+        return  # not part of this check's world; the next check's rendezvous waits for us
+    prefix = f"{plan['nonce']}/job{job}/check{index}"
+    dist.init_process_group("gloo", store=dist.PrefixStore(prefix, store), rank=rank, world_size=check.world,
+                            timeout=PROCESS_GROUP_TIMEOUT)
+    # Armed only once the world is complete: a rank that skipped the smaller worlds waits here for its
+    # peers, and that wait is not this check's time.
+    watchdog.arm([job, index], check.limit * plan.get("limit_scale", 1.0))
+    started = time.perf_counter()
+    outcome = _run_one(check, rank, namespace, guard, submission.files)
+    results.write(event="check", job=job, check=index, seconds=round(time.perf_counter() - started, 3),
+                  at=time.time(), **outcome)
+    _wait_for_peers(store, prefix + "/done", check.world)
+    dist.destroy_process_group()
+    watchdog.disarm()
 
 
 def _run_one(check, rank: int, namespace: dict, guard: Guard, learner_files) -> dict:

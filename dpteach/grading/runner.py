@@ -51,28 +51,44 @@ def grade(exercise: Exercise, submission: Submission, *, record: bool = True, na
     very slow machine). ``only`` (check indexes) runs a subset - for the grader's own tests; the others
     are reported as not run, so such a report can never claim full marks.
     """
+    return grade_many(exercise, [(submission, only)], record=record, namespace=namespace,
+                      limit_scale=limit_scale)[0]
+
+
+def grade_many(exercise: Exercise, submissions: list, *, record: bool = False, namespace: dict | None = None,
+               limit_scale: float | None = None) -> list[Report]:
+    """Grade several ``(submission, only)`` pairs of one exercise in as few worlds as possible."""
     started = time.monotonic()
     if limit_scale is None:
         limit_scale = float(os.environ.get("DPTEACH_GRADE_TIME_SCALE", "1"))
-    if not attempted(exercise, submission):
-        return not_attempted(exercise)
-    report = Report(exercise.id, exercise.title, "failed", 0, exercise.max_score, rule=exercise.rule,
-                    checks=[CheckResult(c.name, c.points, c.hidden, hint=c.hint) for c in exercise.checks])
-    problem = syntax_problem(submission)
-    if problem is None:
-        offenses = static.scan(exercise, submission.files, namespace)
-        report.forbidden = [str(o) for o in offenses]
-        problem = _run_checks(exercise, submission, report, limit_scale, only)
-    if problem is not None:
-        report.status, report.error = "error", problem
-        for row in report.checks:
-            row.message = "not run: the code could not be loaded"
-    _score(report)
-    report.elapsed_s = time.monotonic() - started
-    if record:
-        ProgressStore().record_exercise(Path(exercise.notebook_name).stem, report.score, report.max_score,
-                                        report.status)
-    return report
+    reports, jobs = [], []
+    for submission, only in submissions:
+        if not attempted(exercise, submission):
+            reports.append(not_attempted(exercise))
+            continue
+        report = Report(exercise.id, exercise.title, "failed", 0, exercise.max_score, rule=exercise.rule,
+                        checks=[CheckResult(c.name, c.points, c.hidden, hint=c.hint) for c in exercise.checks])
+        reports.append(report)
+        report.error = syntax_problem(submission)
+        if report.error is None:
+            report.forbidden = [str(o) for o in static.scan(exercise, submission.files, namespace)]
+            jobs.append((submission, report, only))
+    load_errors = _run_checks(exercise, jobs, limit_scale)
+    for job, (_, report, _) in enumerate(jobs):
+        report.error = load_errors.get(job)
+    for report in reports:
+        if report.status == "not_attempted":
+            continue
+        if report.error is not None:
+            report.status = "error"
+            for row in report.checks:
+                row.message = "not run: the code could not be loaded"
+        _score(report)
+        report.elapsed_s = time.monotonic() - started
+        if record:
+            ProgressStore().record_exercise(Path(exercise.notebook_name).stem, report.score, report.max_score,
+                                            report.status)
+    return reports
 
 
 def _score(report: Report) -> None:
@@ -83,67 +99,83 @@ def _score(report: Report) -> None:
         report.status = "passed" if report.score == report.max_score else "failed"
 
 
-def _run_checks(exercise: Exercise, submission: Submission, report: Report, limit_scale: float,
-                only=None) -> str | None:
-    """Run every check, launching again after a world dies; fill ``report.checks``. Returns a load error."""
+def _run_checks(exercise: Exercise, jobs: list, limit_scale: float) -> dict:
+    """Run every job's checks, launching again after a world dies; fill each job's report.
+
+    ``jobs``: ``(submission, report, only)``. Returns ``{job: message}`` for the jobs whose code could
+    not be loaded.
+    """
     checks = exercise.checks
-    chosen = range(len(checks)) if only is None else sorted(set(only))
-    for i in set(range(len(checks))) - set(chosen):
-        report.checks[i].message = "not run: this grading covered only some of the checks"
-    pending = sorted(chosen, key=lambda i: checks[i].world)  # stable: declared order within a world
+    pending = []  # (job, check index) in the order the ranks run them: smallest worlds first
+    for job, (_, report, only) in enumerate(jobs):
+        chosen = range(len(checks)) if only is None else sorted(set(only))
+        for i in set(range(len(checks))) - set(chosen):
+            report.checks[i].message = "not run: this grading covered only some of the checks"
+        pending += [(job, i) for i in sorted(chosen, key=lambda i: checks[i].world)]
     deadline = time.monotonic() + GRADING_BUDGET
-    runtime_forbidden: list[str] = []
+    load_errors: dict[int, str] = {}
+    called: dict[int, set] = {}  # job -> forbidden functions the guard saw called
     while pending:
-        records, failure = _launch(exercise, submission, pending, limit_scale)
-        load_errors = [r for r in records if r.get("event") == "load_error"]
-        if load_errors:
-            return min(load_errors, key=lambda r: r["rank"])["text"]
+        records, failure = _launch(exercise, jobs, pending, limit_scale)
         if isinstance(failure, TypeError):  # raised by launch() before any rank started
-            return f"your code cannot be sent to the ranks: {failure}"
-        if any(r.get("event") == "timeout" and r["check"] == "load" for r in records):
-            return (f"running your cells took longer than {LOAD_LIMIT:g} s before any check started: is there "
-                    f"an endless loop (or a long computation) outside your functions?")
-        by_check: dict[int, dict] = {}
-        timeouts = {}
+            load_errors.update({job: f"your code cannot be sent to the ranks: {failure}" for job, _ in pending})
+            break
+        by_check: dict[tuple, dict] = {}
+        timeouts: dict[tuple, dict] = {}
         for r in records:
-            if r.get("event") == "check":
-                by_check.setdefault(r["check"], {})[r["rank"]] = r
-                runtime_forbidden += r.get("forbidden", [])
+            if r.get("event") == "load_error":
+                load_errors.setdefault(r["job"], r["text"])
+            elif r.get("event") == "timeout" and r["check"][1] == "load":
+                load_errors.setdefault(r["check"][0], (
+                    f"running your cells took longer than {LOAD_LIMIT:g} s before any check started: is "
+                    f"there an endless loop (or a long computation) outside your functions?"))
             elif r.get("event") == "timeout":
-                timeouts.setdefault(r["check"], r)
-        done = [i for i in pending if len(by_check.get(i, {})) == checks[i].world]
-        for i in done:
-            _merge(report.checks[i], by_check[i])
-        remaining = [i for i in pending if i not in done]
-        if not remaining:
+                timeouts.setdefault(tuple(r["check"]), r)
+            elif r.get("event") == "check":
+                by_check.setdefault((r["job"], r["check"]), {})[r["rank"]] = r
+                called.setdefault(r["job"], set()).update(r["forbidden"])
+        pending = [(job, i) for job, i in pending if job not in load_errors]
+        done = [key for key in pending if len(by_check.get(key, {})) == checks[key[1]].world]
+        for job, i in done:
+            _merge(jobs[job][1].checks[i], by_check[(job, i)])
+        remaining = [key for key in pending if key not in done]
+        if not remaining or failure is None and not timeouts:
+            pending = remaining
+            if remaining:  # the world ended cleanly without them: should not happen, say so
+                for job, i in remaining:
+                    jobs[job][1].checks[i].outcome = "grader_error"
+                    jobs[job][1].checks[i].message = "the grader lost this check's result - please report it"
             break
-        broken = next((i for i in remaining if i in timeouts), remaining[0])
-        _blame(report.checks[broken], checks[broken], by_check.get(broken, {}), broken in timeouts,
+        broken = next((key for key in remaining if key in timeouts), remaining[0])
+        job, index = broken
+        _blame(jobs[job][1].checks[index], checks[index], by_check.get(broken, {}), broken in timeouts,
                failure, limit_scale)
-        after = [i for i in remaining if i != broken]
-        skipped = [i for i in after if set(checks[broken].uses) <= set(checks[i].uses)]
-        for i in skipped:
-            report.checks[i].outcome = "not_run"
-            report.checks[i].message = (f"not run: {', '.join(checks[broken].uses) or 'your code'} already "
-                                        f"failed to finish in an earlier check; fix that first")
-        pending = [i for i in after if i not in skipped]
+        after = [key for key in remaining if key != broken]
+        skipped = [(j, i) for j, i in after if j == job and set(checks[index].uses) <= set(checks[i].uses)]
+        for j, i in skipped:
+            jobs[j][1].checks[i].outcome = "not_run"
+            jobs[j][1].checks[i].message = (f"not run: {', '.join(checks[index].uses) or 'your code'} already "
+                                            f"failed to finish in an earlier check; fix that first")
+        pending = [key for key in after if key not in skipped]
         if pending and time.monotonic() > deadline:
-            for i in pending:
-                report.checks[i].message = "not run: the grading time budget was spent on earlier time-outs"
+            for j, i in pending:
+                jobs[j][1].checks[i].message = "not run: the grading time budget was spent on earlier time-outs"
             break
-    if runtime_forbidden:
-        names = sorted(set(runtime_forbidden))
-        report.forbidden += [f"{name} (called while your code ran)" for name in names]
-    return None
+    for job, names in called.items():
+        jobs[job][1].forbidden += [f"{name} (called while your code ran)" for name in sorted(names)]
+    return load_errors
 
 
-def _launch(exercise: Exercise, submission: Submission, order: list[int], limit_scale: float):
-    """One world for the checks in ``order``; returns (all result records, the failure or None)."""
+def _launch(exercise: Exercise, jobs: list, pending: list, limit_scale: float):
+    """One world for the ``pending`` (job, check) pairs; returns (all result records, the failure or None)."""
     results_dir = tempfile.mkdtemp(prefix="dpteach-grade-")
-    plan = {"exercise": exercise.id, "order": order, "submission": submission, "results_dir": results_dir,
-            "nonce": uuid.uuid4().hex[:12], "load_limit": LOAD_LIMIT, "limit_scale": limit_scale}
-    world = max(exercise.checks[i].world for i in order)
-    timeout = STARTUP_ALLOWANCE + LOAD_LIMIT + sum(exercise.checks[i].limit for i in order) * limit_scale
+    order = list(dict.fromkeys(job for job, _ in pending))
+    plan = {"exercise": exercise.id, "results_dir": results_dir, "nonce": uuid.uuid4().hex[:12],
+            "load_limit": LOAD_LIMIT, "limit_scale": limit_scale,
+            "jobs": [(job, jobs[job][0], [i for j, i in pending if j == job]) for job in order]}
+    world = max(exercise.checks[i].world for _, i in pending)
+    timeout = (STARTUP_ALLOWANCE + LOAD_LIMIT * len(order)
+               + sum(exercise.checks[i].limit for _, i in pending) * limit_scale)
     failure = None
     try:
         from .rank import rank_main
@@ -167,6 +199,9 @@ def _first_raised(records: list) -> dict:
     return min(records, key=lambda r: (r.get("at", 0.0), r["rank"]))
 
 
+SEVERITY = ("forbidden", "error", "grader_error", "failed")
+
+
 def _merge(row: CheckResult, per_rank: dict) -> None:
     """A check passes when it passed on every rank; otherwise one failing rank speaks for it: a forbidden
     call first, then the first exception, then the lowest rank whose result was wrong."""
@@ -174,12 +209,9 @@ def _merge(row: CheckResult, per_rank: dict) -> None:
     if not failing:
         row.passed, row.outcome, row.message = True, "passed", ""
         return
-    order = ("forbidden", "error", "grader_error", "failed")
-    best = min(order.index(r["outcome"]) if r["outcome"] in order else len(order) for r in failing)
-    worst = _first_raised([r for r in failing if (order.index(r["outcome"]) if r["outcome"] in order
-                                                  else len(order)) == best])
-    if worst["outcome"] == "failed":
-        worst = min((r for r in failing if r["outcome"] == "failed"), key=lambda r: r["rank"])
+    worst_kind = min(SEVERITY.index(r["outcome"]) for r in failing)
+    same_kind = [r for r in failing if SEVERITY.index(r["outcome"]) == worst_kind]
+    worst = same_kind[0] if SEVERITY[worst_kind] == "failed" else _first_raised(same_kind)
     row.outcome = worst["outcome"]
     prefix = f"rank {worst['rank']}: " if len(per_rank) > 1 else ""
     row.message = prefix + worst["message"]

@@ -57,13 +57,13 @@ import dpteach
 
 def try_it():
     rank = dist.get_rank()
-    x = torch.full((2, 3), float(rank + 1))   # 4 ranks: every element becomes 1 + 2 + 3 + 4 = 10
+    x = torch.full((2, 3), float(rank + 1))   # 3 ranks: every element becomes 1 + 2 + 3 = 6
     ring_all_reduce(x)
     return x.tolist()
 
 
 try:
-    for rank, result in enumerate(dpteach.launch(try_it, world_size=4, timeout=60)):
+    for rank, result in enumerate(dpteach.launch(try_it, world_size=3, timeout=60)):
         print(f"rank {rank}: {result}")
 except dpteach.RankError as err:
     print(f"Not working yet: rank {err.rank} raised {err.exc_type}.")

@@ -71,15 +71,14 @@ internal `dist._compute_bucket_assignment_by_size` score zero.
 
 TRY = '''\
 sizes = [4 * n for n in (640, 10, 4096, 64, 640, 10)]   # bytes of three Linear layers' weights and biases
-print(assign_buckets(sizes, cap_bytes=16_000, first_cap_bytes=4_000))
-
 grads = [torch.ones(2, 3), torch.full((4,), 2.0)]
 try:
+    print("buckets:", assign_buckets(sizes, cap_bytes=16_000, first_cap_bytes=4_000))
     flat, views = flatten(grads)
-    flat.mul_(10)                       # the views see the change
+    flat.mul_(10)                                           # the views see the change
     print(flat, views[0], views[1], sep="\\n")
 except NotImplementedError:
-    print("flatten is still the stub")
+    print("Not written yet: a function above is still the stub")
 '''
 
 

@@ -1,0 +1,141 @@
+"""What the grader does with code that breaks: forbidden calls, hangs, deadlocks, exceptions, bad cells.
+
+Each case runs on real ranks, on one or two checks only (``only=``) and with shortened time limits
+(``limit_scale``), to keep the suite quick; the behaviour is the same as a full grading.
+"""
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from dpteach.grading import get_exercise, grade_source
+from dpteach.grading.forbidden import scan
+from dpteach.grading.solutions import solution
+
+EX01 = get_exercise("01")
+
+
+def index_of(exercise, piece: str) -> int:
+    return next(i for i, check in enumerate(exercise.checks) if piece in check.name)
+
+
+RS_W1 = index_of(EX01, "reduce_scatter: W=1")
+RS_W2 = index_of(EX01, "reduce_scatter: W=2")
+AG_W2 = index_of(EX01, "all_gather: W=2")
+
+
+def edited(text: str, old: str, new: str) -> str:
+    assert text.count(old) == 1, old
+    return text.replace(old, new)
+
+
+def live_ranks_started_by_us() -> list[int]:
+    """Processes (any depth) that a launch from this test process started and that are still running."""
+    mine = f"DPTEACH_PARENT_PID={os.getpid()}".encode()
+    alive = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if state != "Z" and mine in environ.split(b"\0"):
+            alive.append(int(entry.name))
+    return alive
+
+
+@pytest.mark.slow
+def test_a_built_in_collective_found_by_reading_scores_zero_with_the_line():
+    source = solution("01") + "\n\ndef unused(t):\n    dist.all_reduce(t)\n"
+    line = source.splitlines().index("    dist.all_reduce(t)") + 1
+    report = grade_source("01", source, record=False, only=[RS_W1])
+    assert report.score == 0 and report.status == "failed"
+    assert report.forbidden == [f"torch.distributed.all_reduce (<exercise 01 solution, cell 1>, line {line}; "
+                                f"found in the code)"]
+    assert "SCORE 0" in report.text() and f"line {line}" in report.text()
+    assert report.checks[RS_W1].passed and report.checks[RS_W1].earned == 0  # honest: it works, and scores 0
+
+
+@pytest.mark.slow
+def test_a_built_in_collective_hidden_from_reading_is_caught_while_it_runs():
+    source = edited(solution("01"), "    buf = tensor.detach().reshape(-1).clone()\n",
+                    "    buf = tensor.detach().reshape(-1).clone()\n    getattr(dist, 'all_' + 'reduce')(buf)\n")
+    assert scan(EX01, {"<cell>": source}) == []
+    report = grade_source("01", source, record=False, only=[RS_W2])
+    assert report.score == 0
+    assert report.forbidden == ["torch.distributed.all_reduce (called while your code ran)"]
+    assert report.checks[RS_W2].outcome == "forbidden"
+    assert "not allowed in this exercise" in report.checks[RS_W2].message
+
+
+@pytest.mark.slow
+def test_an_endless_loop_times_out_and_leaves_no_process_behind():
+    source = edited(solution("01"), "    out = torch.empty(numel, dtype=chunk.dtype)\n",
+                    "    while True:\n        pass\n")
+    started = time.monotonic()
+    report = grade_source("01", source, record=False, only=[RS_W2, AG_W2], limit_scale=0.5)
+    assert time.monotonic() - started < 60
+    assert report.checks[RS_W2].passed  # the other function still gets its points
+    row = report.checks[AG_W2]
+    assert (row.outcome, row.passed) == ("timed_out", False)
+    assert "timed out after 3 s on W=2" in row.message and "deadlock" in row.message
+    assert live_ranks_started_by_us() == []
+
+
+@pytest.mark.slow
+def test_a_deadlock_times_out_and_leaves_no_process_behind():
+    # every rank receives before it sends: nobody ever sends
+    source = edited(solution("01"), "exchange(buf[s0:s1], right, inbox[:r1 - r0], left)",
+                    "dist.recv(inbox[:r1 - r0], left)\n        dist.send(buf[s0:s1], right)")
+    report = grade_source("01", source, record=False, only=[RS_W1, RS_W2], limit_scale=0.5)
+    assert report.checks[RS_W1].passed  # one rank has no one to wait for
+    assert report.checks[RS_W2].outcome == "timed_out"
+    assert live_ranks_started_by_us() == []
+
+
+@pytest.mark.slow
+def test_an_exception_shows_the_learners_lines_only():
+    source = edited(solution("02"), "    bounds = chunk_bounds(buf.numel(), world)\n",
+                    "    bounds = split(buf.numel(), world)\n") + \
+        "\n\ndef split(numel, world):\n    return chunk_bounds(numel, world - world)\n"
+    line = source.splitlines().index("    bounds = split(buf.numel(), world)") + 1
+    report = grade_source("02", source, record=False, only=[0])
+    row = report.checks[0]
+    assert row.outcome == "error"
+    lines = row.message.splitlines()
+    assert lines[0] == "Traceback (your code only, most recent call last):"
+    assert f'File "<exercise 02 solution, cell 1>", line {line}, in ring_all_reduce' in row.message
+    assert "bounds = split(buf.numel(), world)" in row.message
+    assert "in split" in row.message and lines[-1].startswith("ZeroDivisionError")
+    assert "dpteach" not in row.message.replace("<exercise", "") and "site-packages" not in row.message
+
+
+@pytest.mark.slow
+def test_an_exception_on_one_rank_is_reported_with_its_traceback_not_as_a_time_out():
+    source = edited(solution("02"), "    world, rank = dist.get_world_size(), dist.get_rank()\n",
+                    "    world, rank = dist.get_world_size(), dist.get_rank()\n"
+                    "    if rank == 1:\n        raise KeyError('only rank 1 fails')\n")
+    report = grade_source("02", source, record=False, only=[1], limit_scale=0.5)
+    row = report.checks[1]
+    assert row.outcome == "error" and row.message.startswith("rank 1: Traceback")
+    assert "KeyError: 'only rank 1 fails'" in row.message and "left waiting for rank 1" in row.message
+    assert live_ranks_started_by_us() == []
+
+
+def test_a_syntax_error_is_reported_before_any_rank_starts():
+    report = grade_source("03", "def assign_buckets(sizes, cap_bytes, first_cap_bytes)\n    return []\n",
+                          record=False)
+    assert report.status == "error" and report.score == 0
+    assert report.error.startswith("SyntaxError in <exercise 03 solution, cell 1>, line 1")
+
+
+@pytest.mark.slow
+def test_top_level_code_that_raises_is_an_error_with_its_traceback():
+    source = solution("03") + "\nprint(undefined_name)\n"
+    report = grade_source("03", source, record=False, only=[0])
+    assert report.status == "error"
+    assert f"line {len(source.splitlines())}, in <module>" in report.error and "NameError" in report.error
+    assert "not run: the code could not be loaded" in report.checks[0].message

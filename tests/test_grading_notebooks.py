@@ -1,0 +1,60 @@
+"""The exercise notebooks run top to bottom: untouched (check() says "not attempted", nothing raises) and
+with a solution written in (check() grades it from the notebook's own definitions).
+
+The untouched notebooks are executed one after another in a single kernel, each starting from an empty
+namespace (``%reset -f``): the same as ``pytest --nbval-lax exercises/`` cell for cell, without paying a
+kernel start per notebook.
+"""
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from dpteach.grading import all_exercises
+from dpteach.grading.solutions import solution
+from dpteach.progress import ProgressStore
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(notebook) -> nbformat.NotebookNode:
+    NotebookClient(notebook, timeout=240, kernel_name="python3",
+                   resources={"metadata": {"path": str(ROOT)}}).execute()
+    return notebook
+
+
+def outputs(cell) -> str:
+    return "".join(o.get("text", "") or o.get("data", {}).get("text/plain", "") for o in cell.get("outputs", []))
+
+
+@pytest.mark.slow
+def test_untouched_notebooks_run_top_to_bottom_and_say_not_attempted():
+    merged = nbformat.v4.new_notebook()
+    for exercise in all_exercises():
+        notebook = nbformat.read(ROOT / "exercises" / exercise.notebook_name, as_version=4)
+        merged.cells.append(nbformat.v4.new_code_cell("%reset -f"))
+        merged.cells += [cell for cell in notebook.cells if cell.cell_type == "code"]
+    run(merged)  # raises CellExecutionError if any cell raises
+    checks = [outputs(c) for c in merged.cells if "check" in c.metadata.get("tags", [])]
+    tries = [outputs(c) for c in merged.cells if "try" in c.metadata.get("tags", [])]
+    assert len(checks) == len(all_exercises()) and all("not attempted" in text for text in checks)
+    assert all(("Not working yet" in text or "stub" in text or "Not written yet" in text) for text in tries), tries
+    assert ProgressStore().load()["exercises"] == {}
+
+
+@pytest.mark.slow
+def test_check_in_the_notebook_grades_the_notebooks_own_definitions():
+    exercise = next(e for e in all_exercises() if e.id == "04")  # a class: its source found through its methods
+    notebook = nbformat.read(ROOT / "exercises" / exercise.notebook_name, as_version=4)
+    for cell in notebook.cells:
+        if "solution" in cell.metadata.get("tags", []):
+            cell.source = solution(exercise.id)
+    run(notebook)
+    table = outputs(notebook.cells[-1])
+    assert f"total {exercise.max_score}/{exercise.max_score}  -> passed" in table, table
+    assert "hidden checks (cases not shown)" in table
+    entry = ProgressStore().load()["exercises"][exercise.stem]
+    assert (entry["best_score"], entry["attempts"], entry["last_status"]) == (exercise.max_score, 1, "passed")
+    assert json.loads(json.dumps(entry))

@@ -1,0 +1,67 @@
+"""Every reference solution scores full marks, graded exactly as a learner's notebook is.
+
+Each test fills the reference solution into a copy of the exercise notebook (the cell tagged
+``solution``) and runs ``dpteach grade --json`` through the CLI entry point: real ranks, every check,
+visible and hidden. It also checks the JSON report's schema, the progress store, and ``dpteach progress``.
+The grading time of each exercise is printed (run with ``-s`` to see it); DESIGN.md asks for no timing
+assertions in tests, so the budget (15 s per exercise on 2 cores) is measured, not asserted.
+"""
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from dpteach.cli import main
+from dpteach.grading import all_exercises
+from dpteach.grading.solutions import solution
+
+ROOT = Path(__file__).resolve().parent.parent
+CHECK_KEYS = {"name", "passed", "points", "earned", "hidden", "outcome", "message", "hint"}
+OUTCOMES = {"passed", "failed", "error", "timed_out", "not_run", "forbidden", "grader_error"}
+
+
+def notebook_with(tmp_path, exercise, code: str) -> Path:
+    notebook = json.loads((ROOT / "exercises" / exercise.notebook_name).read_text())
+    for cell in notebook["cells"]:
+        if "solution" in cell["metadata"].get("tags", []):
+            cell["source"] = code
+    path = tmp_path / exercise.notebook_name
+    path.write_text(json.dumps(notebook))
+    return path
+
+
+def check_schema(report: dict) -> None:
+    assert {"exercise", "status", "score", "max_score", "checks"} <= set(report)
+    assert report["status"] in {"passed", "failed", "not_attempted", "error"}
+    assert isinstance(report["score"], int) and 0 <= report["score"] <= report["max_score"]
+    for check in report["checks"]:
+        assert set(check) == CHECK_KEYS
+        assert isinstance(check["passed"], bool) and isinstance(check["hidden"], bool)
+        assert isinstance(check["points"], int) and isinstance(check["message"], str)
+        assert check["outcome"] in OUTCOMES
+    assert report["visible"]["max_score"] + report["hidden"]["max_score"] == report["max_score"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("exercise", all_exercises(), ids=lambda e: e.stem)
+def test_reference_solution_scores_full_marks_through_the_cli(exercise, tmp_path, capsys):
+    path = notebook_with(tmp_path, exercise, solution(exercise.id))
+    started = time.perf_counter()
+    status = main(["grade", str(path), "--json"])
+    elapsed = time.perf_counter() - started
+    report = json.loads(capsys.readouterr().out)
+    check_schema(report)
+    failing = [(c["name"], c["message"]) for c in report["checks"] if not c["passed"]]
+    assert failing == [] and report["forbidden"] == []
+    assert (status, report["status"], report["score"]) == (0, "passed", exercise.max_score)
+    assert report["hidden"]["max_score"] > 0 and all(c["earned"] == c["points"] for c in report["checks"])
+    with capsys.disabled():
+        print(f"\n    grading {exercise.stem}: {elapsed:.1f} s (grader's own clock {report['elapsed_s']:.1f} s)")
+
+    assert main(["progress", "--json"]) == 0
+    progress = json.loads(capsys.readouterr().out)
+    assert progress["exercises"][exercise.stem] == {"best": exercise.max_score, "max": exercise.max_score,
+                                                   "attempts": 1, "status": "passed"}
+    assert main(["progress"]) == 0
+    assert exercise.stem in capsys.readouterr().out

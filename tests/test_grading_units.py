@@ -1,0 +1,142 @@
+"""The grader's parts that need no ranks: reading notebooks, "not attempted", the static scan, reports, build.
+
+Everything here runs in-process in well under a second per test; the tests that start real worlds are
+in test_grading_solutions.py, test_grading_variants.py and test_grading_failures.py.
+"""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dpteach.cli import main
+from dpteach.grading import all_exercises, get_exercise
+from dpteach.grading.forbidden import scan
+from dpteach.grading.notebook import attempted, from_namespace, from_source, read_notebook, solution_cells
+from dpteach.grading.report import CheckResult, Report
+from dpteach.grading.solutions import SOLUTIONS, solution
+
+ROOT = Path(__file__).resolve().parent.parent
+EXERCISES = ROOT / "exercises"
+
+
+def test_every_exercise_has_a_generated_up_to_date_notebook_with_the_stub_tagged():
+    result = subprocess.run([sys.executable, str(EXERCISES / "build.py"), "--check"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    ids = [e.id for e in all_exercises()]
+    assert ids == sorted(ids) and {"01", "02", "03", "04", "05", "06"} <= set(ids)
+    for exercise in all_exercises():
+        notebook = read_notebook(EXERCISES / exercise.notebook_name)
+        assert solution_cells(notebook) == [exercise.stub.rstrip()]
+        assert notebook["metadata"]["dpteach"]["exercise"] == exercise.id
+        assert all(not cell.get("outputs") for cell in notebook["cells"] if cell["cell_type"] == "code")
+        assert f'check("{exercise.id}")' in notebook["cells"][-1]["source"]
+        assert 'raise NotImplementedError("your code here")' in exercise.stub
+        assert exercise.max_score > 0 and any(c.hidden for c in exercise.checks)
+        assert all(1 <= c.world <= 4 for c in exercise.checks)
+
+
+def test_every_exercise_has_a_reference_solution_that_compiles():
+    assert set(SOLUTIONS) == {e.id for e in all_exercises()}
+    for exercise in all_exercises():
+        compile(solution(exercise.id), "<solution>", "exec")
+
+
+def test_get_exercise_by_id_stem_or_file_name_and_a_clear_error_otherwise():
+    assert get_exercise("1").id == get_exercise("01").id == "01"
+    assert get_exercise("02_ring_all_reduce.ipynb").id == "02"
+    with pytest.raises(ValueError, match="not an exercise of this course; choose one of: 01"):
+        get_exercise("99")
+
+
+def test_untouched_stub_and_comment_only_edits_are_not_attempted():
+    exercise = get_exercise("01")
+    assert not attempted(exercise, from_source(exercise, exercise.stub))
+    commented = exercise.stub.replace("    raise NotImplementedError", "    # thinking...\n\n    raise NotImplementedError")
+    assert not attempted(exercise, from_source(exercise, commented))
+    one_done = exercise.stub.replace('raise NotImplementedError("your code here")', "return tensor.clone()", 1)
+    assert attempted(exercise, from_source(exercise, one_done))
+
+
+def test_not_attempted_from_a_live_namespace_uses_the_cell_text_or_the_marker():
+    exercise = get_exercise("02")
+    namespace = {"__name__": "__main__"}
+    code = compile(exercise.stub, "<cell-3>", "exec")
+    import linecache
+    linecache.cache["<cell-3>"] = (len(exercise.stub), None, exercise.stub.splitlines(True), "<cell-3>")
+    exec(code, namespace)
+    assert not attempted(exercise, from_namespace(exercise, namespace))
+    del linecache.cache["<cell-3>"]  # no source: the marker in the code object decides
+    assert not attempted(exercise, from_namespace(exercise, namespace))
+    exec("def ring_all_reduce(tensor):\n    return tensor\n", namespace)
+    assert attempted(exercise, from_namespace(exercise, namespace))
+    with pytest.raises(NameError, match="define ring_all_reduce first"):
+        from_namespace(exercise, {})
+
+
+@pytest.mark.parametrize("source, found", [
+    ("import torch.distributed as dist\ndef f(t):\n    dist.all_reduce(t)\n", "torch.distributed.all_reduce"),
+    ("import torch\ndef f(t):\n    torch.distributed.all_gather_into_tensor(t, t)\n",
+     "torch.distributed.all_gather_into_tensor"),
+    ("from torch.distributed import reduce_scatter_tensor as rs\n", "torch.distributed.reduce_scatter_tensor"),
+    ("import torch.distributed.distributed_c10d as c\ndef f(t):\n    c.broadcast(t, 0)\n", "torch.distributed.broadcast"),
+    ("from dpteach.collectives.ring import ring_all_reduce\n", "dpteach.collectives.ring_all_reduce"),
+    ("import torch.distributed as dist\ndef f(t):\n    dist.group.WORLD.allreduce([t])\n", "ProcessGroup.allreduce"),
+    ("import torch.distributed._functional_collectives as fc\n", "torch.distributed._functional_collectives"),
+])
+def test_static_scan_finds_built_in_collectives_however_they_are_spelled(source, found):
+    offenses = scan(get_exercise("01"), {"<cell>": source})
+    assert [o.name for o in offenses][:1] == [found]
+    assert offenses[0].filename == "<cell>" and offenses[0].line >= 1
+
+
+def test_static_scan_leaves_the_learners_own_names_and_allowed_calls_alone():
+    assert scan(get_exercise("01"), {"<cell>": solution("01")}) == []
+    own = "import torch.distributed as dist\ndef all_gather(chunk, n):\n    return chunk\nall_gather(1, 2)\n"
+    assert scan(get_exercise("01"), {"<cell>": own}) == []
+    # exercise 04 allows dist.all_reduce (it is about *when* to launch it), not dist.broadcast
+    assert scan(get_exercise("04"), {"<c>": solution("04")}) == []
+    assert [o.name for o in scan(get_exercise("04"), {"<c>": "import torch.distributed as d\nd.broadcast(x, 0)\n"})] \
+        == ["torch.distributed.broadcast"]
+
+
+def test_static_scan_resolves_names_bound_in_another_notebook_cell():
+    import torch.distributed as dist
+    namespace = {"dist": dist, "ar": dist.all_reduce}
+    cell = "def ring_all_reduce(t):\n    ar(t)\n    dist.all_to_all_single(t, t)\n"
+    names = [o.name for o in scan(get_exercise("02"), {"<cell>": cell}, namespace)]
+    assert names == ["torch.distributed.all_reduce", "torch.distributed.all_to_all_single"]
+
+
+def test_report_separates_visible_and_hidden_and_says_a_full_visible_score_is_not_full_marks():
+    checks = [CheckResult("a", 2, False, True, "passed", earned=2),
+              CheckResult("hidden: b", 3, True, False, "failed", "rank 1: the values differ", "look again")]
+    report = Report("01", "T", "failed", 2, 5, checks, elapsed_s=1.0)
+    text = report.text()
+    assert "visible 2/2 · hidden 0/3 · total 2/5" in text and "not full marks" in text
+    assert "hint: look again" in text and "hidden checks (cases not shown)" in text
+    data = report.to_json()
+    assert data["visible"] == {"score": 2, "max_score": 2} and data["hidden"] == {"score": 0, "max_score": 3}
+    json.dumps(data)
+
+
+def test_grade_command_rejects_a_bad_path_with_exit_2(tmp_path, capsys):
+    assert main(["grade", str(tmp_path / "missing.ipynb")]) == 2
+    assert "PATH" in capsys.readouterr().err
+    assert main(["grade", "42"]) == 2
+    assert "not an exercise of this course" in capsys.readouterr().err
+    not_a_notebook = tmp_path / "notes.ipynb"
+    not_a_notebook.write_text("{}")
+    assert main(["grade", str(not_a_notebook)]) == 2
+    assert "not a Jupyter notebook" in capsys.readouterr().err
+
+
+def test_untouched_exercise_is_not_attempted_from_the_terminal_without_starting_ranks(capsys):
+    for exercise in all_exercises():
+        assert main(["grade", exercise.id, "--json"]) == 1
+        report = json.loads(capsys.readouterr().out)
+        assert report["status"] == "not_attempted" and report["score"] == 0
+        assert report["max_score"] == exercise.max_score and len(report["checks"]) == len(exercise.checks)
+    assert main(["progress", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["exercises"] == {}  # nothing attempted, nothing recorded
