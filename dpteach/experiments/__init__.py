@@ -10,8 +10,15 @@ from .memory import measure_model_memory, memory_per_replica
 from .collectives import allreduce_sweep, collective_basics, collective_trace
 from .bucketing import bucket_assignment, bucket_size_sweep
 from .scaling import scaling_simulation, scaling_sweep
+from .overlap import overlap_timeline
+from .accumulation import accumulation_sweep
+from .compression import compression_bytes, compression_tradeoff
+from .asynchronous import async_staleness
+from .input_pipeline import input_pipeline
 
 __all__ = ["compare_strategies", "run_strategy",
            "machine_profile", "gradient_equivalence", "memory_per_replica", "measure_model_memory",
            "collective_basics", "collective_trace", "allreduce_sweep", "bucket_assignment", "bucket_size_sweep",
-           "scaling_sweep", "scaling_simulation"]
+           "scaling_sweep", "scaling_simulation",
+           "overlap_timeline", "accumulation_sweep", "compression_tradeoff", "compression_bytes", "async_staleness",
+           "input_pipeline"]

@@ -1,0 +1,181 @@
+"""``compression_tradeoff``: fewer bytes on the wire, bought with a drift away from single-process training.
+
+The strategies of ``dpteach/sync/compressed.py`` send 16-bit floats (``fp16``, ``bf16``) or 8-bit
+integers with one scale per 1024 values (``int8``; ``int8_ef`` adds error feedback, Seide et al.
+2014). The reference is ``bucketed``: the same buckets in float32, which equals single-process
+training up to rounding. For every strategy the experiment measures:
+
+* bytes per step, from the strategy's own counter, next to the formula (``wire_bytes_formula``);
+* max |theta - theta_single| after *every* step: rank 0 first trains the single-process reference
+  and keeps its weights after each step, then a global optimizer post-step hook
+  (``torch.optim.optimizer.register_optimizer_step_post_hook``) compares each strategy's weights
+  with the reference at the same step - the drift as it grows, not only where it ends.
+
+Why the int8 savings shrink as W grows: int8 values cannot be summed in int8 (they overflow), so the
+ranks all-gather them and each rank receives (W-1) messages, while a ring all-reduce of float32 puts
+only 2(W-1)/W of the message on each rank's wire. Per element: int8 costs (W-1) x 1 byte (plus
+scales), float32 costs 2(W-1)/W x 4 bytes; they cost the same at W = 8. ``compression_bytes`` runs
+worlds of several sizes to show the counter following the formula.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import replace
+
+import torch
+from torch.nn.utils import parameters_to_vector
+from torch.optim.optimizer import register_optimizer_step_post_hook
+
+from .. import context
+from ..backend import resolve_world
+from ..buckets import build_buckets
+from ..costmodel import busbw_factor
+from ..launcher import launch
+from ..models import build_model
+from ..sync import make_strategy
+from ..timeline import Timeline
+from ..train import TrainConfig, exact_tolerance, train_on_rank, train_single_process
+
+COMPRESSED = ("bucketed", "fp16", "bf16", "int8", "int8_ef")
+CODEC = {"bucketed": "fp32", "fp16": "fp16", "bf16": "bf16", "int8": "int8", "int8_ef": "int8"}
+CHUNK = 1024  # elements per int8 scale, as in dpteach/sync/compressed.py
+
+
+def bucket_sizes(model: str, bucket_mb: float = 1.0) -> list[int]:
+    """Elements in each gradient bucket of ``model`` (the same buckets every strategy here uses)."""
+    return [b.buffer.numel() for b in build_buckets(build_model(model), bucket_mb)]
+
+
+def wire_bytes_formula(strategy: str, world_size: int, sizes: list[int]) -> int:
+    """Bytes one rank sends per step: ring all-reduce 2(W-1)/W x message; int8 all-gather (W-1) x message."""
+    codec = CODEC[strategy]
+    if codec == "int8":
+        return sum((world_size - 1) * (n + 4 * math.ceil(n / CHUNK)) for n in sizes)
+    width = 4 if codec == "fp32" else 2
+    return sum(int(n * width * busbw_factor(world_size)) for n in sizes)
+
+
+def _snapshot(optimizer) -> torch.Tensor:
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    return parameters_to_vector(params).detach().to("cpu", torch.float32)
+
+
+def _on_rank(configs: list[TrainConfig], reference_config: TrainConfig) -> list[dict]:
+    rank, world = context.rank(), context.world_size()
+    reference = []
+    if rank == 0:
+        context.report_progress(0, total=len(configs) + 1, desc="reference + strategies")
+        handle = register_optimizer_step_post_hook(lambda opt, args, kwargs: reference.append(_snapshot(opt)))
+        try:
+            train_single_process(reference_config, world)
+        finally:
+            handle.remove()
+        context.report_progress(1)
+    results = []
+    for config in configs:
+        drift = []
+        if rank == 0:
+            def compare(opt, args, kwargs):
+                drift.append((_snapshot(opt) - reference[len(drift)]).abs().max().item())
+            handle = register_optimizer_step_post_hook(compare)
+        try:
+            result = train_on_rank(config)
+        finally:
+            if rank == 0:
+                handle.remove()
+        result["drift_per_step"] = drift
+        result.pop("spans")  # not needed here; keeps what travels back small
+        results.append(result)
+        if rank == 0:
+            context.report_progress(1)
+    return results
+
+
+def compression_tradeoff(world_size: int | None = None, model: str = "mlp", steps: int = 12,
+                         strategies=COMPRESSED, bucket_mb: float = 1.0, batch_per_rank: int = 32, seed: int = 0,
+                         backend: str = "auto", device: str = "auto", timeout: float = 600.0) -> dict:
+    """Train each strategy; return bytes, drift per step, losses and the single-process reference's losses.
+
+    Returns ``{"world_size", "backend", "device", "model", "steps", "tolerance", "bucket_sizes",
+    "rows": [{"strategy", "codec", "bytes_per_step", "bytes_formula", "bytes_vs_fp32", "drift_per_step",
+    "max_abs_diff_vs_single", "losses", "step_time_s", "replicas_identical"}], "reference_losses"}``.
+    """
+    world_size, placement = resolve_world(world_size, backend, device)
+    strategies = list(strategies)
+    unknown = [s for s in strategies if s not in CODEC]
+    if unknown or not strategies:
+        raise ValueError(f"strategies={strategies!r} is not allowed: choose from {', '.join(COMPRESSED)}")
+    base = TrainConfig(model=model, steps=steps, bucket_mb=bucket_mb, batch_per_rank=batch_per_rank, seed=seed)
+    configs = [replace(base, strategy=s).check(world_size) for s in strategies]
+    per_rank = launch(_on_rank, world_size, args=(configs, base), backend=placement.backend,
+                      device=placement.device_type, timeout=timeout)
+    sizes = bucket_sizes(model, bucket_mb)
+    fp32 = wire_bytes_formula("bucketed", world_size, sizes)
+    rows = []
+    for i, name in enumerate(strategies):
+        ranks = [per_rank[r][i] for r in range(world_size)]
+        drift = ranks[0]["drift_per_step"]
+        rows.append({
+            "strategy": name, "codec": CODEC[name],
+            "bytes_per_step": statistics.mean(r["wire_bytes_per_step"] for r in ranks),
+            "bytes_formula": wire_bytes_formula(name, world_size, sizes),
+            "bytes_vs_fp32": statistics.mean(r["wire_bytes_per_step"] for r in ranks) / fp32,
+            "drift_per_step": drift, "max_abs_diff_vs_single": drift[-1],
+            "losses": ranks[0]["losses"], "step_time_s": statistics.mean(r["median_step_s"] for r in ranks),
+            "replicas_identical": all(r["replica_spread"] == 0.0 for r in ranks),
+        })
+    reference = train_single_process(base, world_size)
+    return {"world_size": world_size, "backend": placement.backend, "device": placement.device_type,
+            "model": model, "steps": steps, "bucket_mb": bucket_mb, "tolerance": exact_tolerance(base),
+            "bucket_sizes": sizes, "rows": rows, "reference_losses": reference["losses"]}
+
+
+def _bytes_on_rank(strategies, model_name: str, bucket_mb: float) -> list[int]:
+    """One ``finish()`` of each strategy on random gradients: real collectives, no training.
+
+    The byte counter depends on the bucket sizes and W only, so one exchange is enough - and skipping
+    the optimizer keeps the world cheap to start (torch imports its compiler stack on the first optimizer).
+    """
+    counts = []
+    for name in strategies:
+        model = build_model(model_name).to(context.device())
+        generator = torch.Generator().manual_seed(context.rank())
+        for p in model.parameters():
+            p.grad = torch.randn(p.shape, generator=generator).to(p.device)
+        strategy = make_strategy(name, model, Timeline(context.device()), bucket_mb)
+        strategy.start_step(0)
+        strategy.finish(0)
+        counts.append(strategy.wire_bytes)
+    return counts
+
+
+def compression_bytes(world_sizes=(2, 3, 4), model: str = "mlp", bucket_mb: float = 1.0,
+                      strategies=("bucketed", "fp16", "int8"), known: dict | None = None,
+                      backend: str = "auto", device: str = "auto", timeout: float = 300.0) -> dict:
+    """Bytes per step of each strategy at each world size: the strategies' counters next to the formula.
+
+    Each world runs one gradient exchange per strategy (the counter does not depend on the data). ``known``
+    may carry a ``compression_tradeoff`` result, whose world size is then not run again.
+    Returns ``{"model", "bucket_mb", "rows": [{"world_size", "strategy", "measured", "formula"}]}``.
+    """
+    strategies = list(strategies)
+    if not strategies or any(s not in CODEC for s in strategies):
+        raise ValueError(f"strategies={strategies!r} is not allowed: choose from {', '.join(COMPRESSED)}")
+    sizes = bucket_sizes(model, bucket_mb)
+    rows = []
+    for world in world_sizes:
+        measured = None
+        if known is not None and known["world_size"] == world and known["model"] == model \
+                and known["bucket_mb"] == bucket_mb:
+            by_name = {r["strategy"]: r["bytes_per_step"] for r in known["rows"]}
+            if all(s in by_name for s in strategies):
+                measured = [by_name[s] for s in strategies]
+        if measured is None:
+            world, placement = resolve_world(world, backend, device)
+            measured = launch(_bytes_on_rank, world, args=(strategies, model, bucket_mb), backend=placement.backend,
+                              device=placement.device_type, timeout=timeout, show_output=False)[0]
+        for name, value in zip(strategies, measured):
+            rows.append({"world_size": world, "strategy": name, "measured": value,
+                         "formula": wire_bytes_formula(name, world, sizes)})
+    return {"model": model, "bucket_mb": bucket_mb, "rows": rows}

@@ -1,0 +1,168 @@
+"""``overlap_timeline``: where a data-parallel step spends its time, and which fix removes the idle part.
+
+The course's central practice question: GPUs sit idle while gradients are exchanged, and the trained
+model must stay exactly what single-process training would give. This experiment runs, in ONE world
+(one start-up cost, same seed, same batches for every run):
+
+* the four exact strategies - ``naive``, ``bucketed``, ``overlap`` and torch's ``ddp`` - whose
+  timelines show *when* communication happens relative to backward;
+* ``local`` (no communication at all), the compute floor: a strategy's *exposed* communication is
+  its step time minus this one, measured the same way for every strategy;
+* the question's four candidate answers, each applied to the team's current set-up (``bucketed``:
+  all-reduce after backward): overlap, 8-bit compression, accumulating 2 micro-batches, halving
+  the batch. The accumulation and small-batch runs get their own ``local`` floor, because they do
+  a different amount of compute per step.
+
+Every run is compared with single-process training on the *original* recipe (B x W samples per
+step, no accumulation): the requirement of the question. Only the exact strategies stay within
+float32 rounding of it (``dpteach.train.exact_tolerance``).
+
+Timings are what this machine measured. On a CPU with fewer cores than ranks, gloo's communication
+threads compete with backward for the same cores, so overlap hides less than on GPUs, where NCCL
+moves data while the SMs compute (Li et al., "PyTorch Distributed", VLDB 2020). The *structure*
+does not depend on the machine: ``naive`` and ``bucketed`` never start a transfer before backward
+ends; ``overlap`` and ``ddp`` launch their first bucket while backward is still running.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import replace
+
+from ..backend import resolve_world
+from ..launcher import launch
+from ..sync import EXACT
+from ..timeline import busy_time
+from ..train import TrainConfig, exact_tolerance, train_single_process
+from .compare import _train_each
+
+TIMELINE_STRATEGIES = ("naive", "bucketed", "overlap", "ddp")
+
+# The practice question's answers, each as a change to the current set-up (bucketed, K=1, batch B):
+# (key, the answer in words, the run that tries it, the no-communication run with the same compute)
+CANDIDATES = (
+    ("today", "today: all-reduce after backward (bucketed)", "bucketed", "local"),
+    ("overlap", "overlap the all-reduce with backward, bucket by bucket", "overlap", "local"),
+    ("int8", "quantise gradients to 8 bits before sending", "int8", "local"),
+    ("accumulate", "accumulate 2 micro-batches per step", "accumulate", "local_accumulate"),
+    ("smaller_batch", "halve the global batch", "smaller_batch", "local_smaller_batch"),
+)
+
+
+def _intervals(spans, lane=None, names=None):
+    return sorted((s["start"], s["end"]) for s in spans
+                  if (lane is None or s["lane"] == lane) and (names is None or s["name"] in names))
+
+
+def step_structure(spans: list[dict], step: int) -> dict:
+    """What one rank did in one step: messages sent, time with a transfer in flight, and when they began.
+
+    ``launch_lead_s`` is how long before the end of the (last) backward the first transfer started:
+    negative when communication waits for backward to finish, positive when it overlaps it. (How much
+    communication was *hidden* is read from step times instead: DDP waits for its last bucket inside
+    backward, so comm spans lying under the backward span are not proof of useful overlap.)
+    """
+    mine = [s for s in spans if s["step"] == step]
+    comm = _intervals(mine, lane="comm")
+    backward = _intervals(mine, names=("backward",))
+    backward_end = max((end for _, end in backward), default=0.0)
+    return {
+        "messages": len(comm),
+        "comm_s": busy_time(mine, "comm"),
+        "launch_lead_s": (backward_end - comm[0][0]) if comm else None,
+        "backward_s": sum(end - start for start, end in backward),
+    }
+
+
+def typical_step(step_times: list[float], timed: range) -> int:
+    """The timed step whose duration is the median: the one worth drawing on a noisy machine."""
+    ordered = sorted(timed, key=lambda s: step_times[s])
+    return ordered[len(ordered) // 2]
+
+
+def _median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def summarise_run(ranks: list[dict], steps: range) -> dict:
+    """Per-step structure, median over the timed steps, mean over ranks."""
+    per_rank = []
+    for result in ranks:
+        rows = [step_structure(result["spans"], s) for s in steps]
+        per_rank.append({key: _median([row[key] for row in rows]) for key in rows[0]})
+    out = {}
+    for key in per_rank[0]:
+        values = [row[key] for row in per_rank if row[key] is not None]
+        out[key] = statistics.mean(values) if values else None
+    out["step_time_s"] = statistics.mean(r["median_step_s"] for r in ranks)
+    out["bytes_per_step"] = statistics.mean(r["wire_bytes_per_step"] for r in ranks)
+    out["replicas_identical"] = all(r["replica_spread"] == 0.0 for r in ranks)
+    out["starts_before_backward_ends"] = all(
+        (step_structure(r["spans"], s)["launch_lead_s"] or 0.0) > 0 for r in ranks for s in steps)
+    return out
+
+
+def overlap_timeline(world_size: int | None = None, model: str = "mlp", bucket_mb: float = 1.0, steps: int = 8,
+                     batch_per_rank: int = 32, seed: int = 0, backend: str = "auto", device: str = "auto",
+                     timeout: float = 600.0) -> dict:
+    """Run the exact strategies and the question's candidate answers in one world; return plain data.
+
+    Returns ``{"world_size", "backend", "device", "model", "bucket_mb", "steps", "batch_per_rank",
+    "tolerance", "timed_steps", "shown_steps": {strategy: step}, "strategies": [row per strategy],
+    "timelines": {strategy: {rank: [spans of its typical step]}}, "candidates": [row per answer],
+    "reference_losses"}``. Times are seconds; ``exposed_comm_s`` is step time minus ``local``'s.
+    """
+    world_size, placement = resolve_world(world_size, backend, device)
+    if world_size < 2:
+        raise ValueError(f"world_size={world_size!r} is not allowed: overlap needs at least 2 ranks to talk")
+    base = TrainConfig(model=model, steps=steps, bucket_mb=bucket_mb, batch_per_rank=batch_per_rank, seed=seed)
+    half = max(1, batch_per_rank // 2)
+    runs = {name: replace(base, strategy=name) for name in ("local", *TIMELINE_STRATEGIES, "int8")}
+    runs.update({
+        "local_accumulate": replace(base, strategy="local", accum_steps=2),
+        "accumulate": replace(base, strategy="bucketed", accum_steps=2),
+        "local_smaller_batch": replace(base, strategy="local", batch_per_rank=half),
+        "smaller_batch": replace(base, strategy="bucketed", batch_per_rank=half),
+    })
+    names = list(runs)
+    configs = [runs[n].check(world_size) for n in names]
+    # interleave=True: step s of every run, then step s+1, so that a burst of background load on a
+    # shared machine hits all runs alike and their differences stay meaningful.
+    per_rank = launch(_train_each, world_size, args=(configs, True), backend=placement.backend,
+                      device=placement.device_type, timeout=timeout)
+    results = {n: [per_rank[r][i] for r in range(world_size)] for i, n in enumerate(names)}
+    reference = train_single_process(base, world_size)
+    timed = range(min(base.timing_warmup, steps - 1), steps)
+
+    summaries = {name: summarise_run(results[name], timed) for name in names}
+    for name, summary in summaries.items():
+        summary["max_abs_diff_vs_single"] = (results[name][0]["params"] - reference["params"]).abs().max().item()
+        summary["final_loss"] = results[name][0]["losses"][-1]
+
+    def exposed(name, floor):  # what communication adds to a step with the same compute
+        return max(0.0, summaries[name]["step_time_s"] - summaries[floor]["step_time_s"])
+
+    tolerance = exact_tolerance(base)
+    strategies = [{"strategy": name, **summaries[name], "exposed_comm_s": exposed(name, "local"),
+                   "exact": name in EXACT} for name in ("local", *TIMELINE_STRATEGIES, "int8")]
+    candidates = []
+    for key, answer, run, floor in CANDIDATES:
+        summary, config = summaries[run], runs[run]
+        samples = config.global_batch(world_size)
+        candidates.append({
+            "key": key, "answer": answer, "strategy": config.strategy, "accum_steps": config.accum_steps,
+            "batch_per_rank": config.batch_per_rank, "samples_per_step": samples,
+            "step_time_s": summary["step_time_s"], "exposed_comm_s": exposed(run, floor),
+            "exposed_comm_per_sample_s": exposed(run, floor) / samples,
+            "messages_per_step": summary["messages"], "bytes_per_step": summary["bytes_per_step"],
+            "max_abs_diff_vs_single": summary["max_abs_diff_vs_single"],
+            "identical": summary["max_abs_diff_vs_single"] <= tolerance,
+        })
+    shown = {name: typical_step(results[name][0]["step_times"], timed) for name in ("local", *TIMELINE_STRATEGIES)}
+    timelines = {name: {r: [s for s in results[name][r]["spans"] if s["step"] == shown[name]]
+                        for r in range(world_size)} for name in shown}
+    return {"world_size": world_size, "backend": placement.backend, "device": placement.device_type,
+            "model": model, "bucket_mb": bucket_mb, "steps": steps, "batch_per_rank": batch_per_rank,
+            "tolerance": tolerance, "timed_steps": list(timed), "shown_steps": shown,
+            "strategies": strategies, "timelines": timelines, "candidates": candidates,
+            "reference_losses": reference["losses"]}

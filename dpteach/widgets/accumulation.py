@@ -1,0 +1,100 @@
+"""Plots and tables for ``notebooks/05_accumulation.ipynb`` (data from ``dpteach.experiments.accumulation_sweep``)."""
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+from IPython.display import display
+
+from ..timeline import plot_gantt
+from .overlap import html_table, show
+
+
+def k_values(k_max: int) -> list[int]:
+    """The K values a sweep up to ``k_max`` compares: 1, 2, 4, ... and ``k_max`` itself."""
+    ks, k = [], 1
+    while k < k_max:
+        ks.append(k)
+        k *= 2
+    return sorted(set(ks + [k_max]))
+
+
+def plot_cost_per_sample(result: dict):
+    """Left: bytes each sample costs on the wire. Right: time per optimizer step, compute vs exposed communication."""
+    rows = result["rows"]
+    labels = [f"K={r['accum_steps']}\n{r['effective_batch']} samples" for r in rows]
+    x = range(len(rows))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    per_sample = [r["bytes_per_sample"] / 1e3 for r in rows]
+    left.bar(x, per_sample, color="#DD8452")
+    for i, value in enumerate(per_sample):
+        left.text(i, value, f"{value:.0f}", ha="center", va="bottom", fontsize=9)
+    left.set_xticks(list(x), labels, fontsize=9)
+    left.set_ylabel("gradient bytes sent per sample (kB)")
+    left.set_title("Communication per sample falls as 1/K", fontsize=10)
+    left.set_ylim(0, max(per_sample) * 1.18)
+    floor = [r["compute_floor_s"] * 1e3 for r in rows]
+    exposed = [r["exposed_comm_s"] * 1e3 for r in rows]
+    right.bar(x, floor, color="#55A868", label="compute (local run, same K)")
+    right.bar(x, exposed, bottom=floor, color="#C44E52", label="exposed communication")
+    right.set_xticks(list(x), labels, fontsize=9)
+    right.set_ylabel("time per optimizer step (ms)")
+    right.set_title("...but every step still ends with the exchange", fontsize=10)
+    right.set_ylim(0, max(f + e for f, e in zip(floor, exposed)) * 1.3)
+    right.legend(fontsize=8, loc="upper left")
+    for ax in (left, right):
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle(f"{result['strategy']}, {result['model']}, W={result['world_size']} ({result['backend']}, "
+                 f"{result['device']}), B={result['batch_per_rank']} per micro-batch", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_accumulation_timeline(result: dict, k: int | None = None, ranks=None):
+    """One optimizer step with K micro-batches: K forward/backward pairs, then the exchange."""
+    k = k if k is not None else result["rows"][-1]["accum_steps"]
+    ranks = list(ranks) if ranks is not None else list(range(min(2, result["world_size"])))
+    fig, ax = plt.subplots(figsize=(10, 1.6 + 0.95 * len(ranks)))
+    plot_gantt({r: result["timelines"][k][r] for r in ranks}, ax=ax,
+               title=f"one optimizer step with K={k} micro-batches ({result['strategy']}): "
+                     f"communication only after the last one")
+    ax.title.set_fontsize(10)
+    ax.set_xlabel("time from the start of the step (ms)")
+    fig.tight_layout()
+    return fig
+
+
+def sweep_table(result: dict):
+    rows = []
+    for r in result["rows"]:
+        same = r["max_abs_diff_vs_large_batch"] <= result["tolerance"]
+        rows.append([r["accum_steps"], r["effective_batch"], f"{r['messages_per_step']:.0f}",
+                     f"{r['bytes_per_step'] / 1e6:.2f}", f"{r['bytes_per_sample'] / 1e3:.1f}",
+                     f"{r['step_time_s'] * 1e3:.1f}", f"{r['exposed_comm_s'] * 1e3:.1f}",
+                     f"{r['max_abs_diff_vs_large_batch']:.1e}", "yes" if same else "<b>no</b>"])
+    return html_table(["K", "effective batch B*W*K", "messages / step", "MB / step", "kB / sample", "step (ms)",
+                       "exposed comm (ms)", "max |dtheta| vs large batch", "equal?"], rows, align="rrrrrrrrl")
+
+
+def bugs_table(result: dict):
+    ns, lb = result["no_sync"], result["loss_not_divided"]
+    before, after = ns["before_forward"], ns["after_forward"]
+    return html_table(["what the loop does", "all-reduces in one step", "MB all-reduced in one step", "gradient"], [
+        ["no_sync() entered before forward (right)", before["all_reduces"], f"{before['bytes'] / 1e6:.2f}",
+         f"norm {lb['grad_norm_divided']:.4f} (large batch: {lb['grad_norm_large_batch']:.4f})"],
+        ["no_sync() entered after forward (bug)", after["all_reduces"], f"{after['bytes'] / 1e6:.2f}",
+         f"same values, K={ns['k']} times the traffic"],
+        [f"loss not divided by K={lb['k']} (bug)", "-", "-",
+         f"norm {lb['grad_norm_not_divided']:.4f} = {lb['norm_ratio']:.3f} x the large batch's"],
+    ], align="lrrl")
+
+
+def render(result: dict) -> None:
+    show(plot_cost_per_sample(result))
+    show(plot_accumulation_timeline(result))
+    display(sweep_table(result))
+    display(bugs_table(result))
+
+
+def sweep_up_to(k_max: int = 4, **options) -> dict:
+    """``accumulation_sweep`` over ``k_values(k_max)``: what the panel's K slider runs."""
+    from ..experiments.accumulation import accumulation_sweep
+    return accumulation_sweep(accum_steps_list=k_values(k_max), **options)

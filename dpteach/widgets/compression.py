@@ -1,0 +1,84 @@
+"""Plots and tables for ``notebooks/06_compression.ipynb`` (data from ``dpteach.experiments.compression_tradeoff``
+and ``compression_bytes``)."""
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+from IPython.display import display
+
+from .overlap import html_table, show
+
+COLORS = {"bucketed": "#4C72B0", "fp16": "#55A868", "bf16": "#8172B2", "int8": "#C44E52", "int8_ef": "#DD8452"}
+LABELS = {"bucketed": "bucketed (float32)", "fp16": "fp16", "bf16": "bf16", "int8": "int8",
+          "int8_ef": "int8 + error feedback"}
+
+
+def plot_drift(result: dict):
+    """max |theta - theta_single| after every step, per strategy, against the exactness tolerance."""
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    for row in result["rows"]:
+        steps = range(1, len(row["drift_per_step"]) + 1)
+        # a drift of exactly 0 cannot be drawn on a log axis: show it at the axis floor
+        values = [max(d, 1e-9) for d in row["drift_per_step"]]
+        ax.plot(steps, values, marker="o", markersize=3, color=COLORS.get(row["strategy"]),
+                label=LABELS.get(row["strategy"], row["strategy"]))
+    ax.axhline(result["tolerance"], color="black", linestyle="--", linewidth=1,
+               label=f"float32 rounding tolerance ({result['tolerance']:g})")
+    ax.set_yscale("log")
+    ax.set_ylim(1e-9, None)
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("max |theta - theta_single-process|")
+    ax.set_title(f"Drift from single-process training: {result['model']}, W={result['world_size']} "
+                 f"({result['backend']}, {result['device']})", fontsize=10)
+    ax.legend(fontsize=8, loc="center right")
+    ax.grid(alpha=0.3, which="both")
+    fig.tight_layout()
+    return fig
+
+
+def tradeoff_table(result: dict):
+    rows = []
+    for row in result["rows"]:
+        same = row["max_abs_diff_vs_single"] <= result["tolerance"]
+        rows.append([LABELS.get(row["strategy"], row["strategy"]), f"{row['bytes_per_step'] / 1e6:.2f}",
+                     f"{row['bytes_vs_fp32']:.3f}", f"{row['step_time_s'] * 1e3:.1f}",
+                     f"{row['max_abs_diff_vs_single']:.1e}", f"{row['losses'][-1]:.4f}",
+                     "yes" if same else "<b>no</b>"])
+    return html_table(["strategy", "MB sent / step", "vs float32", "step (ms)", "final max |dtheta|",
+                       "final loss", "equals single process?"], rows, align="lrrrrrl")
+
+
+def plot_bytes(bytes_result: dict):
+    """Bytes per step at each world size: the strategies' counters (bars) and the formula (black ticks)."""
+    rows = bytes_result["rows"]
+    worlds = sorted({r["world_size"] for r in rows})
+    strategies = list(dict.fromkeys(r["strategy"] for r in rows))
+    width = 0.8 / len(strategies)
+    fig, ax = plt.subplots(figsize=(9, 4))
+    for j, name in enumerate(strategies):
+        xs = [i + (j - (len(strategies) - 1) / 2) * width for i in range(len(worlds))]
+        by_world = {r["world_size"]: r for r in rows if r["strategy"] == name}
+        ax.bar(xs, [by_world[w]["measured"] / 1e6 for w in worlds], width, color=COLORS.get(name),
+               label=f"{LABELS.get(name, name)} (counter)")
+        ax.plot(xs, [by_world[w]["formula"] / 1e6 for w in worlds], linestyle="none", marker="_",
+                markersize=18, color="black", label="formula" if j == 0 else None)
+    ax.set_xticks(range(len(worlds)), [f"W={w}" for w in worlds])
+    ax.set_ylabel("MB each rank sends per step")
+    ax.set_title(f"int8 all-gather vs ring all-reduce: {bytes_result['model']} gradients, "
+                 f"bucket cap {bytes_result['bucket_mb']:g} MB", fontsize=10)
+    ax.legend(fontsize=8, loc="upper left")
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def bytes_table(bytes_result: dict):
+    fp32 = {r["world_size"]: r["measured"] for r in bytes_result["rows"] if r["strategy"] == "bucketed"}
+    rows = [[r["world_size"], LABELS.get(r["strategy"], r["strategy"]), f"{r['formula']:,}", f"{r['measured']:,}",
+             f"{r['measured'] / fp32[r['world_size']]:.3f}" if r["world_size"] in fp32 else "-"]
+            for r in bytes_result["rows"]]
+    return html_table(["W", "strategy", "formula (bytes)", "counter (bytes)", "vs float32"], rows, align="rlrrr")
+
+
+def render(result: dict) -> None:
+    show(plot_drift(result))
+    display(tradeoff_table(result))

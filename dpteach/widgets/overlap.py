@@ -1,0 +1,133 @@
+"""Plots and tables for ``notebooks/04_overlap.ipynb`` (data from ``dpteach.experiments.overlap_timeline``).
+
+Everything here draws what a run returned; nothing trains or measures. ``html_table`` is shared by
+the other lessons' render helpers, so all tables in the course look alike.
+"""
+from __future__ import annotations
+
+from html import escape
+
+import matplotlib.pyplot as plt
+from IPython.display import HTML, display
+
+from ..timeline import plot_gantt
+
+TIMELINE_STRATEGIES = ("naive", "bucketed", "overlap", "ddp")
+CAPTIONS = {
+    "local": "no communication: the compute floor",
+    "naive": "one all-reduce per parameter, after backward",
+    "bucketed": "one all-reduce per bucket, after backward",
+    "overlap": "bucket all-reduces launched from backward hooks",
+    "ddp": "torch DistributedDataParallel",
+    "int8": "8-bit gradients, all-gathered after backward",
+}
+
+
+def html_table(header: list[str], rows: list[list], align: str | None = None) -> HTML:
+    """A small HTML table; ``align`` is one letter per column, 'l' or 'r' (default: text left, numbers right)."""
+    def cell(tag, value, a):
+        return f'<{tag} style="text-align:{"left" if a == "l" else "right"};padding:2px 10px">{value}</{tag}>'
+    if align is None:
+        align = "".join("r" if isinstance(v, (int, float)) else "l" for v in rows[0]) if rows else "l" * len(header)
+    head = "".join(cell("th", escape(str(h)), a) for h, a in zip(header, align))
+    body = "".join("<tr>" + "".join(cell("td", v if isinstance(v, str) else escape(str(v)), a)
+                                    for v, a in zip(row, align)) + "</tr>" for row in rows)
+    return HTML(f'<table style="border-collapse:collapse;font-size:90%"><tr>{head}</tr>{body}</table>')
+
+
+def _ms(seconds) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.1f}"
+
+
+def _row(result, strategy):
+    return next(r for r in result["strategies"] if r["strategy"] == strategy)
+
+
+def plot_timelines(result: dict, strategies=TIMELINE_STRATEGIES, ranks=None) -> list:
+    """One Gantt chart per strategy, all on the same time axis, each showing its run's median step.
+
+    ``ranks``: which ranks to draw (default the first two - the others look alike).
+    """
+    ranks = list(ranks) if ranks is not None else list(range(min(2, result["world_size"])))
+    spans_of = {s: {r: result["timelines"][s][r] for r in ranks} for s in strategies}
+    width = 0.0
+    for timelines in spans_of.values():
+        spans = [span for rank_spans in timelines.values() for span in rank_spans]
+        if spans:
+            width = max(width, max(s["end"] for s in spans) - min(s["start"] for s in spans))
+    figures = []
+    for strategy in strategies:
+        row = _row(result, strategy)
+        fig, ax = plt.subplots(figsize=(10, 1.6 + 0.95 * len(ranks)))
+        title = (f"{strategy}: {CAPTIONS[strategy]}  |  median step {_ms(row['step_time_s'])} ms, "
+                 f"exposed communication {_ms(row['exposed_comm_s'])} ms")
+        plot_gantt(spans_of[strategy], ax=ax, title=title)
+        ax.set_xlim(0, width * 1e3 * 1.02)
+        ax.set_xlabel("time from the start of the step (ms)")
+        ax.title.set_fontsize(10)
+        fig.tight_layout()
+        figures.append(fig)
+    return figures
+
+
+def plot_step_breakdown(result: dict, strategies=("naive", "bucketed", "overlap", "ddp", "int8")):
+    """Each strategy's step time as compute floor (``local``) plus what communication added."""
+    floor = _row(result, "local")["step_time_s"] * 1e3
+    exposed = [_row(result, s)["exposed_comm_s"] * 1e3 for s in strategies]
+    fig, ax = plt.subplots(figsize=(9, 4))
+    ax.bar(strategies, [floor] * len(strategies), color="#55A868", label="compute floor (local, no communication)")
+    ax.bar(strategies, exposed, bottom=[floor] * len(strategies), color="#C44E52",
+           label="exposed communication (step time minus local)")
+    for x, value in enumerate(exposed):
+        ax.text(x, floor + value, f"+{value:.1f}", ha="center", va="bottom", fontsize=9)
+    ax.set_ylabel("median time per optimizer step (ms)")
+    ax.set_xlabel("strategy")
+    ax.set_title(f"Where a step's time goes: {result['model']}, W={result['world_size']} "
+                 f"({result['backend']}, {result['device']}), bucket cap {result['bucket_mb']:g} MB", fontsize=10)
+    ax.set_ylim(0, max(floor + max(exposed, default=0), floor) * 1.2)
+    ax.legend(loc="upper right", fontsize=9)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def equivalence_table(result: dict) -> HTML:
+    """max |theta_dp - theta_single| per strategy against the stated float32 tolerance."""
+    rows = []
+    for row in result["strategies"]:
+        if row["strategy"] == "local":
+            continue
+        same = row["max_abs_diff_vs_single"] <= result["tolerance"]
+        rows.append([row["strategy"], f"{row['max_abs_diff_vs_single']:.2e}", f"{result['tolerance']:.0e}",
+                     "yes" if row["replicas_identical"] else "no", "yes" if same else "<b>no</b>"])
+    return html_table(["strategy", "max |dtheta| vs single process", "tolerance", "replicas identical",
+                       "equals single process"], rows, align="lrrll")
+
+
+def candidates_table(result: dict) -> HTML:
+    """The practice question's answers, measured: what each costs and whether the result stays identical."""
+    rows = []
+    for c in result["candidates"]:
+        rows.append([escape(c["answer"]), c["samples_per_step"], f"{c['messages_per_step']:.0f}",
+                     f"{c['bytes_per_step'] / 1e6:.2f}", _ms(c["step_time_s"]), _ms(c["exposed_comm_s"]),
+                     f"{c['exposed_comm_per_sample_s'] * 1e6:.0f}", f"{c['max_abs_diff_vs_single']:.1e}",
+                     "yes" if c["identical"] else "<b>no</b>"])
+    return html_table(["answer", "samples / step", "messages / step", "MB sent / step", "step (ms)",
+                       "exposed comm (ms)", "exposed comm / sample (us)", "max |dtheta|", "identical?"],
+                      rows, align="lrrrrrrrl")
+
+
+def show(fig) -> None:
+    """Display a figure once, in a cell or in a panel's output area, and release it."""
+    display(fig)
+    plt.close(fig)
+
+
+def render(result: dict) -> None:
+    """What the panel shows after a run: timelines, the step-time breakdown, and both tables."""
+    print(f"W={result['world_size']} ranks ({result['backend']} on {result['device']}), model {result['model']}, "
+          f"bucket cap {result['bucket_mb']:g} MB; each timeline shows the run's median step")
+    for fig in plot_timelines(result):
+        show(fig)
+    show(plot_step_breakdown(result))
+    display(equivalence_table(result))

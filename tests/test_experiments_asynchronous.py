@@ -1,0 +1,45 @@
+"""async_staleness on a real 3-rank world (a server and two workers)."""
+import pytest
+
+from dpteach.experiments import async_staleness
+from dpteach.experiments.asynchronous import _in_company
+
+
+@pytest.fixture(scope="module")
+def result():
+    return async_staleness(3, steps=6, slow_ms=40, max_staleness=0, repeats=2, batch_per_rank=8)
+
+
+def test_runs_and_curves(result):
+    kinds = [r["kind"] for r in result["runs"]]
+    assert kinds == ["sync", "sync", "slow", "async", "async", "bounded"]
+    for run in result["runs"]:
+        expected = 6 if run["kind"] == "sync" else (run["async"]["applied"])
+        assert len(run["eval_curve"]) == expected
+        assert run["samples_per_update"] == (8 * 3 if run["kind"] == "sync" else 8)
+
+
+def test_sync_is_reproducible_and_async_differences_come_from_the_order(result):
+    assert result["sync_repeat_diff"] == 0.0
+    for diff, differ in zip(result["async_repeat_diffs"], result["async_orders_differ"]):
+        assert diff >= 0.0 and (diff > 0.0 or not differ)
+
+
+def test_staleness_and_the_bound(result):
+    assert result["slow_rank"] == 2 and set(result["staleness"]) <= {1, 2}
+    assert sum(len(v) for v in result["staleness"].values()) + result["pushes_alone"] == 12
+    b = result["bounded"]
+    assert b["max_staleness"] == 0 and b["pushes"] == 12 and b["applied"] + b["dropped"] == 12
+    assert b["dropped"] == sum(s > 0 for s in b["staleness"])
+
+
+def test_pushes_made_alone_are_told_apart():
+    log = [{"worker": w} for w in (1, 2, 1, 1, 2, 2, 2)]
+    assert _in_company(log) == [True, True, True, True, True, False, False]  # 2 pulled after 1 finished
+
+
+def test_too_small_a_world_is_refused():
+    with pytest.raises(ValueError, match="world_size=2 is not allowed"):
+        async_staleness(2)
+    with pytest.raises(ValueError, match="repeats=1 is not allowed"):
+        async_staleness(3, repeats=1)

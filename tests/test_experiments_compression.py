@@ -1,0 +1,48 @@
+"""compression_tradeoff and compression_bytes on real worlds: drift per step, and bytes against the formula."""
+import pytest
+
+from dpteach.experiments import compression_bytes, compression_tradeoff
+from dpteach.experiments.compression import bucket_sizes, wire_bytes_formula
+
+
+@pytest.fixture(scope="module")
+def result():
+    return compression_tradeoff(2, steps=5, batch_per_rank=8)
+
+
+def test_drift_per_step_and_equivalence(result):
+    rows = {r["strategy"]: r for r in result["rows"]}
+    assert list(rows) == ["bucketed", "fp16", "bf16", "int8", "int8_ef"]
+    for row in rows.values():
+        assert len(row["drift_per_step"]) == 5 and len(row["losses"]) == 5 and row["replicas_identical"]
+    assert all(d <= result["tolerance"] for d in rows["bucketed"]["drift_per_step"])
+    for name in ("fp16", "bf16", "int8", "int8_ef"):
+        assert rows[name]["max_abs_diff_vs_single"] > result["tolerance"], name
+    assert rows["int8_ef"]["max_abs_diff_vs_single"] < rows["int8"]["max_abs_diff_vs_single"]
+    assert len(result["reference_losses"]) == 5
+
+
+def test_bytes_counter_follows_the_formula(result):
+    for row in result["rows"]:
+        assert row["bytes_per_step"] == row["bytes_formula"] > 0
+    rows = {r["strategy"]: r for r in result["rows"]}
+    assert rows["fp16"]["bytes_vs_fp32"] == pytest.approx(0.5, abs=1e-3)
+    assert rows["int8"]["bytes_vs_fp32"] < 0.3  # W=2: (W-1) x 1 byte against 2(W-1)/W x 4 bytes
+
+
+def test_int8_savings_shrink_as_the_world_grows(result):
+    sweep = compression_bytes((2, 3), known=result)
+    by = {(r["world_size"], r["strategy"]): r for r in sweep["rows"]}
+    assert all(r["measured"] == r["formula"] for r in sweep["rows"])
+    assert by[(2, "int8")]["measured"] / by[(2, "bucketed")]["measured"] < \
+        by[(3, "int8")]["measured"] / by[(3, "bucketed")]["measured"] < 1
+    sizes = bucket_sizes("mlp")
+    assert wire_bytes_formula("int8", 7, sizes) < wire_bytes_formula("bucketed", 7, sizes) \
+        < wire_bytes_formula("int8", 8, sizes)  # (W-1) x 1 byte overtakes 2(W-1)/W x 4 bytes at W = 8
+
+
+def test_unknown_strategies_are_refused():
+    with pytest.raises(ValueError, match="strategies=.*is not allowed"):
+        compression_tradeoff(2, strategies=("int4",))
+    with pytest.raises(ValueError, match="strategies=.*is not allowed"):
+        compression_bytes((2,), strategies=("zip",))
