@@ -5,15 +5,17 @@ from dpteach.experiments import bucket_assignment, bucket_size_sweep
 
 
 def test_assignment_is_reverse_order_with_a_smaller_first_bucket():
-    buckets = bucket_assignment("mlp", bucket_mb=4.0)
+    plan = bucket_assignment("mlp", bucket_mb=4.0)
+    buckets = plan["buckets"]
+    assert plan["parameters"][-1] == "net.10.bias" and plan["first_bucket_mb"] == 1.0
     assert buckets[0]["params"][0] == "net.10.bias"  # the last layer's gradients are ready first
     assert buckets[-1]["params"][-1] == "net.0.weight"
     assert [b["index"] for b in buckets] == list(range(len(buckets)))
-    assert sum(b["bytes"] for b in buckets) == 4 * 1089034
+    assert sum(b["bytes"] for b in buckets) == plan["grad_bytes"] == 4 * 1089034
     assert buckets[0]["bytes"] < buckets[1]["bytes"]  # first cap is a quarter of the cap
-    assert len(bucket_assignment("mlp", bucket_mb=64.0)) == 1
-    assert len(bucket_assignment("mlp", bucket_mb=0.01)) == 6  # each bias rides with its weight
-    assert len(bucket_assignment("mlp", bucket_mb=0.001)) == 11  # ... until even a bias exceeds the cap
+    assert len(bucket_assignment("mlp", bucket_mb=64.0)["buckets"]) == 1
+    assert len(bucket_assignment("mlp", bucket_mb=0.01)["buckets"]) == 6  # each bias rides with its weight
+    assert len(bucket_assignment("mlp", bucket_mb=0.001)["buckets"]) == 11  # ... until even a bias exceeds the cap
 
 
 @pytest.fixture(scope="module")
@@ -23,11 +25,11 @@ def sweep():
 
 def test_messages_counted_in_the_run_match_the_bucket_count(sweep):
     rows = {r["label"]: r for r in sweep["rows"]}
-    assert set(rows) == {"local", "naive", "0.01 MB", "64 MB"}
+    assert set(rows) == {"local", "naive", "0.01 MiB", "64 MiB"}
     assert rows["local"]["messages_per_step"] == 0
     assert rows["naive"]["messages_per_step"] == sweep["num_tensors"] == 12
-    assert rows["0.01 MB"]["messages_per_step"] == rows["0.01 MB"]["num_buckets"] == 6
-    assert rows["64 MB"]["messages_per_step"] == rows["64 MB"]["num_buckets"] == 1
+    assert rows["0.01 MiB"]["messages_per_step"] == rows["0.01 MiB"]["num_buckets"] == 6
+    assert rows["64 MiB"]["messages_per_step"] == rows["64 MiB"]["num_buckets"] == 1
 
 
 def test_bucketing_changes_messages_not_bytes_nor_results(sweep):

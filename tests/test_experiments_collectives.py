@@ -54,6 +54,8 @@ def test_sweep_predicts_every_algorithm_from_one_ring_fit():
     assert result["crossover_bytes"] is None and result["model_choice"] == ["ring", "ring"]
     assert all(t >= r for t, r in zip(result["predicted"]["tree"], result["predicted"]["ring"]))
     assert len(result["measured_winner"]) == 2
+    assert set(result["fits"]) == {"ring", "tree", "naive"}
+    assert result["fits"]["ring"]["alpha_s"] == pytest.approx(result["fit"]["alpha_s"])
 
 
 @pytest.mark.parametrize("kwargs, word", [({"algorithm": "butterfly"}, "algorithm"), ({"numel": 0}, "numel"),

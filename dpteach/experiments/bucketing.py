@@ -31,18 +31,24 @@ from .machine import link_on_rank
 DEFAULT_SIZES_MB = (0.01, 0.25, 1.0, 4.0, 32.0)
 
 
-def bucket_assignment(model: str = "mlp", bucket_mb: float = 1.0, first_bucket_mb: float | None = None) -> list[dict]:
+def bucket_assignment(model: str = "mlp", bucket_mb: float = 1.0, first_bucket_mb: float | None = None) -> dict:
     """The buckets DDP's rule builds for ``model``, in launch order (host only, no ranks).
 
-    Returns ``[{"index", "params": [parameter names, last layer first], "numel", "bytes"}, ...]``.
+    Returns ``{"model", "bucket_mb", "first_bucket_mb" (the cap actually used), "num_tensors",
+    "grad_bytes", "parameters": [names in model order], "buckets": [{"index", "params": [names, last
+    layer first], "numel", "bytes"}, ...]}``.
     """
     check_model_name(model)
     named = [(n, p) for n, p in build_model(model).named_parameters() if p.requires_grad]
-    buckets = assign_buckets([p for _, p in named], bucket_mb, first_bucket_mb)
-    return [{"index": i, "params": [named[j][0] for j in idx],
-             "numel": sum(named[j][1].numel() for j in idx),
-             "bytes": sum(named[j][1].numel() * named[j][1].element_size() for j in idx)}
-            for i, idx in enumerate(buckets)]
+    groups = assign_buckets([p for _, p in named], bucket_mb, first_bucket_mb)
+    buckets = [{"index": i, "params": [named[j][0] for j in idx],
+                "numel": sum(named[j][1].numel() for j in idx),
+                "bytes": sum(named[j][1].numel() * named[j][1].element_size() for j in idx)}
+               for i, idx in enumerate(groups)]
+    return {"model": model, "bucket_mb": bucket_mb,
+            "first_bucket_mb": bucket_mb / 4 if first_bucket_mb is None else first_bucket_mb,
+            "num_tensors": len(named), "grad_bytes": sum(b["bytes"] for b in buckets),
+            "parameters": [n for n, _ in named], "buckets": buckets}
 
 
 def _messages_in_step(spans: list[dict], step: int) -> int:
@@ -133,7 +139,7 @@ def bucket_size_sweep(world_size: int = 2, model: str = "mlp", bucket_sizes_mb=D
         bucketed = config.strategy == "bucketed"
         rows.append({
             "strategy": config.strategy, "bucket_mb": config.bucket_mb if bucketed else None,
-            "label": f"{config.bucket_mb:g} MB" if bucketed else config.strategy,
+            "label": f"{config.bucket_mb:g} MiB" if bucketed else config.strategy,
             "num_buckets": len(assign_buckets(tensors, config.bucket_mb)) if bucketed else None,
             "messages_per_step": messages, "bytes_per_step": first["wire_bytes_per_step"],
             "step_time_s": step_time(i), "comm_s": mean(i, "comm_s"), "exposed_comm_s": max(0.0, step_time(i) - local),

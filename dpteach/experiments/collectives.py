@@ -159,7 +159,7 @@ def collective_trace(world_size: int = 4, numel: int = 8, algorithm: str = "ring
 
 # -- the alpha-beta model against measured times -------------------------------------------------
 
-def allreduce_sweep(world_size: int = 4, sizes=("4KiB", "64KiB", "512KiB", "2MiB", "8MiB"),
+def allreduce_sweep(world_size: int = 4, sizes=("4KiB", "64KiB", "1MiB", "8MiB", "32MiB"),
                     algorithms=("ring", "tree", "naive", "builtin"), iters: int = 5, backend: str = "auto",
                     device: str = "auto") -> dict:
     """Measure each algorithm at each size, fit alpha and beta to the ring, predict every algorithm.
@@ -170,6 +170,7 @@ def allreduce_sweep(world_size: int = 4, sizes=("4KiB", "64KiB", "512KiB", "2MiB
          "measured": {algorithm: [seconds per size]},
          "fit": {alpha_s, beta_s_per_byte, bandwidth_GBps, r2},      # from the ring's times
          "predicted": {ring/tree/naive: [seconds per size]},          # all from that one fit
+         "fits": {algorithm: its own alpha and beta, through its own formula},
          "crossover_bytes": tree-vs-ring crossover at this W, or None (ring never loses),
          "model_choice": [ring|tree per size], "measured_winner": [fastest of ring/tree per size]}
     """
@@ -177,7 +178,8 @@ def allreduce_sweep(world_size: int = 4, sizes=("4KiB", "64KiB", "512KiB", "2MiB
     if "ring" not in algorithms:
         raise ValueError(f"algorithms={algorithms!r} is not allowed: include 'ring', which the fit uses")
     byte_sizes = sorted({parse_size(s) if isinstance(s, str) else int(s) for s in sizes})
-    report = allreduce_benchmark(world_size, byte_sizes, algorithms, iters=iters, warmup=1,
+    # largest first, so that the one-off costs of a fresh world do not land on the smallest size
+    report = allreduce_benchmark(world_size, byte_sizes[::-1], algorithms, iters=iters, warmup=1,
                                  backend=backend, device=device)
     if "fit" not in report:
         raise ValueError(f"world_size={world_size!r} and sizes={list(sizes)!r} are not allowed together: "
@@ -186,13 +188,19 @@ def allreduce_sweep(world_size: int = 4, sizes=("4KiB", "64KiB", "512KiB", "2MiB
     measured = {a: [next(r["time_s"] for r in report["rows"] if r["algorithm"] == a and r["bytes"] == n)
                     for n in byte_sizes] for a in algorithms}
     predicted = {a: [costmodel.predict(a, n, world_size, params) for n in byte_sizes] for a in MODEL_ALGORITHMS}
+    fits = {}
+    for a, times in measured.items():  # each algorithm's own alpha and beta, seen through its own formula
+        shape = a if a in MODEL_ALGORITHMS else "ring"  # gloo's built-in is ring-like for large messages
+        fit = costmodel.fit_alpha_beta([(n, world_size, t) for n, t in zip(byte_sizes, times)], algorithm=shape)
+        fits[a] = {"alpha_s": fit.params.alpha, "beta_s_per_byte": fit.params.beta,
+                   "bandwidth_GBps": fit.params.bandwidth_GBps, "r2": fit.r2, "formula": shape}
     winners = None
     if "tree" in measured:
         winners = ["tree" if t < r else "ring" for t, r in zip(measured["tree"], measured["ring"])]
     return {
         "world_size": world_size, "backend": report["backend"], "device": report["device"],
         "sizes": byte_sizes, "rows": report["rows"], "measured": measured, "fit": report["fit"],
-        "predicted": predicted, "crossover_bytes": costmodel.crossover_bytes(world_size, params),
+        "predicted": predicted, "fits": fits, "crossover_bytes": costmodel.crossover_bytes(world_size, params),
         "model_choice": [costmodel.choose_algorithm(n, world_size, params).algorithm for n in byte_sizes],
         "measured_winner": winners,
     }

@@ -139,7 +139,7 @@ def scaling_sweep(world_sizes=(1, 2, 3, 4), model: str = "mlp", steps: int = 10,
             "breakdown": run["breakdown"], "local_breakdown": local["breakdown"],
             "alpha_s": ranks[0]["link"]["alpha_s"], "beta_s_per_byte": ranks[0]["link"]["beta_s_per_byte"],
             "oversubscribed": placement.device_type == "cpu" and w > cpus,
-            "final_loss": run["final_loss"], "backend": placement.backend,
+            "final_loss": run["final_loss"], "backend": placement.backend, "device": placement.device_type,
         })
     one = rows[0]["samples_per_s"]
     for row in rows:
@@ -183,7 +183,9 @@ def scaling_simulation(compute_ms: float = 200.0, grad_mb: float = 2000.0, overl
         label = f"{link.name} (alpha {link.alpha_s * 1e6:.3g} us, {link.bandwidth_GBps:.3g} GB/s)"
         curves[label] = simulator.simulate(world_sizes, compute_ms / 1e3, grad_mb * 2**20, link, overlap,
                                          algorithm, bucket)
-    title = (f"compute {compute_ms:g} ms/step, {grad_mb:g} MiB of gradients, overlap {overlap:.0%}, {algorithm}"
-             + (f", buckets of {bucket_mb:g} MiB" if bucket_mb else ", one message"))
+    def num(v):
+        return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
+    title = (f"compute {num(compute_ms)} ms/step, {num(grad_mb)} MiB of gradients, overlap {overlap:.0%}, {algorithm}"
+             + (f", buckets of {num(bucket_mb)} MiB" if bucket_mb else ", one message"))
     return {"curves": curves, "title": title, "max_world_size": max_world_size, "compute_ms": compute_ms,
             "grad_mb": grad_mb, "overlap": overlap, "algorithm": algorithm, "bucket_mb": bucket_mb}

@@ -14,9 +14,10 @@ def _layers(names: list[str]) -> str:
     return ", ".join(layers)
 
 
-def plot_assignment(buckets: list[dict], model: str, bucket_mb: float):
+def plot_assignment(plan: dict):
     """One bar per bucket, in launch order, labelled with the layers whose gradients it carries."""
     import matplotlib.pyplot as plt
+    buckets, model, bucket_mb, first_mb = plan["buckets"], plan["model"], plan["bucket_mb"], plan["first_bucket_mb"]
     fig, ax = plt.subplots(figsize=(9, 0.45 * len(buckets) + 1.6))
     sizes = [b["bytes"] / 2**20 for b in buckets]
     ax.barh([f"bucket {b['index']}" for b in buckets], sizes, color="#4C72B0")
@@ -24,7 +25,7 @@ def plot_assignment(buckets: list[dict], model: str, bucket_mb: float):
         ax.text(sizes[i], i, f"  {_layers(b['params'])}  ({len(b['params'])} tensors)", va="center",
                 fontsize="small")
     ax.axvline(bucket_mb, color="#C44E52", linestyle="--", label=f"cap {bucket_mb:g} MiB")
-    ax.axvline(bucket_mb / 4, color="#DD8452", linestyle=":", label=f"first-bucket cap {bucket_mb / 4:g} MiB")
+    ax.axvline(first_mb, color="#DD8452", linestyle=":", label=f"first-bucket cap {first_mb:g} MiB")
     ax.invert_yaxis()
     ax.set_xlim(0, max(sizes + [bucket_mb]) * 1.9)
     ax.set_xlabel("bucket size (MiB of float32 gradients)")
@@ -35,10 +36,12 @@ def plot_assignment(buckets: list[dict], model: str, bucket_mb: float):
     return fig
 
 
-def render_assignment(buckets: list[dict], model: str, bucket_mb: float) -> None:
+def render_assignment(plan: dict) -> None:
+    print(f"{plan['model']}: {plan['num_tensors']} gradient tensors, {plan['grad_bytes'] / 2**20:.2f} MiB; "
+          f"model order: {', '.join(plan['parameters'])}\n")
     table(["bucket", "parameters (last layer first)", "MiB"],
-          [[b["index"], ", ".join(b["params"]), f"{b['bytes'] / 2**20:.3f}"] for b in buckets])
-    show(plot_assignment(buckets, model, bucket_mb))
+          [[b["index"], ", ".join(b["params"]), f"{b['bytes'] / 2**20:.3f}"] for b in plan["buckets"]])
+    show(plot_assignment(plan))
 
 
 def plot_sweep(result: dict):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import costmodel
-from .start import ALGO_STYLE, human_bytes, show, size_axis, table
+from .start import ALGO_STYLE, human_bytes, log_axis, show, size_axis, table
 
 
 def render_basics(result: dict) -> None:
@@ -110,7 +110,7 @@ def plot_sweep(result: dict):
         ax.axvline(result["crossover_bytes"], color="grey", linestyle=":",
                    label=f"model: tree = ring at {human_bytes(result['crossover_bytes'])}")
     size_axis(ax, sizes)
-    ax.set_yscale("log")
+    log_axis(ax)
     ax.set_xlabel("message size per rank")
     ax.set_ylabel("all-reduce time (ms, log scale)")
     ax.set_title(f"W={world} ({result['backend']}): one fit to the ring, alpha={fit['alpha_s'] * 1e6:.0f} us, "
@@ -126,6 +126,9 @@ def render_sweep(result: dict) -> None:
           [[human_bytes(n)] + [f"{result['measured'][a][i] * 1e3:.2f}" for a in result["measured"]]
            + [result["model_choice"][i], (result["measured_winner"] or ["-"] * len(result["sizes"]))[i]]
            for i, n in enumerate(result["sizes"])])
+    table(["algorithm", "own fit: alpha (us/message)", "bandwidth (GB/s)", "R^2"],
+          [[a, f"{f['alpha_s'] * 1e6:.0f}", f"{f['bandwidth_GBps']:.2f}", f"{f['r2']:.3f}"]
+           for a, f in result["fits"].items()], title="\neach algorithm fitted on its own (its own formula):")
     show(plot_sweep(result))
 
 
@@ -138,11 +141,11 @@ def plot_crossover(links: dict, world_sizes=(4, 8, 16, 64, 256, 1024, 4096)):
         points = [(p, n) for p, n in points if n]
         ax.plot([p for p, _ in points], [n for _, n in points], "o-", label=name)
     ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
     ax.set_xticks(list(world_sizes), [str(p) for p in world_sizes])
     ax.minorticks_off()
+    log_axis(ax, bytes_=True)
     ax.set_xlabel("ranks W (log scale)")
-    ax.set_ylabel("tree/ring crossover (bytes, log scale)")
+    ax.set_ylabel("tree/ring crossover (message size, log scale)")
     ax.set_title("Messages smaller than the crossover go faster on a tree")
     ax.legend(fontsize="small")
     ax.grid(alpha=0.3)

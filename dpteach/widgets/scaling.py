@@ -36,8 +36,8 @@ def plot_measured(result: dict):
         values = [r["breakdown"][phase] * 1e3 for r in rows]
         right.bar(ws, values, bottom=bottom, color=color, label=PHASE_LABELS[phase])
         bottom = [b + v for b, v in zip(bottom, values)]
-    right.plot(ws, [r["local_step_s"] * 1e3 for r in rows], "k_", markersize=30, mew=2,
-               label="local step (no communication)")
+    right.hlines([r["local_step_s"] * 1e3 for r in rows], [w - 0.4 for w in ws], [w + 0.4 for w in ws],
+                 colors="black", linewidth=2.5, label="local step (same work, no communication)")
     right.set_xticks(ws)
     right.set_xlabel("ranks W")
     right.set_ylabel("milliseconds per step")
@@ -71,7 +71,7 @@ def plot_simulation(curves: dict, measured: dict | None = None, title: str = "")
                 markersize=11, label="measured on this machine")
     ax.set_xscale("log", base=2)
     ws = sorted({r["world_size"] for rows in curves.values() for r in rows})
-    ticks = [w for w in ws if w in (1, 4, 16, 64, 256, 1024, 4096)] or ws
+    ticks = ws if len(ws) <= 8 else [w for w in ws if w in (1, 4, 16, 64, 256, 1024, 4096)]
     ax.set_xticks(ticks, [str(w) for w in ticks])
     ax.minorticks_off()
     ax.set_ylim(0, 1.05)

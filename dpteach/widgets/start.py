@@ -45,6 +45,20 @@ def size_axis(ax, sizes) -> None:
     ax.minorticks_off()
 
 
+def log_axis(ax, axis: str = "y", bytes_: bool = False) -> None:
+    """Log scale with plain tick labels (1, 2, 5, 10, ... or 4 KiB, 1 MiB, ...) instead of 10^x."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
+    if bytes_:
+        target.set_major_locator(LogLocator(base=4))
+        target.set_major_formatter(FuncFormatter(lambda v, _: human_bytes(v)))
+    else:
+        target.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        target.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    target.set_minor_formatter(NullFormatter())
+
+
 ALGO_STYLE = {"builtin": ("#4C72B0", "o"), "ring": ("#DD8452", "s"), "tree": ("#55A868", "^"),
               "naive": ("#C44E52", "D")}
 
@@ -69,7 +83,7 @@ def plot_profile(result: dict):
     left.plot(dense, [costmodel.predict("ring", float(round(n)), world, params) * 1e3 for n in dense], "-",
               color=ALGO_STYLE["ring"][0],
               label=f"ring fit: alpha={fit['alpha_s'] * 1e6:.0f} us, {fit['bandwidth_GBps']:.2f} GB/s")
-    left.set_yscale("log")
+    log_axis(left)
     left.set_ylabel("all-reduce time (ms, log scale)")
     left.set_title(f"All-reduce time, {world} ranks ({result['backend']})")
     right.set_ylabel("bus bandwidth (GB/s)")
