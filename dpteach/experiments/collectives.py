@@ -32,7 +32,9 @@ MODEL_ALGORITHMS = ("ring", "tree", "naive")
 # -- torch's built-in collectives on tiny tensors ------------------------------------------------
 
 def _basics_on_rank(n: int) -> dict:
-    rank, world, device = dist.get_rank(), dist.get_world_size(), context.device()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    # gloo moves host memory, and its gather, scatter and reduce take CPU tensors only; NCCL the opposite.
+    device = context.device() if dist.get_backend() == "nccl" else torch.device("cpu")
     mine = torch.arange(n, dtype=torch.float32, device=device) + 10 * rank  # rank r holds 10r, 10r+1, ...
     out = {}
 
