@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dpteach.grading import get_exercise, grade_source
+from dpteach.grading import get_exercise, grade_namespace, grade_source
 from dpteach.grading.forbidden import scan
 from dpteach.grading.solutions import solution
 
@@ -139,3 +139,25 @@ def test_top_level_code_that_raises_is_an_error_with_its_traceback():
     assert report.status == "error"
     assert f"line {len(source.splitlines())}, in <module>" in report.error and "NameError" in report.error
     assert "not run: the code could not be loaded" in report.checks[0].message
+
+
+@pytest.mark.slow
+def test_a_class_defined_in_a_notebook_is_graded_from_the_namespace_like_check_does():
+    """check() takes the learner's objects from the notebook's globals and sends them to the ranks by
+    value; a class's source (for "not attempted" and the static scan) is found through its methods."""
+    import linecache
+    source, filename = solution("04"), "/tmp/ipykernel_0/123456.py"  # how IPython names a cell
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace = {"__name__": "__main__"}
+    exec(compile(source, filename, "exec"), namespace)
+    exercise = get_exercise("04")
+    only = [i for i, c in enumerate(exercise.checks) if "during backward" in c.name]
+    report = grade_namespace("04", namespace, record=False, only=only)
+    assert report.checks[only[0]].passed, report.checks[only[0]].message
+    broken = source.replace("            p.grad.copy_(view / world)\n", "            p.grad.copy_(view)\n")
+    linecache.cache[filename] = (len(broken), None, broken.splitlines(True), filename)
+    exec(compile(broken, filename, "exec"), namespace)
+    first = [i for i, c in enumerate(exercise.checks) if "every .grad is the average" in c.name]
+    report = grade_namespace("04", namespace, record=False, only=first)
+    assert "divide by W" in report.checks[first[0]].message
+    del linecache.cache[filename]

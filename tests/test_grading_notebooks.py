@@ -1,5 +1,6 @@
 """The exercise notebooks run top to bottom: untouched (check() says "not attempted", nothing raises) and
-with a solution written in (check() grades it from the notebook's own definitions).
+with a solution written in (check() grades it from the notebook's own definitions; a class defined in
+a notebook is covered in test_grading_failures.py, graded from a namespace as check() does).
 
 The untouched notebooks are executed one after another in a single kernel, each starting from an empty
 namespace (``%reset -f``): the same as ``pytest --nbval-lax exercises/`` cell for cell, without paying a
@@ -46,7 +47,7 @@ def test_untouched_notebooks_run_top_to_bottom_and_say_not_attempted():
 
 @pytest.mark.slow
 def test_check_in_the_notebook_grades_the_notebooks_own_definitions():
-    exercise = next(e for e in all_exercises() if e.id == "04")  # a class: its source found through its methods
+    exercise = next(e for e in all_exercises() if e.id == "03")
     notebook = nbformat.read(ROOT / "exercises" / exercise.notebook_name, as_version=4)
     for cell in notebook.cells:
         if "solution" in cell.metadata.get("tags", []):

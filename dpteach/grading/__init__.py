@@ -62,7 +62,7 @@ def grade_sources(exercise: str, sources: list, *, limit_scale: float | None = N
                       limit_scale=limit_scale)
 
 
-def grade_namespace(exercise: str, namespace: dict, *, record: bool = True) -> Report:
+def grade_namespace(exercise: str, namespace: dict, *, record: bool = True, only=None) -> Report:
     """Grade the learner's objects found by name in ``namespace`` (a notebook's globals)."""
     chosen = get_exercise(exercise)
     try:
@@ -72,7 +72,7 @@ def grade_namespace(exercise: str, namespace: dict, *, record: bool = True) -> R
         report = not_attempted(chosen)
         report.status, report.error = "error", str(missing)
         return report
-    return grade(chosen, submission, record=record, namespace=namespace)
+    return grade(chosen, submission, record=record, namespace=namespace, only=only)
 
 
 def check(exercise: str, namespace: dict | None = None, *, record: bool = True) -> None:

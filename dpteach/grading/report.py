@@ -78,6 +78,8 @@ class Report:
         if self.error:
             out.append("  your code could not be graded:")
             out.append(textwrap.indent(self.error, "    "))
+            out.append(f"  (none of the {len(self.checks)} checks, worth {self.max_score} points, could run)")
+            return "\n".join(out)
         if self.forbidden:
             out.append(f"  SCORE 0: {self.rule}".rstrip())
             out += [f"    - uses {offense}" for offense in self.forbidden]
