@@ -32,6 +32,8 @@ def edited(text: str, old: str, new: str) -> str:
 
 def live_ranks_started_by_us() -> list[int]:
     """Processes (any depth) that a launch from this test process started and that are still running."""
+    if not Path("/proc").is_dir():
+        pytest.skip("needs /proc (Linux) to list processes")
     mine = f"DPTEACH_PARENT_PID={os.getpid()}".encode()
     alive = []
     for entry in Path("/proc").iterdir():
@@ -161,3 +163,14 @@ def test_a_class_defined_in_a_notebook_is_graded_from_the_namespace_like_check_d
     report = grade_namespace("04", namespace, record=False, only=first)
     assert "divide by W" in report.checks[first[0]].message
     del linecache.cache[filename]
+
+
+@pytest.mark.slow
+def test_an_endless_loop_at_the_top_of_a_cell_is_an_error_and_other_submissions_still_run(monkeypatch):
+    from dpteach.grading import grade_sources, runner
+    monkeypatch.setattr(runner, "LOAD_LIMIT", 3.0)
+    looping, fine = solution("03") + "\nwhile True:\n    pass\n", solution("03")
+    stuck, graded = grade_sources("03", [(looping, [0]), (fine, [0])])
+    assert stuck.status == "error" and "endless loop" in stuck.error
+    assert graded.checks[0].passed
+    assert live_ranks_started_by_us() == []

@@ -1,4 +1,4 @@
-"""Grade one submission: read it, run its checks on real ranks, and turn what happened into a report.
+"""Grade a submission: read it, run its checks on real ranks, and turn what happened into a report.
 
 The order of events, and why:
 
@@ -8,14 +8,15 @@ The order of events, and why:
 3. **Static scan** for forbidden collectives (``forbidden.py``).
 4. **Checks on real ranks.** One ``dpteach.launch`` with as many ranks as the largest check needs; the
    ranks run every check in turn, each in a fresh world of its own size (``rank.py``), smallest worlds
-   first. Starting ranks dominates the cost of grading (a fresh interpreter importing torch, about a
-   second of CPU each), which is why all checks share one launch rather than one launch per world.
+   first. Starting ranks dominates the cost of grading (a fresh interpreter importing torch: about two
+   seconds of CPU each, against milliseconds for a check), which is why all checks share one launch
+   rather than one launch per world - and why ``grade_many`` lets several submissions share it too.
 5. **When a world dies** - a check ran past its limit, or a rank crashed, or the learner's code raised on
    one rank while the others waited for it - the checks that finished keep their results, the check
    that was running gets the blame (timed out / error, with the learner's traceback when there is one),
    later checks that call the same learner functions are skipped (a hang usually recurs, and each
-   would cost a full time limit and a new world), and a new world runs the rest. No rank outlives its launch: the launcher kills
-   every rank's process group on any failure.
+   would cost a full time limit and a new world), and a new world runs the rest. No rank outlives its
+   launch: the launcher kills every rank's process group on any failure.
 6. **Score**: the points of the checks that passed; zero when a forbidden call was found, by reading or
    at run time. The attempt is recorded in the progress store.
 """
@@ -122,10 +123,12 @@ def _run_checks(exercise: Exercise, jobs: list, limit_scale: float) -> dict:
             break
         by_check: dict[tuple, dict] = {}
         timeouts: dict[tuple, dict] = {}
+        loading_hung = False  # the world died while some job's cells were still being executed
         for r in records:
             if r.get("event") == "load_error":
                 load_errors.setdefault(r["job"], r["text"])
             elif r.get("event") == "timeout" and r["check"][1] == "load":
+                loading_hung = True
                 load_errors.setdefault(r["check"][0], (
                     f"running your cells took longer than {LOAD_LIMIT:g} s before any check started: is "
                     f"there an endless loop (or a long computation) outside your functions?"))
@@ -139,6 +142,9 @@ def _run_checks(exercise: Exercise, jobs: list, limit_scale: float) -> dict:
         for job, i in done:
             _merge(jobs[job][1].checks[i], by_check[(job, i)])
         remaining = [key for key in pending if key not in done]
+        if loading_hung and remaining:
+            pending = remaining  # no check is to blame: a new world runs the other jobs' checks
+            continue
         if not remaining or failure is None and not timeouts:
             pending = remaining
             if remaining:  # the world ended cleanly without them: should not happen, say so
