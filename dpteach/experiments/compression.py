@@ -61,14 +61,14 @@ def _snapshot(optimizer) -> torch.Tensor:
     return parameters_to_vector(params).detach().to("cpu", torch.float32)
 
 
-def _on_rank(configs: list[TrainConfig], reference_config: TrainConfig) -> list[dict]:
+def _on_rank(configs: list[TrainConfig], reference_config: TrainConfig) -> dict:
     rank, world = context.rank(), context.world_size()
-    reference = []
+    reference, reference_losses = [], None
     if rank == 0:
         context.report_progress(0, total=len(configs) + 1, desc="reference + strategies")
         handle = register_optimizer_step_post_hook(lambda opt, args, kwargs: reference.append(_snapshot(opt)))
         try:
-            train_single_process(reference_config, world)
+            reference_losses = train_single_process(reference_config, world)["losses"]
         finally:
             handle.remove()
         context.report_progress(1)
@@ -89,10 +89,10 @@ def _on_rank(configs: list[TrainConfig], reference_config: TrainConfig) -> list[
         results.append(result)
         if rank == 0:
             context.report_progress(1)
-    return results
+    return {"runs": results, "reference_losses": reference_losses}
 
 
-def compression_tradeoff(world_size: int | None = None, model: str = "mlp", steps: int = 12,
+def compression_tradeoff(world_size: int | None = None, model: str = "mlp", steps: int = 10,
                          strategies=COMPRESSED, bucket_mb: float = 1.0, batch_per_rank: int = 32, seed: int = 0,
                          backend: str = "auto", device: str = "auto", timeout: float = 600.0) -> dict:
     """Train each strategy; return bytes, drift per step, losses and the single-process reference's losses.
@@ -114,7 +114,7 @@ def compression_tradeoff(world_size: int | None = None, model: str = "mlp", step
     fp32 = wire_bytes_formula("bucketed", world_size, sizes)
     rows = []
     for i, name in enumerate(strategies):
-        ranks = [per_rank[r][i] for r in range(world_size)]
+        ranks = [per_rank[r]["runs"][i] for r in range(world_size)]
         drift = ranks[0]["drift_per_step"]
         rows.append({
             "strategy": name, "codec": CODEC[name],
@@ -125,10 +125,9 @@ def compression_tradeoff(world_size: int | None = None, model: str = "mlp", step
             "losses": ranks[0]["losses"], "step_time_s": statistics.mean(r["median_step_s"] for r in ranks),
             "replicas_identical": all(r["replica_spread"] == 0.0 for r in ranks),
         })
-    reference = train_single_process(base, world_size)
     return {"world_size": world_size, "backend": placement.backend, "device": placement.device_type,
             "model": model, "steps": steps, "bucket_mb": bucket_mb, "tolerance": exact_tolerance(base),
-            "bucket_sizes": sizes, "rows": rows, "reference_losses": reference["losses"]}
+            "bucket_sizes": sizes, "rows": rows, "reference_losses": per_rank[0]["reference_losses"]}
 
 
 def _bytes_on_rank(strategies, model_name: str, bucket_mb: float) -> list[int]:
@@ -162,9 +161,10 @@ def compression_bytes(world_sizes=(2, 3, 4), model: str = "mlp", bucket_mb: floa
     strategies = list(strategies)
     if not strategies or any(s not in CODEC for s in strategies):
         raise ValueError(f"strategies={strategies!r} is not allowed: choose from {', '.join(COMPRESSED)}")
+    from tqdm.auto import tqdm  # each world takes seconds to start: show that something is happening
     sizes = bucket_sizes(model, bucket_mb)
     rows = []
-    for world in world_sizes:
+    for world in tqdm(list(world_sizes), desc="worlds", leave=False):
         measured = None
         if known is not None and known["world_size"] == world and known["model"] == model \
                 and known["bucket_mb"] == bucket_mb:

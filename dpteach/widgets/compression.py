@@ -14,7 +14,7 @@ LABELS = {"bucketed": "bucketed (float32)", "fp16": "fp16", "bf16": "bf16", "int
 
 def plot_drift(result: dict):
     """max |theta - theta_single| after every step, per strategy, against the exactness tolerance."""
-    fig, ax = plt.subplots(figsize=(9, 4.5))
+    fig, ax = plt.subplots(figsize=(10, 4.5))
     for row in result["rows"]:
         steps = range(1, len(row["drift_per_step"]) + 1)
         # a drift of exactly 0 cannot be drawn on a log axis: show it at the axis floor
@@ -29,7 +29,7 @@ def plot_drift(result: dict):
     ax.set_ylabel("max |theta - theta_single-process|")
     ax.set_title(f"Drift from single-process training: {result['model']}, W={result['world_size']} "
                  f"({result['backend']}, {result['device']})", fontsize=10)
-    ax.legend(fontsize=8, loc="center right")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(alpha=0.3, which="both")
     fig.tight_layout()
     return fig
@@ -62,6 +62,7 @@ def plot_bytes(bytes_result: dict):
         ax.plot(xs, [by_world[w]["formula"] / 1e6 for w in worlds], linestyle="none", marker="_",
                 markersize=18, color="black", label="formula" if j == 0 else None)
     ax.set_xticks(range(len(worlds)), [f"W={w}" for w in worlds])
+    ax.set_xlabel("world size (one gradient exchange measured in each world)")
     ax.set_ylabel("MB each rank sends per step")
     ax.set_title(f"int8 all-gather vs ring all-reduce: {bytes_result['model']} gradients, "
                  f"bucket cap {bytes_result['bucket_mb']:g} MB", fontsize=10)
