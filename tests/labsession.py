@@ -38,9 +38,14 @@ def _free_port() -> int:
 def jupyterlab(root_dir: str, env: dict | None = None, timeout: float = 90.0):
     """Start ``jupyter lab`` serving ``root_dir``; yield its base URL and token; stop it afterwards."""
     port, token = _free_port(), secrets.token_hex(16)
+    settings = os.path.join(root_dir, ".lab-settings", "@jupyterlab", "apputils-extension")
+    os.makedirs(settings, exist_ok=True)
+    with open(os.path.join(settings, "notification.jupyterlab-settings"), "w") as f:
+        f.write('{"fetchNews": "false", "checkForUpdates": false}')  # no pop-up over the screenshot
     command = [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
                f"--ServerApp.token={token}", f"--ServerApp.root_dir={root_dir}",
                "--LabApp.expose_app_in_browser=True", "--allow-root",
+               f"--LabApp.user_settings_dir={os.path.join(root_dir, '.lab-settings')}",
                "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
     log = open(os.path.join(root_dir, "jupyterlab.log"), "w")
     server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
