@@ -195,6 +195,47 @@ def compress_with_feedback(grad, residual, chunk):
     return q, scales, corrected - dequantize(q, scales, chunk)
 '''
 
+SOLUTIONS["07"] = '''\
+import torch
+import torch.distributed as dist
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+
+def serve(model, optimizer, pushes, max_staleness):
+    params = list(model.parameters())
+    inbox = torch.empty(1 + sum(p.numel() for p in params))
+    version, log = 0, []
+    for _ in range(pushes):
+        sender = dist.recv(inbox)                 # from whichever worker is first
+        used = int(inbox[0].item())
+        applied = max_staleness is None or version - used <= max_staleness
+        if applied:
+            offset = 1
+            for p in params:
+                p.grad = inbox[offset:offset + p.numel()].view_as(p).clone()
+                offset += p.numel()
+            optimizer.step()
+            version += 1
+        reply = torch.cat([torch.tensor([float(version)]), parameters_to_vector(params).detach()])
+        dist.send(reply, sender)
+        log.append((sender, used, applied))
+    return log
+
+
+def work(model, compute_gradient, updates):
+    params = list(model.parameters())
+    version = 0
+    for i in range(updates):
+        compute_gradient(i)
+        grad = parameters_to_vector([p.grad for p in params]).detach()
+        message = torch.cat([torch.tensor([float(version)]), grad])
+        dist.send(message, 0)
+        reply = torch.empty_like(message)
+        dist.recv(reply, 0)
+        version = int(reply[0].item())
+        vector_to_parameters(reply[1:], params)
+'''
+
 SOLUTIONS["08"] = '''\
 import torch
 import torch.distributed as dist

@@ -25,6 +25,7 @@ EXERCISE_MODULES = (
     "dpteach.grading.checks.ex04_overlap",
     "dpteach.grading.checks.ex05_accumulation",
     "dpteach.grading.checks.ex06_int8",
+    "dpteach.grading.checks.ex07_parameter_server",
     "dpteach.grading.checks.ex08_zero1",
 )
 

@@ -1,0 +1,246 @@
+"""Exercise 07 (stretch): an asynchronous parameter server with bounded staleness.
+
+Asynchronous training is nondeterministic - which push arrives first depends on timing - so the checks
+cannot compare with one fixed answer. They compare with the learner's own history instead: ``serve``
+returns its log (which worker, the version it computed on, applied or dropped), and rank 0 *replays*
+that log independently - each applied gradient recomputed on the weights of the version the worker
+used - and must arrive at exactly the server's final weights. The log itself must be consistent: every
+push answered, each worker computing on the version the server last sent it, and a push dropped if and
+only if it is staler than the bound. One worker is made slow on purpose so that staleness happens.
+"""
+from __future__ import annotations
+
+import time
+from functools import partial
+
+import torch
+from torch import nn
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+from ..spec import ALL_COLLECTIVES, COLLECTIVE_MODULES, PROCESS_GROUP_METHODS, Check, Exercise, Fail
+
+STUB = '''\
+import torch
+import torch.distributed as dist
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+
+def serve(model, optimizer, pushes, max_staleness):
+    """Rank 0, the server. Handle `pushes` messages from the workers, in the order they arrive.
+
+    A push is one float tensor [version the worker computed on, its gradient flattened in
+    model.parameters() order]; `dist.recv(buffer)` with no source returns the rank that sent it.
+    staleness = the server's version now - the version in the push. If max_staleness is not None and
+    the push is staler than that, drop it; otherwise put the gradient into each param.grad, call
+    optimizer.step() and add 1 to the version. Either way, answer the sender with
+    [the server's version, the parameters flattened]. Start at version 0.
+    Return the log: one (worker rank, version in the push, applied: bool) per push, in handling order.
+    """
+    raise NotImplementedError("your code here")
+
+
+def work(model, compute_gradient, updates):
+    """Ranks 1..W-1, the workers. `updates` times: compute_gradient(i) fills every param.grad; push
+    [the version of the weights you hold, the gradient flattened] to rank 0; receive the answer and
+    load its parameters into the model (and remember its version). You start with version 0.
+    """
+    raise NotImplementedError("your code here")
+'''
+
+INTRO = """\
+# Exercise 07 (stretch) - an asynchronous parameter server with bounded staleness
+
+Rank 0 owns the weights and the optimizer; ranks 1..W-1 are workers. Nobody waits for anybody: a
+worker computes a gradient on the weights it has, **pushes** it to the server, gets the newest weights
+back and carries on. The server applies pushes in whatever order they arrive. The price is **staleness**:
+by the time a push arrives, other workers' pushes may have moved the weights on, and the gradient points
+downhill from where the weights *were* (Dean et al., 2012). Bounding it - dropping any push staler than
+`max_staleness` versions, and sending the worker fresh weights instead - is the stale-synchronous
+compromise (Ho et al., 2013). Compare with `dpteach/sync/async_ps.py` afterwards.
+
+**What to write:** `serve(model, optimizer, pushes, max_staleness)` (rank 0) and
+`work(model, compute_gradient, updates)` (the workers) - the docstrings give the message format. Use
+point-to-point messages (`dist.send` / `dist.recv`; `dist.recv(buffer)` without a source receives from
+whoever sends first and returns that rank). Collectives (and dpteach's own `async_ps`) score zero.
+
+**How it is checked.** Which push arrives first depends on timing, so there is no single right answer
+to compare with. Instead, `serve` returns its log, and the grader replays it on its own: every applied
+gradient recomputed on the weights of the version that worker used. The replay must end on exactly the
+server's weights, and the log must be consistent - each push answered, each worker computing on the
+version the server last sent it, a push dropped exactly when it is too stale.
+"""
+
+TRY = '''\
+import dpteach
+from torch import nn
+
+
+def try_it(updates=3, max_staleness=1):
+    torch.manual_seed(0)
+    model = nn.Linear(3, 1)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if rank == 0:
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        return serve(model, optimizer, updates * (world - 1), max_staleness)
+
+    def compute_gradient(i):
+        model.zero_grad()
+        torch.manual_seed(100 * rank + i)
+        model(torch.randn(4, 3)).pow(2).mean().backward()
+
+    work(model, compute_gradient, updates)
+
+
+try:
+    log = dpteach.launch(try_it, world_size=3, timeout=60)[0]
+    for worker, version, applied in log:
+        print(f"push from rank {worker} computed on version {version}: {'applied' if applied else 'dropped'}")
+except dpteach.RankError as err:
+    print(f"Not working yet: rank {err.rank} raised {err.exc_type}.")
+    print(err.rank_traceback.strip().splitlines()[-1])
+except TimeoutError as err:
+    print("Not working yet:", err)
+'''
+
+LR, WIDTHS = 0.05, (4, 6, 2)
+
+
+class PlainSGD:
+    """``p -= lr * p.grad``: what torch.optim.SGD does without momentum, without importing torch._dynamo."""
+
+    def __init__(self, params):
+        self.params = list(params)
+
+    @torch.no_grad()
+    def step(self):
+        for p in self.params:
+            if p.grad is not None:
+                p.sub_(LR * p.grad)
+
+    def zero_grad(self, set_to_none: bool = True):
+        for p in self.params:
+            p.grad = None
+
+
+def _model(seed):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(WIDTHS[0], WIDTHS[1]), nn.Tanh(), nn.Linear(WIDTHS[1], WIDTHS[2]))
+
+
+def _batch(seed, worker, update):
+    generator = torch.Generator().manual_seed(seed * 1000 + worker * 97 + update)
+    return torch.randn(4, WIDTHS[0], generator=generator), torch.randn(4, WIDTHS[-1], generator=generator)
+
+
+def _gradient(model, seed, worker, update):
+    for p in model.parameters():
+        p.grad = None
+    x, y = _batch(seed, worker, update)
+    nn.functional.mse_loss(model(x), y).backward()
+
+
+def server_case(ctx, updates, bound, seed, slow_ms=15.0):
+    model = _model(seed)
+    if ctx.rank > 0:
+        def compute_gradient(update):
+            _gradient(model, seed, ctx.rank, int(update))
+            if ctx.rank == 1 and ctx.world > 2:
+                time.sleep(slow_ms / 1000)  # one slow worker: its pushes arrive stale
+        ctx.call("work", model, compute_gradient, updates)
+        return
+    pushes = updates * (ctx.world - 1)
+    log = ctx.call("serve", model, PlainSGD(model.parameters()), pushes, bound)
+    entries = _checked_log(log, pushes, ctx.world, updates)
+    _check_versions(entries, bound)
+    replayed = _replay(entries, seed)
+    if not torch.allclose(parameters_to_vector(model.parameters()).detach(), replayed, atol=1e-6, rtol=1e-5):
+        raise Fail("the server's final weights differ from replaying its own log: is each applied gradient "
+                   "put into param.grad before optimizer.step(), and does each worker compute on the weights "
+                   "the server sent it?")
+
+
+def _checked_log(log, pushes, world, updates):
+    if not isinstance(log, (list, tuple)):
+        raise Fail("serve should return its log: a list of (worker rank, version, applied) tuples")
+    entries = []
+    for entry in log:
+        if not isinstance(entry, (list, tuple)) or len(entry) != 3:
+            raise Fail("each log entry should be a tuple (worker rank, version in the push, applied)")
+        worker, version, applied = entry
+        if isinstance(worker, torch.Tensor):
+            worker = worker.item()
+        if isinstance(version, torch.Tensor) or isinstance(version, float):
+            version = float(version)
+            if version != int(version):
+                raise Fail("a version in the log is not a whole number")
+        entries.append((int(worker), int(version), bool(applied)))
+    if len(entries) != pushes:
+        raise Fail("the log should have one entry per push: every push handled (and answered) exactly once")
+    counts = [sum(1 for w, _, _ in entries if w == r) for r in range(world)]
+    if counts[0] != 0 or any(c != updates for c in counts[1:]):
+        raise Fail("the log does not show every worker pushing `updates` times (rank 0 is the server)")
+    return entries
+
+
+def _check_versions(entries, bound):
+    version, last_sent = 0, {}
+    for worker, used, applied in entries:
+        if used != last_sent.get(worker, 0):
+            raise Fail("a worker pushed a gradient with a version other than the one the server last sent it")
+        stale = version - used
+        if stale < 0:
+            raise Fail("a push carries a version the server has not reached yet")
+        should_apply = bound is None or stale <= bound
+        if applied and not should_apply:
+            raise Fail("a push staler than max_staleness was applied: drop it (and send fresh weights)")
+        if should_apply and not applied:
+            raise Fail("a push within the staleness bound was dropped")
+        version += applied
+        last_sent[worker] = version
+
+
+def _replay(entries, seed) -> torch.Tensor:
+    """The server's weights after applying the log, each gradient taken at the version its worker used."""
+    model = _model(seed)
+    history = [parameters_to_vector(model.parameters()).detach().clone()]
+    pushed = {}
+    for worker, used, applied in entries:
+        update = pushed.get(worker, 0)
+        pushed[worker] = update + 1
+        if not applied:
+            continue
+        vector_to_parameters(history[used], model.parameters())
+        _gradient(model, seed, worker, update)
+        grad = parameters_to_vector([p.grad for p in model.parameters()])
+        history.append(history[-1] - LR * grad)
+    return history[-1]
+
+
+HINT = ("Keep the server's version as a counter: staleness is counter - the version in the push. Reply to "
+        "every push, applied or not; the worker then uses the version and the weights of that reply.")
+HINT_REPLAY = ("After recv, copy message[1:] into each param.grad (in model.parameters() order) before "
+               "optimizer.step(); a worker loads message[1:] of the reply into its parameters "
+               "(vector_to_parameters).")
+USES = ("serve", "work")
+
+CHECKS = (
+    Check("W=2 (one worker): every push is applied, and the weights follow its log", 1, 2,
+          partial(server_case, updates=4, bound=None, seed=101), uses=USES, hint=HINT_REPLAY),
+    Check("W=3, no bound, a slow worker: the final weights equal replaying the log", 3, 3,
+          partial(server_case, updates=4, bound=None, seed=102), uses=USES, hint=HINT_REPLAY),
+    Check("W=3, max_staleness=0: stale pushes dropped, fresh ones applied", 2, 3,
+          partial(server_case, updates=4, bound=0, seed=103), uses=USES, hint=HINT),
+    Check("hidden: larger world, bound 1, more updates", 2, 4,
+          partial(server_case, updates=5, bound=1, seed=104), hidden=True, uses=USES, hint=HINT),
+    Check("hidden: larger world, no bound", 1, 4,
+          partial(server_case, updates=3, bound=None, seed=105), hidden=True, uses=USES, hint=HINT_REPLAY),
+)
+
+EXERCISE = Exercise(
+    id="07", stem="07_parameter_server", title="Asynchronous parameter server with bounded staleness (stretch)",
+    names=("serve", "work"), stub=STUB, intro=INTRO, try_code=TRY, checks=CHECKS,
+    forbidden=ALL_COLLECTIVES + ("dpteach.sync.async_ps.serve", "dpteach.sync.async_ps.work"),
+    forbidden_methods=PROCESS_GROUP_METHODS, forbidden_modules=COLLECTIVE_MODULES,
+    rule="this exercise asks for point-to-point messages, and your code uses a collective or dpteach's own server",
+    after="Exercise 08 (also a stretch) shards the optimizer's state across the ranks: ZeRO stage 1.",
+)
