@@ -14,7 +14,7 @@ answer key leaked through an error message is still an answer key.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 # The exercise modules, in course order. Each defines ``EXERCISE``.
@@ -29,8 +29,9 @@ EXERCISE_MODULES = (
     "dpteach.grading.checks.ex08_zero1",
 )
 
+# Every stub function's body is ``raise NotImplementedError("your code here")``; this text in a code
+# object's constants marks a stub when its source cannot be found (see notebook.attempted).
 STUB_TEXT = "your code here"
-STUB_MARKER = f'raise NotImplementedError("{STUB_TEXT}")'
 
 # Collectives that a "build it yourself" exercise may not call. Grouped so that an exercise can
 # forbid all of them (01, 02) or all but the one it is about (04 allows all_reduce).
@@ -92,7 +93,6 @@ class Exercise:
     rule: str = ""            # one sentence: what the forbidden list means, shown when it is broken
     after: str = ""           # markdown between the try cell and check(): what to look at next
     warmup: Callable | None = None  # run in each rank before the first check, outside its time limit
-    extra: dict = field(default_factory=dict)
 
     @property
     def max_score(self) -> int:
