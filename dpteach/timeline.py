@@ -116,7 +116,7 @@ def plot_gantt(timelines: dict, steps=None, ax=None, title: str | None = None):
         yticks += [base + 0.45, base + 1.45]
         ylabels += [f"rank {rank} comm", f"rank {rank} compute"]
     ax.set_yticks(yticks, ylabels)
-    ax.set_xlabel("time since the ranks left the barrier (ms)")
+    ax.set_xlabel("time from the first span drawn (ms)")
     ax.legend(handles=[Patch(color=COLORS.get(k, "#999999"), label=k) for k in COLORS if k in used],
               loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
     if title:

@@ -209,16 +209,16 @@ def _train_async(config, model, dataset, criterion, timeline) -> dict:
         server = async_ps.serve(model, optimizer, config.steps * workers, config.max_staleness, timeline)
         result = {"step_times": [], "wire_bytes": 0.0}
     else:
-        def compute_gradient(update):
-            for indices in rank_microbatches(batches[update], rank - 1, workers, config.batch_per_rank,
-                                             config.accum_steps):
+        def compute_gradient(update):  # a fast worker may do more updates than steps: wrap around
+            batch = batches[update % len(batches)]
+            for indices in rank_microbatches(batch, rank - 1, workers, config.batch_per_rank, config.accum_steps):
                 x, y = (t.to(device) for t in sample_batch(dataset, indices))
                 with timeline.span(update, "forward"):
                     loss = criterion(model(x), y) / config.accum_steps
                 with timeline.span(update, "backward"):
                     loss.backward()
         slow = config.slow_ms if config.slow_rank == rank else 0.0
-        result = async_ps.work(model, compute_gradient, config.steps, slow, timeline)
+        result = async_ps.work(model, compute_gradient, slow, timeline)
         server = None
     dist.barrier()
     workers_spread = _replica_spread(model)  # workers hold whatever weights they pulled last

@@ -20,6 +20,14 @@ staler than the bound is dropped and the worker gets fresh weights to try again.
 
 To keep the step size comparable with synchronous training, each push is scaled by 1/(W-1):
 one round of W-1 pushes then moves the weights about as far as one synchronous step.
+
+The run lasts a fixed number of pushes, ``steps x (W-1)``, from whoever sends them: a fast worker
+pushes more often than a slow one, as in a real parameter server. When the budget is spent, each
+worker's next push is answered with "stop" (version -1) instead of weights.
+
+Bytes: a worker sends its gradient (n floats) per update and receives the weights (n floats).
+The server's link carries both directions for *every* worker - the bottleneck that pushed the
+field towards all-reduce.
 """
 from __future__ import annotations
 
@@ -31,14 +39,21 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 
 def serve(model, optimizer, pushes: int, max_staleness: int | None, timeline) -> dict:
-    """Rank 0: apply ``pushes`` gradients from any worker, in arrival order."""
+    """Rank 0: handle ``pushes`` gradients from any worker, in arrival order, then stop every worker."""
     params = [p for p in model.parameters() if p.requires_grad]
     n = sum(p.numel() for p in params)
     inbox = torch.empty(n + 1)  # [version the worker used, gradient...]
+    stop = torch.zeros(n + 1)
+    stop[0] = -1.0
     version, applied, dropped, staleness = 0, 0, 0, []
     workers = dist.get_world_size() - 1
-    for _ in range(pushes):
+    stopped: set[int] = set()
+    while len(stopped) < workers:
         sender = dist.recv(inbox)  # from whichever worker is first
+        if applied + dropped >= pushes:  # the run is over: this push is not applied
+            dist.send(stop, sender)
+            stopped.add(sender)
+            continue
         start = timeline.now()
         stale = version - int(inbox[0].item())
         staleness.append({"worker": sender, "staleness": stale, "server_version": version})
@@ -59,11 +74,11 @@ def serve(model, optimizer, pushes: int, max_staleness: int | None, timeline) ->
     return {"applied": applied, "dropped": dropped, "staleness": staleness, "version": version}
 
 
-def work(model, compute_gradient, updates: int, slow_ms: float, timeline) -> dict:
-    """A worker: ``updates`` times, compute a gradient, push it, pull fresh weights."""
+def work(model, compute_gradient, slow_ms: float, timeline) -> dict:
+    """A worker: compute a gradient, push it, pull fresh weights - until the server says stop."""
     params = [p for p in model.parameters() if p.requires_grad]
-    version, step_times, wire_bytes = 0, [], 0
-    for update in range(updates):
+    version, step_times, wire_bytes, update = 0, [], 0, 0
+    while True:
         start = time.perf_counter()
         compute_gradient(update)
         if slow_ms:
@@ -74,11 +89,15 @@ def work(model, compute_gradient, updates: int, slow_ms: float, timeline) -> dic
         dist.send(message, 0)
         reply = torch.empty_like(message)
         dist.recv(reply, 0)
+        for p in params:
+            p.grad = None
+        if reply[0].item() < 0:  # the server's budget of pushes is spent
+            break
         timeline.add(update, "comm", comm_start, timeline.now(), lane="comm")
         version = int(reply[0].item())
         vector_to_parameters(reply[1:].to(params[0].device), params)
-        for p in params:
-            p.grad = None
         wire_bytes += message.numel() * 4
         step_times.append(time.perf_counter() - start)
-    return {"step_times": step_times, "wire_bytes": wire_bytes / max(1, updates), "version": version}
+        update += 1
+    return {"step_times": step_times, "wire_bytes": wire_bytes / max(1, update), "version": version,
+            "updates": update}
