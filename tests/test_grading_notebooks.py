@@ -20,6 +20,12 @@ from dpteach.progress import ProgressStore
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(autouse=True)
+def own_progress_file(tmp_path, monkeypatch):
+    """Each test its own progress store (the session-wide throwaway file is shared between tests)."""
+    monkeypatch.setenv("DPTEACH_PROGRESS", str(tmp_path / "progress.json"))
+
+
 def run(notebook) -> nbformat.NotebookNode:
     NotebookClient(notebook, timeout=240, kernel_name="python3",
                    resources={"metadata": {"path": str(ROOT)}}).execute()

@@ -17,6 +17,12 @@ from dpteach.grading import all_exercises
 from dpteach.grading.solutions import solution
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def own_progress_file(tmp_path, monkeypatch):
+    """Each test its own progress store (the session-wide throwaway file is shared between tests)."""
+    monkeypatch.setenv("DPTEACH_PROGRESS", str(tmp_path / "progress.json"))
 CHECK_KEYS = {"name", "passed", "points", "earned", "hidden", "outcome", "message", "hint"}
 OUTCOMES = {"passed", "failed", "error", "timed_out", "not_run", "forbidden", "grader_error"}
 

@@ -18,6 +18,12 @@ from dpteach.grading.report import CheckResult, Report
 from dpteach.grading.solutions import SOLUTIONS, solution
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def own_progress_file(tmp_path, monkeypatch):
+    """Each test its own progress store (the session-wide throwaway file is shared between tests)."""
+    monkeypatch.setenv("DPTEACH_PROGRESS", str(tmp_path / "progress.json"))
 EXERCISES = ROOT / "exercises"
 
 
