@@ -1,7 +1,8 @@
 """What the grader does with code that breaks: forbidden calls, hangs, deadlocks, exceptions, bad cells.
 
-Each case runs on real ranks, on one or two checks only (``only=``) and with shortened time limits
-(``limit_scale``), to keep the suite quick; the behaviour is the same as a full grading.
+Each case runs on real ranks, on one or two checks only (``only=``), with shortened time limits
+(``limit_scale``), and cases of one exercise share their worlds (``grade_sources``), to keep the suite
+quick; the behaviour is the same as a full grading.
 """
 import os
 import time
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dpteach.grading import get_exercise, grade_namespace, grade_source
+from dpteach.grading import get_exercise, grade_namespace, grade_source, grade_sources
 from dpteach.grading.forbidden import scan
 from dpteach.grading.solutions import solution
 
@@ -49,11 +50,39 @@ def live_ranks_started_by_us() -> list[int]:
     return alive
 
 
+# The broken submissions of exercise 01 (and of 02) are graded together, once, in shared worlds
+# (grade_sources): each test below reads its own report. A hang still costs its own world.
+STATIC = solution("01") + "\n\ndef unused(t):\n    dist.all_reduce(t)\n"
+HIDDEN = edited(solution("01"), "    buf = tensor.detach().reshape(-1).clone()\n",
+                "    buf = tensor.detach().reshape(-1).clone()\n    getattr(dist, 'all_' + 'reduce')(buf)\n")
+LOOP = edited(solution("01"), "    out = torch.empty(numel, dtype=chunk.dtype)\n", "    while True:\n        pass\n")
+DEADLOCK = edited(solution("01"), "exchange(buf[s0:s1], right, inbox[:r1 - r0], left)",  # all receive first
+                  "dist.recv(inbox[:r1 - r0], left)\n        dist.send(buf[s0:s1], right)")
+HELPER = edited(solution("02"), "    bounds = chunk_bounds(buf.numel(), world)\n",
+                "    bounds = split(buf.numel(), world)\n") + \
+    "\n\ndef split(numel, world):\n    return chunk_bounds(numel, world - world)\n"
+ONE_RANK = edited(solution("02"), "    world, rank = dist.get_world_size(), dist.get_rank()\n",
+                  "    world, rank = dist.get_world_size(), dist.get_rank()\n"
+                  "    if rank == 1:\n        raise KeyError('only rank 1 fails')\n")
+
+
+@pytest.fixture(scope="module")
+def broken_01():
+    started = time.monotonic()
+    reports = grade_sources("01", [(STATIC, [RS_W1]), (HIDDEN, [RS_W2]), (LOOP, [RS_W2, AG_W2]),
+                                   (DEADLOCK, [RS_W1, RS_W2])], limit_scale=0.5)
+    return dict(zip(("static", "hidden", "loop", "deadlock"), reports)), time.monotonic() - started
+
+
+@pytest.fixture(scope="module")
+def broken_02():
+    return dict(zip(("helper", "one_rank"), grade_sources("02", [(HELPER, [0]), (ONE_RANK, [1])], limit_scale=0.5)))
+
+
 @pytest.mark.slow
-def test_a_built_in_collective_found_by_reading_scores_zero_with_the_line():
-    source = solution("01") + "\n\ndef unused(t):\n    dist.all_reduce(t)\n"
-    line = source.splitlines().index("    dist.all_reduce(t)") + 1
-    report = grade_source("01", source, record=False, only=[RS_W1])
+def test_a_built_in_collective_found_by_reading_scores_zero_with_the_line(broken_01):
+    report = broken_01[0]["static"]
+    line = STATIC.splitlines().index("    dist.all_reduce(t)") + 1
     assert report.score == 0 and report.status == "failed"
     assert report.forbidden == [f"torch.distributed.all_reduce (<exercise 01 solution, cell 1>, line {line}; "
                                 f"found in the code)"]
@@ -62,11 +91,9 @@ def test_a_built_in_collective_found_by_reading_scores_zero_with_the_line():
 
 
 @pytest.mark.slow
-def test_a_built_in_collective_hidden_from_reading_is_caught_while_it_runs():
-    source = edited(solution("01"), "    buf = tensor.detach().reshape(-1).clone()\n",
-                    "    buf = tensor.detach().reshape(-1).clone()\n    getattr(dist, 'all_' + 'reduce')(buf)\n")
-    assert scan(EX01, {"<cell>": source}) == []
-    report = grade_source("01", source, record=False, only=[RS_W2])
+def test_a_built_in_collective_hidden_from_reading_is_caught_while_it_runs(broken_01):
+    assert scan(EX01, {"<cell>": HIDDEN}) == []
+    report = broken_01[0]["hidden"]
     assert report.score == 0
     assert report.forbidden == ["torch.distributed.all_reduce (called while your code ran)"]
     assert report.checks[RS_W2].outcome == "forbidden"
@@ -74,12 +101,10 @@ def test_a_built_in_collective_hidden_from_reading_is_caught_while_it_runs():
 
 
 @pytest.mark.slow
-def test_an_endless_loop_times_out_and_leaves_no_process_behind():
-    source = edited(solution("01"), "    out = torch.empty(numel, dtype=chunk.dtype)\n",
-                    "    while True:\n        pass\n")
-    started = time.monotonic()
-    report = grade_source("01", source, record=False, only=[RS_W2, AG_W2], limit_scale=0.5)
-    assert time.monotonic() - started < 60
+def test_an_endless_loop_times_out_and_leaves_no_process_behind(broken_01):
+    reports, seconds = broken_01
+    assert seconds < 90  # two hangs, each one time limit and one new world
+    report = reports["loop"]
     assert report.checks[RS_W2].passed  # the other function still gets its points
     row = report.checks[AG_W2]
     assert (row.outcome, row.passed) == ("timed_out", False)
@@ -88,24 +113,17 @@ def test_an_endless_loop_times_out_and_leaves_no_process_behind():
 
 
 @pytest.mark.slow
-def test_a_deadlock_times_out_and_leaves_no_process_behind():
-    # every rank receives before it sends: nobody ever sends
-    source = edited(solution("01"), "exchange(buf[s0:s1], right, inbox[:r1 - r0], left)",
-                    "dist.recv(inbox[:r1 - r0], left)\n        dist.send(buf[s0:s1], right)")
-    report = grade_source("01", source, record=False, only=[RS_W1, RS_W2], limit_scale=0.5)
+def test_a_deadlock_times_out_and_leaves_no_process_behind(broken_01):
+    report = broken_01[0]["deadlock"]
     assert report.checks[RS_W1].passed  # one rank has no one to wait for
     assert report.checks[RS_W2].outcome == "timed_out"
     assert live_ranks_started_by_us() == []
 
 
 @pytest.mark.slow
-def test_an_exception_shows_the_learners_lines_only():
-    source = edited(solution("02"), "    bounds = chunk_bounds(buf.numel(), world)\n",
-                    "    bounds = split(buf.numel(), world)\n") + \
-        "\n\ndef split(numel, world):\n    return chunk_bounds(numel, world - world)\n"
-    line = source.splitlines().index("    bounds = split(buf.numel(), world)") + 1
-    report = grade_source("02", source, record=False, only=[0])
-    row = report.checks[0]
+def test_an_exception_shows_the_learners_lines_only(broken_02):
+    row = broken_02["helper"].checks[0]
+    line = HELPER.splitlines().index("    bounds = split(buf.numel(), world)") + 1
     assert row.outcome == "error"
     lines = row.message.splitlines()
     assert lines[0] == "Traceback (your code only, most recent call last):"
@@ -116,12 +134,8 @@ def test_an_exception_shows_the_learners_lines_only():
 
 
 @pytest.mark.slow
-def test_an_exception_on_one_rank_is_reported_with_its_traceback_not_as_a_time_out():
-    source = edited(solution("02"), "    world, rank = dist.get_world_size(), dist.get_rank()\n",
-                    "    world, rank = dist.get_world_size(), dist.get_rank()\n"
-                    "    if rank == 1:\n        raise KeyError('only rank 1 fails')\n")
-    report = grade_source("02", source, record=False, only=[1], limit_scale=0.5)
-    row = report.checks[1]
+def test_an_exception_on_one_rank_is_reported_with_its_traceback_not_as_a_time_out(broken_02):
+    row = broken_02["one_rank"].checks[1]
     assert row.outcome == "error" and row.message.startswith("rank 1: Traceback")
     assert "KeyError: 'only rank 1 fails'" in row.message and "left waiting for rank 1" in row.message
     assert live_ranks_started_by_us() == []
@@ -167,7 +181,7 @@ def test_a_class_defined_in_a_notebook_is_graded_from_the_namespace_like_check_d
 
 @pytest.mark.slow
 def test_an_endless_loop_at_the_top_of_a_cell_is_an_error_and_other_submissions_still_run(monkeypatch):
-    from dpteach.grading import grade_sources, runner
+    from dpteach.grading import runner
     monkeypatch.setattr(runner, "LOAD_LIMIT", 3.0)
     looping, fine = solution("03") + "\nwhile True:\n    pass\n", solution("03")
     stuck, graded = grade_sources("03", [(looping, [0]), (fine, [0])])

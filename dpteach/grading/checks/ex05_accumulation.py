@@ -64,6 +64,7 @@ same weights, and counts DDP's all-reduces: one per step. **Rules:** no collecti
 
 TRY = '''\
 import dpteach
+import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
