@@ -2,9 +2,9 @@
 with a solution written in (check() grades it from the notebook's own definitions; a class defined in
 a notebook is covered in test_grading_failures.py, graded from a namespace as check() does).
 
-The untouched notebooks are executed one after another in a single kernel, each starting from an empty
-namespace (``%reset -f``): the same as ``pytest --nbval-lax exercises/`` cell for cell, without paying a
-kernel start per notebook.
+The notebooks are executed one after another in a single kernel, each starting from an empty namespace
+(``%reset -f``): what ``pytest --nbval-lax exercises/`` does cell for cell, without paying a kernel start
+per notebook.
 """
 from pathlib import Path
 
@@ -41,12 +41,18 @@ def test_untouched_notebooks_run_top_to_bottom_and_say_not_attempted():
     for exercise in all_exercises():
         notebook = nbformat.read(ROOT / "exercises" / exercise.notebook_name, as_version=4)
         merged.cells.append(nbformat.v4.new_code_cell("%reset -f"))
-        merged.cells += [cell for cell in notebook.cells if cell.cell_type == "code"]
+        for cell in notebook.cells:
+            # A try cell that starts ranks runs the same code in the test below, with the solution in;
+            # here only exercise 01's does, for the path where the stub's NotImplementedError comes back
+            # from the ranks - each launch costs seconds.
+            launches = "dpteach.launch" in cell.source and exercise.id != "01"
+            if cell.cell_type == "code" and not ("try" in cell.metadata.get("tags", []) and launches):
+                merged.cells.append(cell)
     run(merged)  # raises CellExecutionError if any cell raises
     checks = [outputs(c) for c in merged.cells if "check" in c.metadata.get("tags", [])]
     tries = [outputs(c) for c in merged.cells if "try" in c.metadata.get("tags", [])]
     assert len(checks) == len(all_exercises()) and all("not attempted" in text for text in checks)
-    assert all(("Not working yet" in text or "stub" in text or "Not written yet" in text) for text in tries), tries
+    assert len(tries) >= 3 and all(("NotImplementedError" in text or "Not written yet" in text) for text in tries), tries
     assert ProgressStore().load()["exercises"] == {}
 
 
