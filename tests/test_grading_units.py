@@ -146,3 +146,13 @@ def test_untouched_exercise_is_not_attempted_from_the_terminal_without_starting_
         assert report["max_score"] == exercise.max_score and len(report["checks"]) == len(exercise.checks)
     assert main(["progress", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["exercises"] == {}  # nothing attempted, nothing recorded
+
+
+def test_every_forbidden_name_still_exists():
+    """A rename elsewhere in dpteach or torch must not quietly switch a rule off."""
+    from dpteach.grading.forbidden import resolve_dotted
+    for exercise in all_exercises():
+        assert exercise.rule and exercise.forbidden
+        for name in exercise.forbidden:
+            optional = name.startswith("torch.distributed._") or name.endswith("_coalesced")
+            assert resolve_dotted(name) is not None or optional, (exercise.id, name)
