@@ -221,7 +221,7 @@ def _train_async(config, model, dataset, criterion, timeline) -> dict:
         result = async_ps.work(model, compute_gradient, slow, timeline)
         server = None
     dist.barrier()
-    workers_spread = _replica_spread(model)  # workers hold whatever weights they pulled last
+    workers_spread = _replica_spread(_flat_weights(model))  # workers hold whatever weights they pulled last
     for p in model.parameters():  # from here on, report the server's weights: the ones that count
         dist.broadcast(p.data, src=0)
     losses = _global_losses_async(config, model, dataset, criterion, batches)
@@ -249,8 +249,8 @@ def _summarise(config, model, losses, step_times, wire_bytes, timeline, hook_cal
     if config.strategy != "async":
         dist.all_reduce(loss_tensor)  # each rank's loss is a mean over its shard: average them
         loss_tensor /= world
-    flat = parameters_to_vector(model.parameters()).detach().to("cpu", torch.float32)
-    spread = _replica_spread(model)
+    flat = _flat_weights(model)
+    spread = _replica_spread(flat)
     timed = step_times[config.timing_warmup:] or step_times
     return {
         "rank": rank, "config": asdict(config), "losses": loss_tensor.tolist(), "step_times": step_times,
@@ -261,9 +261,12 @@ def _summarise(config, model, losses, step_times, wire_bytes, timeline, hook_cal
     }
 
 
-def _replica_spread(model) -> float:
+def _flat_weights(model) -> torch.Tensor:
+    return parameters_to_vector(model.parameters()).detach().to("cpu", torch.float32)
+
+
+def _replica_spread(flat: torch.Tensor) -> float:
     """max |theta_r - theta_0| over all ranks r: 0.0 exactly when every replica is identical."""
-    flat = parameters_to_vector(model.parameters()).detach().to("cpu", torch.float32)
     reference = flat.clone()
     dist.broadcast(reference, src=0)
     spread = torch.tensor([(flat - reference).abs().max().item()])

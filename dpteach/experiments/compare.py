@@ -42,12 +42,12 @@ def _train_each(configs: list[TrainConfig], interleave: bool = False) -> list[di
 
 def _row(name: str, ranks: list[dict], reference: dict, local_step: float | None) -> dict:
     step = statistics.mean(r["median_step_s"] for r in ranks)
+    sent = [r["wire_bytes_per_step"] for r in ranks if r["wire_bytes_per_step"]]  # async: the server sends none
     diff = (ranks[0]["params"] - reference["params"]).abs().max().item()
     return {
         "strategy": name, "step_time_s": step,
         "exposed_comm_s": None if local_step is None else max(0.0, step - local_step),
-        "bytes_per_step": statistics.mean(r["wire_bytes_per_step"] for r in ranks if r["wire_bytes_per_step"])
-        if any(r["wire_bytes_per_step"] for r in ranks) else 0.0,
+        "bytes_per_step": statistics.mean(sent) if sent else 0.0,
         "final_loss": ranks[0]["losses"][-1], "max_abs_diff_vs_single": diff,
         "replicas_identical": all(r["replica_spread"] == 0.0 for r in ranks),
         "exact": name in EXACT,
@@ -77,9 +77,7 @@ def compare_strategies(world_size: int | None = None, model: str = "mlp", steps:
     references = {world_size: train_single_process(base, world_size)}
     if "async" in strategies:  # its global batch is shared by the W-1 workers
         references[world_size - 1] = train_single_process(base, world_size - 1)
-    local_step = runs["local"][0]["median_step_s"] if "local" in runs else None
-    if "local" in runs:
-        local_step = statistics.mean(r["median_step_s"] for r in runs["local"])
+    local_step = statistics.mean(r["median_step_s"] for r in runs["local"]) if "local" in runs else None
     rows = [_row(s, runs[s], references[world_size - 1 if s == "async" else world_size], local_step)
             for s in strategies]
     return {"world_size": world_size, "backend": placement.backend, "device": placement.device_type,

@@ -47,7 +47,7 @@ class OverlapSync(GradientSync):
     def _reset(self) -> None:
         self.missing = [len(b.params) for b in self.buckets]  # gradients each bucket still waits for
         self.next_to_launch = 0
-        self.in_flight = []  # (bucket, work, launch time) in launch order
+        self.in_flight = []  # (bucket, work) in launch order
 
     def start_step(self, step: int) -> None:
         super().start_step(step)
@@ -73,7 +73,7 @@ class OverlapSync(GradientSync):
                         bucket.views[position].zero_()
             start = self.timeline.event()
             work = self.all_reduce_mean(bucket.buffer, async_op=True)
-            self.in_flight.append((bucket, work, start))
+            self.in_flight.append((bucket, work))
             self._note_completion(bucket, work, start)
             self.next_to_launch += 1
 
@@ -88,9 +88,9 @@ class OverlapSync(GradientSync):
     def finish(self, step: int) -> None:
         self._launch_ready_buckets(force=True)
         with self.timeline.span(step, "wait"):
-            for bucket, work, _ in self.in_flight:
+            for _, work in self.in_flight:
                 work.wait()
-        for bucket, _, _ in self.in_flight:
+        for bucket, _ in self.in_flight:
             bucket.copy_out()
 
     def close(self) -> None:
