@@ -47,6 +47,8 @@ def main() -> int:
     import torch
     import torch.distributed as dist
 
+    from dpteach.backend import open_nccl_communicator
+
     rank, world_size = int(env["RANK"]), int(env["WORLD_SIZE"])
     result_path = env["DPTEACH_RESULT"]
     threads = env.get("DPTEACH_THREADS")
@@ -63,6 +65,7 @@ def main() -> int:
                               timeout=timeout)
         dist.init_process_group(env["DPTEACH_BACKEND"], store=dist.PrefixStore("pg", store),
                                 rank=rank, world_size=world_size, timeout=timeout)
+        open_nccl_communicator(device)
         value = fn(*args, **kwargs)
         dist.destroy_process_group()  # only on success: after an error, peers may never arrive
         outcome = {"ok": True, "value": value}

@@ -30,10 +30,38 @@ class Placement:
     device_type: str  # "cpu" or "cuda"
     gpus: int
 
+    @property
+    def process_group_backend(self) -> str:
+        """What ``init_process_group`` is given. NCCL moves CUDA tensors only, yet every world also
+        runs small collectives on CPU tensors (shape checks, loss averages, the replica check), so an
+        NCCL world carries gloo too and torch sends each collective to the backend of its tensors'
+        device. Without it those calls fail with "No backend type associated with device type cpu"."""
+        return "cpu:gloo,cuda:nccl" if self.backend == "nccl" else self.backend
+
     def device_for(self, local_rank: int) -> str:
         if self.device_type == "cuda":
             return f"cuda:{local_rank % self.gpus}"
         return "cpu"
+
+
+def backend_for(device_type: str, group=None) -> str:
+    """Inside a world: the backend that moves ``device_type`` tensors ("gloo" or "nccl")."""
+    config = dist.get_backend_config(group)  # e.g. "cpu:gloo,cuda:nccl"; plain "gloo" reads "cpu:gloo,cuda:gloo"
+    pairs = dict(item.split(":") for item in config.split(",")) if ":" in config else {}
+    return pairs.get(device_type, config)
+
+
+def open_nccl_communicator(device: str) -> None:
+    """Right after joining an NCCL world, all-reduce one number on the GPU, on every rank.
+
+    NCCL builds its communicator on the first CUDA collective, and that first call must involve
+    every rank: a batched point-to-point call that touches only some of them (the tree's first
+    level does) is undefined as a first call (``torch.distributed.batch_isend_irecv``'s note). It
+    also keeps the communicator's set-up time out of the first measured step.
+    """
+    if device.startswith("cuda") and backend_for("cuda") == "nccl":
+        dist.all_reduce(torch.zeros(1, device=device))
+        torch.cuda.synchronize(device)
 
 
 def visible_gpus() -> int:

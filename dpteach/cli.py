@@ -41,16 +41,8 @@ def main(argv=None) -> int:
         print(f"dpteach {args.command}: error: {exc}", file=sys.stderr)
         return 2
     finally:
-        _leave_torchrun_world()
-
-
-def _leave_torchrun_world() -> None:
-    """Under torchrun, the command joined the world: leave it together, so no rank exits while a
-    peer still talks to it (gloo aborts a process whose peer vanished mid-conversation)."""
-    import torch.distributed as dist
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
+        from .launcher import leave_torchrun_world
+        leave_torchrun_world()  # a no-op unless the command joined a torchrun world
 
 
 if __name__ == "__main__":

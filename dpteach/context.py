@@ -11,6 +11,8 @@ import os
 import torch
 import torch.distributed as dist
 
+from .backend import backend_for
+
 _progress_store = None
 
 
@@ -19,7 +21,7 @@ def device() -> torch.device:
     name = os.environ.get("DPTEACH_DEVICE")
     if name:
         return torch.device(name)
-    if dist.is_initialized() and dist.get_backend() == "nccl":
+    if dist.is_initialized() and backend_for("cuda") == "nccl":
         return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
     return torch.device("cpu")
 

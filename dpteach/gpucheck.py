@@ -1,16 +1,20 @@
 """Exercise every CUDA path that one GPU allows, in a few minutes, and say what was measured.
 
 One GPU cannot hold two NCCL ranks, so multi-rank NCCL waits for a multi-GPU machine (the tests
-marked ``multigpu``). What one GPU can do, this runs:
+marked ``multigpu``). What one GPU can do, this runs, as two worlds:
 
-1. NCCL with one rank: the launcher's NCCL path, a CUDA all-reduce.
-2. Two gloo ranks computing on the same GPU: every hand-written collective on CUDA tensors
-   (staged through host memory, as gloo requires) against ``dist.all_reduce``.
-3. The benchmark: NCCL at W=1 and gloo-on-GPU at W=2.
-4. Training: ``compare`` at W=1 on CUDA (NCCL) and at W=2 with gloo ranks sharing the GPU, with
-   CUDA-event timelines; the exact strategies must still match single-process training.
+1. NCCL with one rank (``cuda``): the launcher's NCCL path and CUDA collectives.
+2. Two gloo ranks sharing the GPU: every hand-written collective on CUDA tensors, which gloo's
+   point-to-point calls force through host memory (see ``collectives/_p2p.py``).
 
-Run it as ``dpteach doctor --gpu`` (``--json`` for the raw report).
+In each world it checks every all-reduce we wrote, in four dtypes and four sizes (1 element, an odd
+count, a small and a 4 MiB buffer), against ``dist.all_reduce`` bit for bit; runs the benchmark;
+and trains every strategy, plus gradient accumulation, with CUDA-event timelines. The exact
+strategies must still end where single-process training ends.
+
+The same sequence runs on the CPU (``run_device_checks("cpu")``: two gloo worlds), which is how
+the test suite keeps this script honest on machines without a GPU: only CUDA itself goes untested
+there. Run it as ``dpteach doctor --gpu`` (``--json`` for the raw report).
 """
 from __future__ import annotations
 
@@ -22,53 +26,99 @@ import torch.distributed as dist
 from . import context
 from .backend import visible_gpus
 
+# device -> the worlds one such device can hold: (label, backend, ranks, benchmark sizes)
+WORLDS = {
+    "cuda": (("nccl_w1", "nccl", 1, ("1MiB", "64MiB")), ("gloo_w2", "gloo", 2, ("1MiB", "16MiB"))),
+    "cpu": (("gloo_w1", "gloo", 1, ("64KiB", "1MiB")), ("gloo_w2", "gloo", 2, ("64KiB", "1MiB"))),
+}
+STRATEGIES = ("local", "naive", "bucketed", "overlap", "ddp", "int8", "int8_ef", "fp16", "bf16", "async")
+EXACT_TOLERANCE = 1e-5
 
-def _collectives_on_cuda() -> dict:
+
+def _collectives(sizes=(1, 7, 1000, 1 << 20)) -> dict:
+    """On each rank: every all-reduce we wrote must equal the built-in one, on this rank's device."""
     from .collectives import ALL_REDUCE, ring_all_gather, ring_reduce_scatter
     device, rank = context.device(), dist.get_rank()
     out = {"device": str(device)}
-    for n in (1, 7, 1000, 1 << 20):
+    for n in sizes:
         for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.int64):
-            x = (torch.arange(n, device=device) % 13 + rank).to(dtype)
+            x = (torch.arange(n, device=device) % 13 + rank).to(dtype)  # small integers: exact in every dtype
             expected = x.clone().to(torch.float64)
             dist.all_reduce(expected)
             for name, fn in ALL_REDUCE.items():
                 y = x.clone()
                 fn(y)
-                key = f"{name}/{str(dtype)[6:]}/{n}"
-                out[key] = bool(y.is_cuda and torch.equal(y.to(torch.float64), expected))
+                key = f"{name}/{str(dtype).removeprefix('torch.')}/{n}"
+                out[key] = bool(y.device == device and y.dtype == dtype and torch.equal(y.to(torch.float64), expected))
     x = torch.arange(10.0, device=device) + rank
     whole = ring_all_gather(ring_reduce_scatter(x))
     expected = x.clone()
     dist.all_reduce(expected)
-    out["reduce_scatter+all_gather"] = bool(whole.is_cuda and torch.equal(whole, expected))
+    out["reduce_scatter+all_gather"] = bool(whole.device == device and torch.equal(whole, expected))
     return out
 
 
-def run_gpu_checks(steps: int = 10) -> dict:
-    """Run the checks above; return a report with ``ok`` (all passed) and the measurements."""
+def _strip(result: dict) -> dict:
+    keep = ("world_size", "backend", "device", "accum_steps", "rows")
+    return {k: result[k] for k in keep}
+
+
+def all_checks(report: dict) -> list[tuple[str, bool]]:
+    """Every check the report holds, as (name, passed)."""
+    checks = []
+    for world in report["worlds"]:
+        label, device = world["label"], world["device"]
+        checks += [(f"{label}: {k}", ok) for k, ok in world["collectives"].items() if k != "device"]
+        for key in ("bench", "compare", "accumulation"):
+            checks.append((f"{label}: {key} ran on {world[key]['device']}", world[key]["device"] == device))
+        for key in ("compare", "accumulation"):
+            for row in world[key]["rows"]:
+                name = f"{label}: {key} {row['strategy']}"
+                if row["exact"]:
+                    diff = row["max_abs_diff_vs_single"]
+                    checks.append((f"{name} within {EXACT_TOLERANCE:g} of one process ({diff:.1e})",
+                                   diff <= EXACT_TOLERANCE))
+                if row["strategy"] not in ("async", "local"):
+                    checks.append((f"{name} replicas identical", row["replicas_identical"]))
+    return checks
+
+
+def run_device_checks(device: str = "cuda", steps: int = 10) -> dict:
+    """Run the checks above on ``device`` ("cuda" or "cpu"); return the report.
+
+    The report holds ``ok`` (every check passed), ``failed`` (the names of those that did not),
+    ``checks``, ``seconds`` and, per world, the raw collectives, benchmark and training tables.
+    """
     from .bench import allreduce_benchmark
     from .experiments.compare import compare_strategies
     from .launcher import launch
-    if visible_gpus() == 0:
+    if device not in WORLDS:
+        raise ValueError(f"device={device!r} is not checkable; choose one of {sorted(WORLDS)}")
+    if device == "cuda" and visible_gpus() == 0:
         raise ValueError("--gpu needs a CUDA GPU and this machine has none visible "
                          "(nothing was checked; run it where torch.cuda.is_available() is True)")
-    report, start = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__}, time.perf_counter()
-    (nccl_one,) = launch(_collectives_on_cuda, 1, backend="nccl", timeout=300, show_output=False)
-    report["nccl_w1_collectives"] = nccl_one
-    gloo_two = launch(_collectives_on_cuda, 2, backend="gloo", device="cuda", timeout=300, show_output=False)
-    report["gloo_cuda_w2_collectives"] = gloo_two[0]
-    report["bench_nccl_w1"] = allreduce_benchmark(1, ("1MiB", "64MiB"), ("builtin", "ring"), iters=10, backend="nccl")
-    report["bench_gloo_cuda_w2"] = allreduce_benchmark(2, ("1MiB", "16MiB"), iters=5, backend="gloo", device="cuda")
-    strategies = ("local", "naive", "bucketed", "overlap", "ddp", "int8", "fp16")
-    for label, world, backend in (("compare_nccl_w1", 1, "nccl"), ("compare_gloo_cuda_w2", 2, "gloo")):
-        result = compare_strategies(world, steps=steps, strategies=strategies, backend=backend, device="cuda")
-        report[label] = {"device": result["device"], "backend": result["backend"], "rows": result["rows"]}
-    checks = [v for key in ("nccl_w1_collectives", "gloo_cuda_w2_collectives")
-              for k, v in report[key].items() if k != "device"]
-    for key in ("compare_nccl_w1", "compare_gloo_cuda_w2"):
-        checks += [r["max_abs_diff_vs_single"] <= 1e-5 for r in report[key]["rows"] if r["exact"]]
-    report["ok"] = all(checks)
+    start = time.perf_counter()
+    report = {"device": device, "torch": torch.__version__,
+              "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None, "worlds": []}
+    for label, backend, ranks, sizes in WORLDS[device]:
+        world = {"label": label, "backend": backend, "world_size": ranks, "device": device}
+        world["collectives"] = launch(_collectives, ranks, backend=backend, device=device,
+                                      timeout=300, show_output=False)[0]
+        world["bench"] = allreduce_benchmark(ranks, sizes, iters=10, backend=backend, device=device)
+        world["compare"] = _strip(compare_strategies(ranks, steps=steps, strategies=STRATEGIES,
+                                                     backend=backend, device=device))
+        world["accumulation"] = _strip(compare_strategies(ranks, steps=steps, accum_steps=2,
+                                                          strategies=("naive", "overlap", "ddp"),
+                                                          backend=backend, device=device))
+        report["worlds"].append(world)
+    checks = all_checks(report)
+    report["failed"] = [name for name, ok in checks if not ok]
+    report["ok"] = not report["failed"]
     report["checks"] = len(checks)
     report["seconds"] = time.perf_counter() - start
     return report
+
+
+def run_gpu_checks(steps: int = 10) -> dict:
+    """``dpteach doctor --gpu``: the checks on the first CUDA device."""
+    return run_device_checks("cuda", steps)

@@ -29,6 +29,7 @@ What the launcher promises, because a course that hangs teaches nothing:
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import queue
@@ -44,7 +45,7 @@ from datetime import timedelta
 import cloudpickle
 import torch.distributed as dist
 
-from .backend import resolve_world, under_torchrun
+from .backend import open_nccl_communicator, resolve_world, under_torchrun
 
 DEFAULT_TIMEOUT = 300.0
 
@@ -96,11 +97,34 @@ def _run_in_torchrun_world(fn, world_size, args, kwargs, backend, device):
         if placement.device_type == "cuda":
             import torch
             torch.cuda.set_device(torch.device(os.environ["DPTEACH_DEVICE"]))
-        dist.init_process_group(placement.backend)
-    value = fn(*args, **kwargs)
+        dist.init_process_group(placement.process_group_backend)
+        open_nccl_communicator(os.environ["DPTEACH_DEVICE"])
+        atexit.register(leave_torchrun_world)
+    try:
+        value = fn(*args, **kwargs)
+    except BaseException:
+        _TORCHRUN_STATE["failed"] = True
+        raise
     results = [None] * env_world
     dist.all_gather_object(results, value)
     return results
+
+
+_TORCHRUN_STATE = {"failed": False}
+
+
+def leave_torchrun_world() -> None:
+    """Leave the torchrun world that ``launch`` joined: every rank together, then tear it down.
+
+    A rank that simply exits closes its gloo connections while a peer may still be finishing its
+    own last call; gloo then aborts that peer (SIGABRT) and torchrun reports a failure although
+    every rank succeeded. A barrier first makes all ranks leave at once. After a failure the
+    barrier is skipped: the peers may be waiting in another call, and torchrun stops them anyway.
+    """
+    if dist.is_available() and dist.is_initialized():
+        if not _TORCHRUN_STATE["failed"]:
+            dist.barrier()
+        dist.destroy_process_group()
 
 
 class _World:
@@ -147,7 +171,7 @@ class _World:
             "MASTER_PORT": str(self.store.port), "DPTEACH_PROGRESS_PORT": str(self.store.port),
             "DPTEACH_PARENT_PID": str(os.getpid()), "DPTEACH_PAYLOAD": self.payload_path,
             "DPTEACH_RESULT": os.path.join(self.tmp, f"rank{rank}.pkl"),
-            "DPTEACH_BACKEND": self.placement.backend, "DPTEACH_DEVICE": self.placement.device_for(rank),
+            "DPTEACH_BACKEND": self.placement.process_group_backend, "DPTEACH_DEVICE": self.placement.device_for(rank),
             "DPTEACH_TIMEOUT": str(self.timeout), "DPTEACH_SYS_PATH": json.dumps(sys.path),
             "PYTHONUNBUFFERED": "1",
         })

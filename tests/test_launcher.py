@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 
 import dpteach
+from dpteach.backend import Placement, backend_for
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -38,7 +39,7 @@ def _sum_of_ranks(offset, scale=1):
     t = torch.tensor([float(dist.get_rank())])
     dist.all_reduce(t)
     return {"rank": dist.get_rank(), "world": dist.get_world_size(), "value": offset + scale * t.item(),
-            "backend": dist.get_backend(), "device": str(dpteach.device())}
+            "backend": backend_for(dpteach.device().type), "device": str(dpteach.device())}
 
 
 def test_results_come_back_in_rank_order_with_args_and_kwargs():
@@ -254,10 +255,43 @@ def test_under_torchrun_launch_joins_the_existing_world(tmp_path):
         assert "world_size=3 does not match torchrun's WORLD_SIZE=2" in (tmp_path / f"joined{rank}").read_text()
 
 
+def test_under_torchrun_a_failing_rank_ends_the_run_instead_of_hanging(tmp_path):
+    script = tmp_path / "fails.py"
+    script.write_text(textwrap.dedent("""
+        import torch.distributed as dist, dpteach
+        def fail_on_rank_one():
+            if dist.get_rank() == 1:
+                raise RuntimeError("rank one gives up")
+            return dist.get_rank()
+        dpteach.launch(fail_on_rank_one, 2)
+    """))
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                          str(script)], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert out.returncode != 0
+    assert "rank one gives up" in out.stdout + out.stderr
+
+
+def _backends_by_device():
+    return {"cpu": backend_for("cpu"), "cuda": backend_for("cuda"), "config": dist.get_backend_config()}
+
+
+def test_a_gloo_world_moves_tensors_of_either_device_with_gloo():
+    (result,) = dpteach.launch(_backends_by_device, 1, backend="gloo")
+    assert result["cpu"] == result["cuda"] == "gloo"
+
+
+def test_an_nccl_world_carries_gloo_for_its_cpu_bookkeeping():
+    placement = Placement(backend="nccl", device_type="cuda", gpus=2)
+    assert placement.process_group_backend == "cpu:gloo,cuda:nccl"
+    assert Placement(backend="gloo", device_type="cuda", gpus=1).process_group_backend == "gloo"
+
+
 @pytest.mark.gpu
 def test_nccl_world_of_one_on_the_gpu():
-    (result,) = dpteach.launch(_sum_of_ranks, 1, args=(1,), backend="nccl")
+    (result,) = dpteach.launch(_sum_of_ranks, 1, args=(1,), backend="nccl")  # its all-reduce is on a CPU tensor
     assert result["backend"] == "nccl" and result["device"].startswith("cuda")
+    (backends,) = dpteach.launch(_backends_by_device, 1, backend="nccl")
+    assert backends["cpu"] == "gloo" and backends["cuda"] == "nccl", backends
 
 
 @pytest.mark.gpu

@@ -10,6 +10,8 @@ from contextlib import contextmanager
 import torch
 import torch.distributed as dist
 
+from ..backend import backend_for
+
 OPS = ("sum", "avg")
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64,
           torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
@@ -100,7 +102,7 @@ def gather_shapes(name: str, tensor: torch.Tensor, group=None, must_match: bool 
 
 def stages_through_host(tensor: torch.Tensor, group=None) -> bool:
     """gloo moves host memory only: a CUDA tensor must be copied to the CPU and back."""
-    return tensor.is_cuda and dist.get_backend(group) == "gloo"
+    return tensor.is_cuda and backend_for("cuda", group) == "gloo"
 
 
 @contextmanager

@@ -17,6 +17,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--no-smoke", action="store_true", help="skip the all-reduce smoke test")
     parser.add_argument("--gpu", action="store_true",
                         help="exercise every CUDA path one GPU allows (a few minutes) and print the measurements")
+    parser.add_argument("--full", action="store_true",
+                        help="the same checks on whatever this machine has: the GPU if there is one, else the CPU")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -55,27 +57,30 @@ def machine_report(world_size: int = 2, smoke: bool = True) -> dict:
     return report
 
 
-def _print_gpu_report(report: dict) -> None:
-    print(f"GPU {report['gpu']}, torch {report['torch']}: {report['checks']} checks, "
-          f"{'all passed' if report['ok'] else 'SOME FAILED'} in {report['seconds']:.0f} s")
-    for key in ("nccl_w1_collectives", "gloo_cuda_w2_collectives"):
-        failed = [k for k, v in report[key].items() if k != "device" and not v]
-        print(f"  {key}: {'ok' if not failed else 'failed: ' + ', '.join(failed)}")
-    for key in ("bench_nccl_w1", "bench_gloo_cuda_w2"):
-        for row in report[key]["rows"]:
-            print(f"  {key}: {row['algorithm']:>8} {row['bytes']:>10} B  {row['time_s'] * 1e6:9.1f} us  "
+def _print_device_report(report: dict) -> None:
+    where = f"GPU {report['gpu']}" if report["gpu"] else "CPU"
+    verdict = "all passed" if report["ok"] else f"{len(report['failed'])} FAILED"
+    print(f"{where}, torch {report['torch']}: {report['checks']} checks, {verdict} in {report['seconds']:.0f} s")
+    for name in report["failed"]:
+        print(f"  FAILED {name}")
+    for world in report["worlds"]:
+        head = f"  {world['label']} ({world['backend']}, {world['world_size']} rank(s) on {world['device']})"
+        print(f"{head}: {len(world['collectives']) - 1} collective checks")
+        for row in world["bench"]["rows"]:
+            print(f"    all-reduce {row['algorithm']:>8} {row['bytes']:>10} B  {row['time_s'] * 1e6:9.1f} us  "
                   f"busbw {row['busbw_GBps']:.2f} GB/s")
-    for key in ("compare_nccl_w1", "compare_gloo_cuda_w2"):
-        for row in report[key]["rows"]:
-            print(f"  {key}: {row['strategy']:>8} step {row['step_time_s'] * 1e3:7.2f} ms  "
-                  f"max|dθ| {row['max_abs_diff_vs_single']:.1e}")
+        for key in ("compare", "accumulation"):
+            for row in world[key]["rows"]:
+                print(f"    {key:<12} {row['strategy']:>8}  step {row['step_time_s'] * 1e3:7.2f} ms  "
+                      f"max|dθ| vs one process {row['max_abs_diff_vs_single']:.1e}")
 
 
 def run(args) -> int:
-    if args.gpu:
-        from ..gpucheck import run_gpu_checks
-        report = run_gpu_checks()
-        print(json.dumps(report, indent=2, default=str)) if args.json else _print_gpu_report(report)
+    if args.gpu or args.full:
+        from ..gpucheck import run_device_checks
+        device = "cuda" if args.gpu or visible_gpus() else "cpu"
+        report = run_device_checks(device)
+        print(json.dumps(report, indent=2, default=str)) if args.json else _print_device_report(report)
         return 0 if report["ok"] else 1
     report = machine_report(args.world_size, smoke=not args.no_smoke)
     if args.json:

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from .. import context, costmodel
-from ..backend import resolve_world
+from ..backend import backend_for, resolve_world
 from ..bench import allreduce_benchmark, parse_size
 from ..collectives import ALL_REDUCE, chunk_bounds
 from ..launcher import launch
@@ -34,7 +34,7 @@ MODEL_ALGORITHMS = ("ring", "tree", "naive")
 def _basics_on_rank(n: int) -> dict:
     rank, world = dist.get_rank(), dist.get_world_size()
     # gloo moves host memory, and its gather, scatter and reduce take CPU tensors only; NCCL the opposite.
-    device = context.device() if dist.get_backend() == "nccl" else torch.device("cpu")
+    device = context.device() if backend_for(context.device().type) == "nccl" else torch.device("cpu")
     mine = torch.arange(n, dtype=torch.float32, device=device) + 10 * rank  # rank r holds 10r, 10r+1, ...
     out = {}
 

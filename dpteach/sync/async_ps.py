@@ -60,7 +60,7 @@ def serve(model, optimizer, pushes: int, max_staleness: int | None, timeline) ->
         if max_staleness is not None and stale > max_staleness:
             dropped += 1
         else:
-            grad = inbox[1:] / workers
+            grad = (inbox[1:] / workers).to(params[0].device)  # messages travel on the host (gloo)
             offset = 0
             for p in params:
                 p.grad = grad[offset:offset + p.numel()].view_as(p).clone()
@@ -68,7 +68,7 @@ def serve(model, optimizer, pushes: int, max_staleness: int | None, timeline) ->
             optimizer.step()
             version += 1
             applied += 1
-        reply = torch.cat([torch.tensor([float(version)]), parameters_to_vector(params).detach()])
+        reply = torch.cat([torch.tensor([float(version)]), parameters_to_vector(params).detach().cpu()])
         dist.send(reply, sender)
         timeline.add(version, "optimizer", start, timeline.now(), worker=sender)
     return {"applied": applied, "dropped": dropped, "staleness": staleness, "version": version}

@@ -1,0 +1,69 @@
+"""The single-GPU check (``dpteach doctor --gpu``) runs the same sequence on the CPU, so its logic is
+tested here on every machine; only CUDA itself waits for a GPU (``pytest -m gpu``)."""
+import copy
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from dpteach.gpucheck import STRATEGIES, WORLDS, all_checks, run_device_checks
+
+
+@pytest.fixture(scope="module")
+def cpu_report():
+    out = subprocess.run([sys.executable, "-m", "dpteach", "doctor", "--full", "--json"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    return json.loads(out.stdout)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="--full checks the GPU on this machine")
+def test_full_check_passes_on_cpu_and_covers_every_world_and_strategy(cpu_report):
+    assert cpu_report["ok"] is True and cpu_report["failed"] == [] and cpu_report["device"] == "cpu"
+    assert [w["label"] for w in cpu_report["worlds"]] == [label for label, *_ in WORLDS["cpu"]]
+    for world in cpu_report["worlds"]:
+        assert world["collectives"]["device"] == "cpu"
+        assert {r["strategy"] for r in world["compare"]["rows"]} == (
+            set(STRATEGIES) - ({"async"} if world["world_size"] < 2 else set()))
+        assert world["accumulation"]["accum_steps"] == 2
+        algorithms = {r["algorithm"] for r in world["bench"]["rows"]}
+        assert {"builtin", "ring", "tree", "naive"} <= algorithms
+    assert cpu_report["checks"] == len(all_checks(cpu_report)) > 100
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="--full checks the GPU on this machine")
+@pytest.mark.parametrize("break_it, fragment", [
+    (lambda r: r["worlds"][1]["collectives"].update({"ring/float16/7": False}), "gloo_w2: ring/float16/7"),
+    (lambda r: r["worlds"][0]["compare"]["rows"][1].update({"max_abs_diff_vs_single": 1e-3}),
+     "compare naive within"),
+    (lambda r: r["worlds"][1]["accumulation"]["rows"][2].update({"replicas_identical": False}),
+     "accumulation ddp replicas identical"),
+    (lambda r: r["worlds"][0]["bench"].update({"device": "cuda"}), "bench ran on cuda"),
+])
+def test_a_wrong_result_is_named_in_the_failures(cpu_report, break_it, fragment):
+    report = copy.deepcopy(cpu_report)
+    break_it(report)
+    failed = [name for name, ok in all_checks(report) if not ok]
+    assert len(failed) == 1 and fragment in failed[0], failed
+
+
+def test_bad_device_is_refused_before_anything_starts():
+    with pytest.raises(ValueError, match=r"device='tpu' is not checkable; choose one of \['cpu', 'cuda'\]"):
+        run_device_checks("tpu")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_gpu_flag_without_a_gpu_says_why_and_checks_nothing():
+    out = subprocess.run([sys.executable, "-m", "dpteach", "doctor", "--gpu"], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode != 0
+    assert "--gpu needs a CUDA GPU" in out.stderr + out.stdout
+
+
+@pytest.mark.gpu
+def test_gpu_check_passes_on_cuda():
+    report = run_device_checks("cuda")
+    assert report["ok"], report["failed"]
+    assert report["seconds"] < 300, f"the GPU check took {report['seconds']:.0f} s; it should fit in 5 minutes"
