@@ -6,8 +6,27 @@ The pieces, bottom to top (see the README's map):
 * :mod:`dpteach.collectives` builds all-reduce from send/recv, step by step;
 * :mod:`dpteach.costmodel` predicts collective times with the alpha-beta model.
 """
-from .context import default_world_size, device, rank, report_progress, world_size
-from .launcher import RankError, launch, under_torchrun
+import importlib
 
 __version__ = "0.1.0"
-__all__ = ["default_world_size", "launch", "RankError", "under_torchrun", "device", "report_progress", "rank", "world_size"]
+
+# name -> the module that defines it. Imported on first use, so that ``dpteach --help`` and the
+# quiz do not pay for importing torch.
+_EXPORTS = {
+    "launch": "launcher", "RankError": "launcher", "under_torchrun": "launcher",
+    "default_world_size": "context", "device": "context", "report_progress": "context",
+    "rank": "context", "world_size": "context",
+}
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'dpteach' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted([*globals(), *_EXPORTS])

@@ -21,20 +21,25 @@ COMMANDS = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
+    """The parser; only the ``selected`` subcommand's module is imported (the others may import
+    torch and more, which costs a second or two that ``dpteach --help`` should not pay)."""
     parser = argparse.ArgumentParser(prog="dpteach", description="Data-parallel training, taught by running it.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name, (module, help_text) in COMMANDS.items():
         cmd = sub.add_parser(name, help=help_text, description=help_text)
-        mod = importlib.import_module(module)
-        mod.add_arguments(cmd)
-        cmd.set_defaults(_run=mod.run)
+        if selected in (None, name):
+            mod = importlib.import_module(module)
+            mod.add_arguments(cmd)
+            cmd.set_defaults(_run=mod.run)
     return parser
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    selected = next((a for a in argv if not a.startswith("-")), "")
+    args = build_parser(selected).parse_args(argv)
     try:
         return int(args._run(args) or 0)
     except ValueError as exc:  # bad input: one clear line, no traceback

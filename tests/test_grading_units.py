@@ -146,6 +146,10 @@ def test_untouched_exercise_is_not_attempted_from_the_terminal_without_starting_
         assert report["max_score"] == exercise.max_score and len(report["checks"]) == len(exercise.checks)
     assert main(["progress", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["exercises"] == {}  # nothing attempted, nothing recorded
+    assert main(["progress"]) == 0
+    listed = [line.split() for line in capsys.readouterr().out.splitlines() if "not graded yet" in line]
+    assert [words[0] for words in listed] == [e.stem for e in all_exercises()]  # every one, in course order
+    assert all(words[-1] == f"exercises/{words[0]}.ipynb" for words in listed)
 
 
 def test_every_forbidden_name_still_exists():

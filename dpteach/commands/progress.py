@@ -1,7 +1,7 @@
 """``dpteach progress``: how far the learner is - quiz items per topic and exercise grades.
 
 Reads the progress store (``$DPTEACH_PROGRESS`` or ``~/.dpteach/progress.json``) that the quizzes
-and the exercise grader write. Where the quiz bank can be read, each topic also shows how many
+and the exercise grader write. Every exercise is listed, graded or not, with the command that grades it. Where the quiz bank can be read, each topic also shows how many
 items it holds, so "3 answered" reads as "3 of 6".
 """
 from __future__ import annotations
@@ -29,6 +29,12 @@ def _items_per_topic() -> dict[str, int]:
     return counts
 
 
+def _exercise_stems() -> list[str]:
+    """Every exercise's notebook stem, in course order (the progress store's keys)."""
+    from dpteach.grading.spec import all_exercises
+    return [exercise.stem for exercise in all_exercises()]
+
+
 def run(args) -> int:
     store = ProgressStore()
     summary = store.summary()
@@ -46,8 +52,15 @@ def run(args) -> int:
         of_total = f" of {totals[topic]}" if topic in totals else ""
         print(f"  {topic:<18} {row['answered']:>3}{of_total} answered, {row['correct']:>3} correct")
     print("\nExercises")
-    if not summary["exercises"]:
+    graded = summary["exercises"]
+    names = list(dict.fromkeys([*_exercise_stems(), *graded]))
+    for name in names:
+        if name in graded:
+            row = graded[name]
+            print(f"  {name:<34} best {row['best']:g} / {row['max']:g}  "
+                  f"({row['attempts']} attempts, last: {row['status']})")
+        else:
+            print(f"  {name:<34} not graded yet: dpteach grade exercises/{name}.ipynb")
+    if not names:
         print("  no exercise graded yet")
-    for name, row in summary["exercises"].items():
-        print(f"  {name:<30} best {row['best']:g} / {row['max']:g}  ({row['attempts']} attempts, last: {row['status']})")
     return 0
