@@ -47,7 +47,7 @@ def main() -> int:
     import torch
     import torch.distributed as dist
 
-    from dpteach.backend import open_nccl_communicator
+    from dpteach.backend import open_nccl_communicator, use_device
 
     rank, world_size = int(env["RANK"]), int(env["WORLD_SIZE"])
     result_path = env["DPTEACH_RESULT"]
@@ -58,8 +58,7 @@ def main() -> int:
         with open(env["DPTEACH_PAYLOAD"], "rb") as f:
             fn, args, kwargs = cloudpickle.load(f)
         device = env["DPTEACH_DEVICE"]
-        if device.startswith("cuda"):
-            torch.cuda.set_device(torch.device(device))
+        use_device(device)
         timeout = timedelta(seconds=float(env["DPTEACH_TIMEOUT"]))
         store = dist.TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), is_master=False,
                               timeout=timeout)

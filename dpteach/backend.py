@@ -51,6 +51,20 @@ def backend_for(device_type: str, group=None) -> str:
     return pairs.get(device_type, config)
 
 
+def use_device(device: str) -> None:
+    """Make ``device`` this rank's device before it joins a world (NCCL needs the current GPU set).
+
+    On a GPU it also turns TF32 off: cuDNN convolutions default to TF32 on recent GPUs, which rounds
+    their inputs to 10 mantissa bits and moves a CNN's gradients by about 1e-3 (relative), far more
+    than the 1e-5 within which the course holds every exact strategy to fp32 single-process
+    training. The lesson is about communication, so arithmetic stays plain fp32.
+    """
+    if device.startswith("cuda"):
+        torch.cuda.set_device(torch.device(device))
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+
+
 def open_nccl_communicator(device: str) -> None:
     """Right after joining an NCCL world, all-reduce one number on the GPU, on every rank.
 

@@ -37,7 +37,7 @@ EXACT_TOLERANCE = 1e-5
 
 def _collectives(sizes=(1, 7, 1000, 1 << 20)) -> dict:
     """On each rank: every all-reduce we wrote must equal the built-in one, on this rank's device."""
-    from .collectives import ALL_REDUCE, ring_all_gather, ring_reduce_scatter
+    from .collectives import ALL_REDUCE, ring_all_gather, ring_all_reduce, ring_reduce_scatter
     device, rank = context.device(), dist.get_rank()
     out = {"device": str(device)}
     for n in sizes:
@@ -50,6 +50,11 @@ def _collectives(sizes=(1, 7, 1000, 1 << 20)) -> dict:
                 fn(y)
                 key = f"{name}/{str(dtype).removeprefix('torch.')}/{n}"
                 out[key] = bool(y.device == device and y.dtype == dtype and torch.equal(y.to(torch.float64), expected))
+    x = (torch.arange(1000, device=device) % 13 + rank).float()
+    expected = x.clone()
+    dist.all_reduce(expected)
+    ring_all_reduce(x, pieces=4)
+    out["ring pieces=4"] = bool(x.device == device and torch.equal(x, expected))
     x = torch.arange(10.0, device=device) + rank
     whole = ring_all_gather(ring_reduce_scatter(x))
     expected = x.clone()

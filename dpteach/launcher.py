@@ -45,7 +45,7 @@ from datetime import timedelta
 import cloudpickle
 import torch.distributed as dist
 
-from .backend import open_nccl_communicator, resolve_world, under_torchrun
+from .backend import open_nccl_communicator, resolve_world, under_torchrun, use_device
 
 DEFAULT_TIMEOUT = 300.0
 
@@ -94,9 +94,7 @@ def _run_in_torchrun_world(fn, world_size, args, kwargs, backend, device):
     if not dist.is_initialized():
         local_rank = int(os.environ.get("LOCAL_RANK", 0))
         os.environ.setdefault("DPTEACH_DEVICE", placement.device_for(local_rank))
-        if placement.device_type == "cuda":
-            import torch
-            torch.cuda.set_device(torch.device(os.environ["DPTEACH_DEVICE"]))
+        use_device(os.environ["DPTEACH_DEVICE"])
         dist.init_process_group(placement.process_group_backend)
         open_nccl_communicator(os.environ["DPTEACH_DEVICE"])
         atexit.register(leave_torchrun_world)

@@ -33,6 +33,8 @@ class Timeline:
 
     def restart(self) -> None:
         """Make 'now' the origin (call right after a barrier, on every rank)."""
+        if self.cuda:  # let queued GPU work finish, so the host clock and the GPU's events start together
+            torch.cuda.synchronize(self.device)
         self.origin = time.perf_counter()
         if self.cuda:
             self.origin_event = torch.cuda.Event(enable_timing=True)

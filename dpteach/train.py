@@ -143,7 +143,7 @@ class SyncTrainer:
                                           config.accum_steps)
         strategy.start_step(step)
         start = time.perf_counter()
-        step_loss = 0.0
+        step_loss = torch.zeros((), dtype=torch.float64, device=device)  # read once per step: no sync per micro-batch
         for k, indices in enumerate(micro_batches):
             x, y = (t.to(device) for t in sample_batch(self.dataset, indices))
             with strategy.micro_batch(sync=(k == len(micro_batches) - 1)):  # decided before forward
@@ -151,7 +151,7 @@ class SyncTrainer:
                     loss = self.criterion(self.module(x), y) / config.accum_steps
                 with timeline.span(step, "backward"):
                     loss.backward()
-            step_loss += loss.item()
+            step_loss += loss.detach()
         strategy.finish(step)
         with timeline.span(step, "optimizer"):
             self.optimizer.step()
@@ -159,7 +159,7 @@ class SyncTrainer:
         context.synchronize()
         self.step_times.append(time.perf_counter() - start)
         timeline.resolve()
-        self.losses.append(step_loss)
+        self.losses.append(step_loss.item())
         self.wire_bytes.append(strategy.wire_bytes)
 
     def summary(self) -> dict:
@@ -220,6 +220,8 @@ def _train_async(config, model, dataset, criterion, timeline) -> dict:
         slow = config.slow_ms if config.slow_rank == rank else 0.0
         result = async_ps.work(model, compute_gradient, slow, timeline)
         server = None
+    context.synchronize()
+    timeline.resolve()  # on a GPU the workers' forward and backward spans are CUDA events until now
     dist.barrier()
     workers_spread = _replica_spread(_flat_weights(model))  # workers hold whatever weights they pulled last
     for p in model.parameters():  # from here on, report the server's weights: the ones that count

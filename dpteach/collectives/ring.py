@@ -134,66 +134,54 @@ def _all_gather(buf, bounds, me, world, group, trace, pieces=1) -> None:
 
 
 # --- Pipelined versions ---------------------------------------------------------------------
-# Same chunks, same order, but each chunk is cut into `pieces` and a piece moves on as soon as
-# it is ready: piece i of step s+1 is sent the moment piece i of step s has arrived (and, in
-# reduce-scatter, been added), instead of waiting for the whole of step s on every rank. The
-# receives of a step are posted a whole step ahead, so data never arrives with nowhere to go.
-# NCCL does the same with its "slices", gloo's own ring with "segments".
+# Same chunks, same order, but each chunk is cut into `pieces` and a piece moves on as soon as it
+# is ready: piece i of step s+1 is sent the moment piece i of step s has arrived (and, in
+# reduce-scatter, been added), instead of waiting for the whole of step s. NCCL does the same with
+# its "slices", gloo's own ring with "segments".
+#
+# Each (step, piece) is one batch holding this rank's send to the right and its receive from the
+# left, posted in the same order on every rank, so the k-th batch of every rank meets the k-th
+# batch of its neighbours. That pairing is what NCCL needs: it runs the batches one after another
+# on one stream, so a rank that first queued all its receives and only then its sends would wait
+# forever for a neighbour doing the same. Only the receive is waited for before moving on; the
+# sends stay in flight and overlap the next pieces.
 
 def _pieces(buf, bound, pieces):
     start, stop = bound
     return torch.tensor_split(buf[start:stop], pieces)
 
 
-def _wait_all(requests) -> None:
-    for request in requests:
-        if request is not None:
-            request.wait()
-
-
 def _reduce_scatter_pipelined(buf, bounds, me, world, group, pieces) -> None:
-    if world == 1:
-        return
     right, left = (me + 1) % world, (me - 1) % world
-    largest = max(stop - start for start, stop in bounds)
-    # Two inboxes: step s+1 receives into one while step s's pieces are still added from the other.
-    inboxes = [torch.tensor_split(torch.empty(largest, dtype=buf.dtype, device=buf.device), pieces)
-               for _ in range(2)]
-
-    def post_receives(step):
-        targets = _pieces(buf, bounds[(me - step - 2) % world], pieces)
-        inbox = inboxes[step % 2]
-        return [post(None, None, inbox[i][:t.numel()], left, group)[0] for i, t in enumerate(targets)]
-
-    receiving = post_receives(0)
-    sends = [post(piece, right, None, None, group)[1]
-             for piece in _pieces(buf, bounds[(me - 1) % world], pieces)]
+    inbox = torch.tensor_split(torch.empty(max(b - a for a, b in bounds), dtype=buf.dtype, device=buf.device),
+                               pieces)
+    sends = []
     for step in range(world - 1):
-        last = step == world - 2
-        upcoming = [] if last else post_receives(step + 1)
+        outgoing = _pieces(buf, bounds[(me - step - 1) % world], pieces)  # finished by the step before
         for i, target in enumerate(_pieces(buf, bounds[(me - step - 2) % world], pieces)):
-            if receiving[i] is not None:
-                receiving[i].wait()
-                target += inboxes[step % 2][i][:target.numel()]
-            if not last:  # the piece just finished is what the next step sends on
-                sends.append(post(target, right, None, None, group)[1])
-        receiving = upcoming
+            arriving = inbox[i][:target.numel()]
+            receive, send = post(outgoing[i], right, arriving, left, group)
+            sends.append(send)
+            if receive is not None:
+                receive.wait()
+                target += arriving  # piece i of this chunk is done: step + 1 sends it on
     _wait_all(sends)
 
 
 def _all_gather_pipelined(buf, bounds, me, world, group, pieces) -> None:
-    if world == 1:
-        return
     right, left = (me + 1) % world, (me - 1) % world
-    # Every step receives into a different chunk, so all receives can be posted at once.
-    receiving = [[post(None, None, piece, left, group)[0]
-                  for piece in _pieces(buf, bounds[(me - step - 1) % world], pieces)]
-                 for step in range(world - 1)]
-    sends = [post(piece, right, None, None, group)[1] for piece in _pieces(buf, bounds[me], pieces)]
+    sends = []
     for step in range(world - 1):
-        for i, piece in enumerate(_pieces(buf, bounds[(me - step - 1) % world], pieces)):
-            if receiving[step][i] is not None:
-                receiving[step][i].wait()
-            if step < world - 2:  # forward the piece that just arrived
-                sends.append(post(piece, right, None, None, group)[1])
+        outgoing = _pieces(buf, bounds[(me - step) % world], pieces)  # arrived in the step before
+        for i, arriving in enumerate(_pieces(buf, bounds[(me - step - 1) % world], pieces)):
+            receive, send = post(outgoing[i], right, arriving, left, group)
+            sends.append(send)
+            if receive is not None:
+                receive.wait()
     _wait_all(sends)
+
+
+def _wait_all(requests) -> None:
+    for request in requests:
+        if request is not None:
+            request.wait()
