@@ -46,6 +46,7 @@ import cloudpickle
 import torch.distributed as dist
 
 from .backend import open_nccl_communicator, resolve_world, under_torchrun, use_device
+from .memory import check_memory_for_ranks
 
 DEFAULT_TIMEOUT = 300.0
 
@@ -81,6 +82,7 @@ def launch(fn, world_size: int | None, args=(), kwargs=None, backend: str = "aut
     if "DPTEACH_PARENT_PID" in os.environ:
         raise RuntimeError("launch() was called inside a rank: ranks cannot start worlds of their own")
     world_size, placement = resolve_world(world_size, backend, device)
+    check_memory_for_ranks(world_size)  # a container over its limit kills the notebook's kernel, not a rank
     try:
         payload = cloudpickle.dumps((fn, tuple(args), kwargs))
     except Exception as exc:
