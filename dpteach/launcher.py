@@ -231,6 +231,8 @@ class _World:
         others = "; the other ranks were stopped" if self.world_size > 1 else ""
         if outcome is None:
             how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
+            if code == -signal.SIGKILL:  # nobody here sent it: almost always the out-of-memory killer
+                how += " (SIGKILL: usually the out-of-memory killer - try fewer ranks or a smaller model)"
             raise RankError(rank, f"{how} without returning a result{others}", exit_code=code)
         err = RankError(rank, f"raised {outcome['type']}: {outcome['message']}{others}",
                         outcome["traceback"], code, outcome["type"])

@@ -103,9 +103,13 @@ start=$(date +%s)
 # A cell may take minutes on a small machine; a kernel killed for memory must not leave pytest waiting.
 set +e  # a failed notebook must still let the memory report below print
 in_cgroup timeout 1800 binder/start python -m pytest -q -p no:cacheprovider notebooks --nbval-lax \
-  --nbval-cell-timeout 600 2>&1 | tail -5
-status=${PIPESTATUS[0]}
+  --nbval-cell-timeout 600 > "$WORK/notebooks.log" 2>&1
+status=$?
 set -e
+tail -3 "$WORK/notebooks.log"
+if [ "$status" != 0 ]; then  # which cells failed, and the first line of each error
+  grep -E "^FAILED|^E +[A-Za-z]*(Error|Exception)" "$WORK/notebooks.log" | sort | uniq -c | sort -rn | head -20
+fi
 echo "notebooks: exit $status in $(( $(date +%s) - start )) s"
 if [ -n "$CGROUP" ]; then
   peak=$(( $(cat "$PEAK_FILE") / 1024 / 1024 ))

@@ -93,6 +93,19 @@ def test_a_rank_that_dies_is_reported_with_its_exit_code():
     assert "exited with code 3" in str(info.value)
 
 
+def _killed_like_the_oom_killer_does():
+    if dist.get_rank() == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    dist.barrier()
+
+
+def test_a_rank_killed_with_sigkill_points_at_memory():
+    with pytest.raises(dpteach.RankError) as info:
+        dpteach.launch(_killed_like_the_oom_killer_does, 2, timeout=120)
+    assert info.value.rank == 1 and info.value.exit_code == -signal.SIGKILL
+    assert "killed by signal 9 (SIGKILL: usually the out-of-memory killer" in str(info.value)
+
+
 def _hang_with_a_child(pid_dir):
     child = subprocess.Popen(["sleep", "1000"])
     with open(os.path.join(pid_dir, f"{dist.get_rank()}.pids"), "w") as f:
