@@ -46,7 +46,7 @@ def main(argv=None) -> int:
         print(f"dpteach {args.command}: error: {exc}", file=sys.stderr)
         return 2
     finally:
-        from .launcher import leave_torchrun_world
+        from .torchrun import leave_torchrun_world
         leave_torchrun_world()  # a no-op unless the command joined a torchrun world
 
 

@@ -29,7 +29,6 @@ What the launcher promises, because a course that hangs teaches nothing:
 """
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import queue
@@ -45,8 +44,9 @@ from datetime import timedelta
 import cloudpickle
 import torch.distributed as dist
 
-from .backend import open_nccl_communicator, resolve_world, under_torchrun, use_device
+from .backend import resolve_world
 from .memory import check_memory_for_ranks
+from .torchrun import run_in_torchrun_world, under_torchrun
 
 DEFAULT_TIMEOUT = 300.0
 
@@ -78,7 +78,7 @@ def launch(fn, world_size: int | None, args=(), kwargs=None, backend: str = "aut
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
         raise ValueError(f"timeout={timeout!r} is not allowed: it must be a number of seconds > 0")
     if under_torchrun():
-        return _run_in_torchrun_world(fn, world_size, args, kwargs, backend, device)
+        return run_in_torchrun_world(fn, world_size, args, kwargs, backend, device)
     if "DPTEACH_PARENT_PID" in os.environ:
         raise RuntimeError("launch() was called inside a rank: ranks cannot start worlds of their own")
     world_size, placement = resolve_world(world_size, backend, device)
@@ -89,42 +89,6 @@ def launch(fn, world_size: int | None, args=(), kwargs=None, backend: str = "aut
         raise TypeError(f"fn or its arguments cannot be sent to the ranks ({exc}); define the function "
                         f"at top level or pass plain data") from exc
     return _World(world_size, placement, payload, timeout, show_output, progress).run()
-
-
-def _run_in_torchrun_world(fn, world_size, args, kwargs, backend, device):
-    env_world, placement = resolve_world(world_size, backend, device)
-    if not dist.is_initialized():
-        local_rank = int(os.environ.get("LOCAL_RANK", 0))
-        os.environ.setdefault("DPTEACH_DEVICE", placement.device_for(local_rank))
-        use_device(os.environ["DPTEACH_DEVICE"])
-        dist.init_process_group(placement.process_group_backend)
-        open_nccl_communicator(os.environ["DPTEACH_DEVICE"])
-        atexit.register(leave_torchrun_world)
-    try:
-        value = fn(*args, **kwargs)
-    except BaseException:
-        _TORCHRUN_STATE["failed"] = True
-        raise
-    results = [None] * env_world
-    dist.all_gather_object(results, value)
-    return results
-
-
-_TORCHRUN_STATE = {"failed": False}
-
-
-def leave_torchrun_world() -> None:
-    """Leave the torchrun world that ``launch`` joined: every rank together, then tear it down.
-
-    A rank that simply exits closes its gloo connections while a peer may still be finishing its
-    own last call; gloo then aborts that peer (SIGABRT) and torchrun reports a failure although
-    every rank succeeded. A barrier first makes all ranks leave at once. After a failure the
-    barrier is skipped: the peers may be waiting in another call, and torchrun stops them anyway.
-    """
-    if dist.is_available() and dist.is_initialized():
-        if not _TORCHRUN_STATE["failed"]:
-            dist.barrier()
-        dist.destroy_process_group()
 
 
 class _World:
