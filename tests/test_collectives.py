@@ -192,3 +192,36 @@ def test_collectives_on_cuda_tensors_under_gloo():
 def test_collectives_with_nccl():
     for rank_result in dpteach.launch(_cuda_cases, 2, backend="nccl"):
         assert all(is_cuda and ok for _, is_cuda, ok in rank_result), rank_result
+
+
+def _batches_of_the_pipelined_ring(n, pieces):
+    """Record every batch the pipelined ring posts on this rank: (what it sends to, what it receives from)."""
+    import dpteach.collectives.ring as ring
+    batches, real_post = [], ring.post
+
+    def recording_post(send, dst, recv, src, group=None):
+        batches.append((dst if send is not None and send.numel() else None,
+                        src if recv is not None and recv.numel() else None))
+        return real_post(send, dst, recv, src, group)
+
+    ring.post = recording_post
+    try:
+        x = torch.arange(n, dtype=torch.float32) + dist.get_rank()
+        ring_all_reduce(x, pieces=pieces)
+    finally:
+        ring.post = real_post
+    return batches
+
+
+@pytest.mark.parametrize("world, n, pieces", [(3, 30, 3), (4, 10, 4), (2, 5, 3)])
+def test_pipelined_ring_pairs_each_send_with_its_receive_in_the_same_order_on_every_rank(world, n, pieces):
+    # NCCL runs batched point-to-point calls one after another on one stream: the k-th batch of
+    # every rank must meet the k-th batches of its neighbours, or the ring waits on itself forever.
+    per_rank = dpteach.launch(_batches_of_the_pipelined_ring, world, args=(n, pieces))
+    assert len({len(batches) for batches in per_rank}) == 1
+    for rank, batches in enumerate(per_rank):
+        right, left = (rank + 1) % world, (rank - 1) % world
+        for k, (send_to, receive_from) in enumerate(batches):
+            assert send_to in (right, None) and receive_from in (left, None)
+            # what this rank sends in batch k, its right neighbour receives in its batch k
+            assert (send_to is None) == (per_rank[right][k][1] is None), (rank, k)
