@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from dpteach.bench import parse_size
+from dpteach.costmodel import fit_alpha_beta
 
 CLI = [sys.executable, "-m", "dpteach.cli"]
 
@@ -27,8 +28,12 @@ def test_bench_json_has_every_algorithm_and_size_with_consistent_bandwidths():
         assert r["time_s"] > 0
         assert r["algbw_GBps"] == pytest.approx(r["bytes"] / r["time_s"] / 1e9)
         assert r["busbw_GBps"] == pytest.approx(r["algbw_GBps"] * 2 * (3 - 1) / 3)
-    fit = report["fit"]
-    assert fit["alpha_s"] >= 0 and fit["beta_s_per_byte"] > 0
+    # The reported fit is the cost model's fit of the ring's rows (their values are timing noise on
+    # a busy machine, so only their consistency is asserted, and that the fit stays physical).
+    fit, expected = report["fit"], fit_alpha_beta([(r["bytes"], 3, r["time_s"]) for r in rows if r["algorithm"] == "ring"])
+    assert fit["alpha_s"] == pytest.approx(expected.params.alpha)
+    assert fit["beta_s_per_byte"] == pytest.approx(expected.params.beta)
+    assert fit["alpha_s"] >= 0 and fit["beta_s_per_byte"] >= 0
 
 
 def test_bench_table_names_the_fit():
