@@ -9,8 +9,9 @@ marked ``multigpu``). What one GPU can do, this runs, as two worlds:
 
 In each world it checks every all-reduce we wrote, in four dtypes and four sizes (1 element, an odd
 count, a small and a 4 MiB buffer), against ``dist.all_reduce`` bit for bit; runs the benchmark;
-and trains every strategy, plus gradient accumulation, with CUDA-event timelines. The exact
-strategies must still end where single-process training ends.
+and trains every strategy, plus gradient accumulation, with CUDA-event timelines, then the CNN
+and the transformer with the exact strategies. The exact strategies must still end where
+single-process training ends.
 
 The same sequence runs on the CPU (``run_device_checks("cpu")``: two gloo worlds), which is how
 the test suite keeps this script honest on machines without a GPU: only CUDA itself goes untested
@@ -32,6 +33,7 @@ WORLDS = {
     "cpu": (("gloo_w1", "gloo", 1, ("64KiB", "1MiB")), ("gloo_w2", "gloo", 2, ("64KiB", "1MiB"))),
 }
 STRATEGIES = ("local", "naive", "bucketed", "overlap", "ddp", "int8", "int8_ef", "fp16", "bf16", "async")
+OTHER_MODELS = ("cnn", "transformer")  # convolutions and attention take other kernels than the MLP's
 EXACT_TOLERANCE = 1e-5
 
 
@@ -68,16 +70,21 @@ def _strip(result: dict) -> dict:
     return {k: result[k] for k in keep}
 
 
+def training_tables(world: dict) -> dict:
+    """Every training table of one world, by name: compare, accumulation and one per other model."""
+    return {"compare": world["compare"], "accumulation": world["accumulation"], **world.get("models", {})}
+
+
 def all_checks(report: dict) -> list[tuple[str, bool]]:
     """Every check the report holds, as (name, passed)."""
     checks = []
     for world in report["worlds"]:
         label, device = world["label"], world["device"]
         checks += [(f"{label}: {k}", ok) for k, ok in world["collectives"].items() if k != "device"]
-        for key in ("bench", "compare", "accumulation"):
-            checks.append((f"{label}: {key} ran on {world[key]['device']}", world[key]["device"] == device))
-        for key in ("compare", "accumulation"):
-            for row in world[key]["rows"]:
+        for key, table in {"bench": world["bench"], **training_tables(world)}.items():
+            checks.append((f"{label}: {key} ran on {table['device']}", table["device"] == device))
+        for key, table in training_tables(world).items():
+            for row in table["rows"]:
                 name = f"{label}: {key} {row['strategy']}"
                 if row["exact"]:
                     diff = row["max_abs_diff_vs_single"]
@@ -115,6 +122,10 @@ def run_device_checks(device: str = "cuda", steps: int = 10) -> dict:
         world["accumulation"] = _strip(compare_strategies(ranks, steps=steps, accum_steps=2,
                                                           strategies=("naive", "overlap", "ddp"),
                                                           backend=backend, device=device))
+        world["models"] = {model: _strip(compare_strategies(ranks, model=model, steps=5,
+                                                            strategies=("local", "overlap", "ddp"),
+                                                            backend=backend, device=device))
+                           for model in OTHER_MODELS}
         report["worlds"].append(world)
     checks = all_checks(report)
     report["failed"] = [name for name, ok in checks if not ok]

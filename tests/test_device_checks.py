@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from dpteach.gpucheck import STRATEGIES, WORLDS, all_checks, run_device_checks
+from dpteach.gpucheck import OTHER_MODELS, STRATEGIES, WORLDS, all_checks, run_device_checks
 
 
 @pytest.fixture(scope="module")
@@ -28,6 +28,8 @@ def test_full_check_passes_on_cpu_and_covers_every_world_and_strategy(cpu_report
         assert {r["strategy"] for r in world["compare"]["rows"]} == (
             set(STRATEGIES) - ({"async"} if world["world_size"] < 2 else set()))
         assert world["accumulation"]["accum_steps"] == 2
+        assert sorted(world["models"]) == sorted(OTHER_MODELS)
+        assert all(table["rows"] and table["device"] == "cpu" for table in world["models"].values())
         algorithms = {r["algorithm"] for r in world["bench"]["rows"]}
         assert {"builtin", "ring", "tree", "naive"} <= algorithms
     assert cpu_report["checks"] == len(all_checks(cpu_report)) > 100
@@ -41,6 +43,8 @@ def test_full_check_passes_on_cpu_and_covers_every_world_and_strategy(cpu_report
     (lambda r: r["worlds"][1]["accumulation"]["rows"][2].update({"replicas_identical": False}),
      "accumulation ddp replicas identical"),
     (lambda r: r["worlds"][0]["bench"].update({"device": "cuda"}), "bench ran on cuda"),
+    (lambda r: r["worlds"][1]["models"]["transformer"]["rows"][1].update({"max_abs_diff_vs_single": 2e-4}),
+     "transformer overlap within"),
 ])
 def test_a_wrong_result_is_named_in_the_failures(cpu_report, break_it, fragment):
     report = copy.deepcopy(cpu_report)

@@ -58,6 +58,7 @@ def machine_report(world_size: int = 2, smoke: bool = True) -> dict:
 
 
 def _print_device_report(report: dict) -> None:
+    from ..gpucheck import training_tables
     where = f"GPU {report['gpu']}" if report["gpu"] else "CPU"
     verdict = "all passed" if report["ok"] else f"{len(report['failed'])} FAILED"
     print(f"{where}, torch {report['torch']}: {report['checks']} checks, {verdict} in {report['seconds']:.0f} s")
@@ -69,8 +70,8 @@ def _print_device_report(report: dict) -> None:
         for row in world["bench"]["rows"]:
             print(f"    all-reduce {row['algorithm']:>8} {row['bytes']:>10} B  {row['time_s'] * 1e6:9.1f} us  "
                   f"busbw {row['busbw_GBps']:.2f} GB/s")
-        for key in ("compare", "accumulation"):
-            for row in world[key]["rows"]:
+        for key, table in training_tables(world).items():
+            for row in table["rows"]:
                 print(f"    {key:<12} {row['strategy']:>8}  step {row['step_time_s'] * 1e3:7.2f} ms  "
                       f"max|dθ| vs one process {row['max_abs_diff_vs_single']:.1e}")
 
