@@ -90,4 +90,10 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # The result is on disk and the output flushed: leave now. Python's own shutdown would next run
+    # torch's C++ destructors (process groups still referenced by DDP, gloo's threads), which on
+    # rare runs abort ("terminate called without an active exception") after a perfect result.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

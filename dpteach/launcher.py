@@ -190,14 +190,17 @@ class _World:
         outcomes = {r: self._outcome(r) for r in observed}
         died = sorted((t, r) for r, t in observed.items() if outcomes[r] is None)
         raised = sorted((o["failed_at"], r) for r, o in outcomes.items() if o is not None and not o["ok"])
-        rank = (died or raised)[0][1]
+        crashed_after = sorted((t, r) for r, t in observed.items() if outcomes[r] is not None and outcomes[r]["ok"])
+        rank = (died or raised or crashed_after)[0][1]
         outcome, code = outcomes[rank], self.procs[rank].returncode
         others = "; the other ranks were stopped" if self.world_size > 1 else ""
+        how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        if code == -signal.SIGKILL:  # nobody here sent it: almost always the out-of-memory killer
+            how += " (SIGKILL: usually the out-of-memory killer - try fewer ranks or a smaller model)"
         if outcome is None:
-            how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
-            if code == -signal.SIGKILL:  # nobody here sent it: almost always the out-of-memory killer
-                how += " (SIGKILL: usually the out-of-memory killer - try fewer ranks or a smaller model)"
             raise RankError(rank, f"{how} without returning a result{others}", exit_code=code)
+        if outcome["ok"]:  # the work was done, but the process did not end cleanly
+            raise RankError(rank, f"returned its result, then {how} while shutting down{others}", exit_code=code)
         err = RankError(rank, f"raised {outcome['type']}: {outcome['message']}{others}",
                         outcome["traceback"], code, outcome["type"])
         raise err from outcome.get("exception")

@@ -93,6 +93,17 @@ def test_a_rank_that_dies_is_reported_with_its_exit_code():
     assert "exited with code 3" in str(info.value)
 
 
+def _abort_after_returning():
+    os._exit = lambda code: os.abort()  # the worker's very last call, made after the result is written
+    return dist.get_rank()
+
+
+def test_a_rank_that_crashes_after_returning_is_reported_as_such():
+    with pytest.raises(dpteach.RankError) as info:
+        dpteach.launch(_abort_after_returning, 2, timeout=120)
+    assert "returned its result, then killed by signal 6 while shutting down" in str(info.value)
+
+
 def _killed_like_the_oom_killer_does():
     if dist.get_rank() == 1:
         os.kill(os.getpid(), signal.SIGKILL)
