@@ -44,9 +44,9 @@ from datetime import timedelta
 import cloudpickle
 import torch.distributed as dist
 
-from .backend import resolve_world
+from .backend import resolve_world, under_torchrun
 from .memory import check_memory_for_ranks
-from .torchrun import run_in_torchrun_world, under_torchrun
+from .torchrun import run_in_torchrun_world
 
 DEFAULT_TIMEOUT = 300.0
 

@@ -12,9 +12,7 @@ import os
 
 import torch.distributed as dist
 
-from .backend import open_nccl_communicator, resolve_world, under_torchrun, use_device
-
-__all__ = ["run_in_torchrun_world", "leave_torchrun_world", "under_torchrun"]
+from .backend import open_nccl_communicator, resolve_world, use_device
 
 
 def run_in_torchrun_world(fn, world_size, args, kwargs, backend, device) -> list:

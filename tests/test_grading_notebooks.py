@@ -31,23 +31,31 @@ def run(notebook) -> nbformat.NotebookNode:
     return notebook
 
 
+def merge_exercises(keep) -> nbformat.NotebookNode:
+    """One notebook of every exercise's cells that ``keep(exercise, cell)`` accepts, each exercise
+    starting from a clean namespace (one kernel start instead of eight)."""
+    merged = nbformat.v4.new_notebook()
+    for exercise in all_exercises():
+        notebook = nbformat.read(ROOT / "exercises" / exercise.notebook_name, as_version=4)
+        merged.cells.append(nbformat.v4.new_code_cell("%reset -f"))
+        merged.cells.extend(cell for cell in notebook.cells if keep(exercise, cell))
+    return merged
+
+
 def outputs(cell) -> str:
     return "".join(o.get("text", "") or o.get("data", {}).get("text/plain", "") for o in cell.get("outputs", []))
 
 
 @pytest.mark.slow
 def test_untouched_notebooks_run_top_to_bottom_and_say_not_attempted():
-    merged = nbformat.v4.new_notebook()
-    for exercise in all_exercises():
-        notebook = nbformat.read(ROOT / "exercises" / exercise.notebook_name, as_version=4)
-        merged.cells.append(nbformat.v4.new_code_cell("%reset -f"))
-        for cell in notebook.cells:
-            # A try cell that starts ranks runs the same code in the test below, with the solution in;
-            # here only exercise 01's does, for the path where the stub's NotImplementedError comes back
-            # from the ranks - each launch costs seconds.
-            launches = "dpteach.launch" in cell.source and exercise.id != "01"
-            if cell.cell_type == "code" and not ("try" in cell.metadata.get("tags", []) and launches):
-                merged.cells.append(cell)
+    def keep(exercise, cell):
+        # A try cell that starts ranks runs the same code in the test below, with the solution in;
+        # here only exercise 01's does, for the path where the stub's NotImplementedError comes back
+        # from the ranks - each launch costs seconds.
+        launches = "dpteach.launch" in cell.source and exercise.id != "01"
+        return cell.cell_type == "code" and not ("try" in cell.metadata.get("tags", []) and launches)
+
+    merged = merge_exercises(keep)
     run(merged)  # raises CellExecutionError if any cell raises
     checks = [outputs(c) for c in merged.cells if "check" in c.metadata.get("tags", [])]
     tries = [outputs(c) for c in merged.cells if "try" in c.metadata.get("tags", [])]
@@ -58,16 +66,14 @@ def test_untouched_notebooks_run_top_to_bottom_and_say_not_attempted():
 
 @pytest.mark.slow
 def test_with_solutions_written_in_the_try_cells_work_and_check_grades_the_notebooks_definitions():
-    merged = nbformat.v4.new_notebook()
-    for exercise in all_exercises():
-        notebook = nbformat.read(ROOT / "exercises" / exercise.notebook_name, as_version=4)
-        merged.cells.append(nbformat.v4.new_code_cell("%reset -f"))
-        for cell in notebook.cells:
-            tags = cell.metadata.get("tags", [])
-            if "solution" in tags:
-                cell.source = solution(exercise.id)
-            if "solution" in tags or "try" in tags or ("check" in tags and exercise.id == "03"):
-                merged.cells.append(cell)  # grading itself is covered by test_grading_solutions.py
+    def keep(exercise, cell):
+        tags = cell.metadata.get("tags", [])
+        if "solution" in tags:
+            cell.source = solution(exercise.id)
+        # grading itself is covered by test_grading_solutions.py: one check cell is enough here
+        return "solution" in tags or "try" in tags or ("check" in tags and exercise.id == "03")
+
+    merged = merge_exercises(keep)
     run(merged)
     tries = [outputs(c) for c in merged.cells if "try" in c.metadata.get("tags", [])]
     assert not any("Not working yet" in text or "stub" in text or "Not written" in text for text in tries), tries

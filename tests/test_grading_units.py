@@ -160,3 +160,31 @@ def test_every_forbidden_name_still_exists():
         for name in exercise.forbidden:
             optional = name.startswith("torch.distributed._") or name.endswith("_coalesced")
             assert resolve_dotted(name) is not None or optional, (exercise.id, name)
+
+
+def _raise_on_rank_one():
+    import torch.distributed as dist
+    if dist.get_rank() == 1:
+        raise KeyError("the missing key")
+    dist.barrier()
+
+
+def _die_on_rank_zero():
+    import os
+    import torch.distributed as dist
+    if dist.get_rank() == 0:
+        os._exit(3)
+    dist.barrier()
+
+
+def test_a_try_cell_says_in_two_lines_which_rank_failed_and_why(capsys):
+    import dpteach
+    from dpteach.grading import explain_failures
+    with explain_failures():
+        dpteach.launch(_raise_on_rank_one, 2, timeout=60, show_output=False)
+    assert capsys.readouterr().out.splitlines() == ["Not working yet: rank 1 raised KeyError.",
+                                                    "KeyError: 'the missing key'"]
+    with explain_failures():  # a rank that dies has no traceback: the message says how it ended
+        dpteach.launch(_die_on_rank_zero, 2, timeout=60, show_output=False)
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith("Not working yet: rank 0 exited with code 3 without returning a result")

@@ -296,7 +296,7 @@ def test_under_torchrun_a_failing_rank_ends_the_run_instead_of_hanging(tmp_path)
 
 
 def _backends_by_device():
-    return {"cpu": backend_for("cpu"), "cuda": backend_for("cuda"), "config": dist.get_backend_config()}
+    return {"cpu": backend_for("cpu"), "cuda": backend_for("cuda")}
 
 
 def test_a_gloo_world_moves_tensors_of_either_device_with_gloo():

@@ -1,8 +1,9 @@
 """``dpteach progress``: how far the learner is - quiz items per topic and exercise grades.
 
 Reads the progress store (``$DPTEACH_PROGRESS`` or ``~/.dpteach/progress.json``) that the quizzes
-and the exercise grader write. Every exercise is listed, graded or not, with the command that grades it. Where the quiz bank can be read, each topic also shows how many
-items it holds, so "3 answered" reads as "3 of 6".
+and the exercise grader write. Where the quiz bank can be read, each topic also shows how many
+items it holds, so "3 answered" reads as "3 of 6". Every exercise is listed, graded or not, with
+the command that grades it.
 """
 from __future__ import annotations
 

@@ -26,8 +26,9 @@ from .notebook import exercise_of_notebook, from_namespace, from_notebook_file, 
 from .report import Report
 from .runner import grade, grade_many
 from .spec import Exercise, all_exercises, get_exercise
+from .tryout import explain_failures
 
-__all__ = ["check", "grade_notebook", "grade_source", "grade_sources", "grade_namespace", "get_exercise", "all_exercises", "Report", "Exercise"]
+__all__ = ["check", "explain_failures", "grade_notebook", "grade_source", "grade_sources", "grade_namespace", "get_exercise", "all_exercises", "Report", "Exercise"]
 
 
 def grade_notebook(path, exercise: str | None = None, *, record: bool = True) -> Report:

@@ -71,6 +71,7 @@ top of `dpteach/collectives/ring.py` on paper first.
 
 TRY = '''\
 import dpteach
+from dpteach.grading import explain_failures
 
 
 def try_it():
@@ -80,14 +81,9 @@ def try_it():
     return mine.tolist(), all_gather(mine, x.numel()).tolist()
 
 
-try:
+with explain_failures():  # if a rank fails, two lines say which and why
     for rank, (mine, everything) in enumerate(dpteach.launch(try_it, world_size=3, timeout=60)):
         print(f"rank {rank}: my chunk {mine}\\n        all-gathered {everything}")
-except dpteach.RankError as err:
-    print(f"Not working yet: rank {err.rank} raised {err.exc_type}.")
-    print(err.rank_traceback.strip().splitlines()[-1])
-except TimeoutError as err:
-    print("Not working yet:", err)
 '''
 
 HINT_VALUES = ("Walk the 3-rank example in dpteach/collectives/ring.py by hand: which chunk does each rank "
