@@ -188,3 +188,26 @@ def test_an_endless_loop_at_the_top_of_a_cell_is_an_error_and_other_submissions_
     assert stuck.status == "error" and "endless loop" in stuck.error
     assert graded.checks[0].passed
     assert live_ranks_started_by_us() == []
+
+
+def _blamed(per_rank: dict, timeout, failure):
+    from dpteach.grading.report import CheckResult
+    from dpteach.grading.runner import _blame
+    row = CheckResult(name="reduce_scatter: W=2", points=5, hidden=False)
+    _blame(row, EX01.checks[RS_W2], per_rank, timeout, failure, 1.0)
+    return row
+
+
+def test_an_error_raised_after_a_peers_watchdog_fired_is_its_echo_and_the_row_says_timed_out():
+    # A deadlock: rank 0's watchdog fires first; rank 1's receive then fails ("connection reset by peer")
+    # before its own watchdog fires. That exception is a consequence of the hang, not the learner's bug.
+    from dpteach.grading.rank import WATCHDOG_EXIT_CODE
+    from dpteach.launcher import RankError
+    echo = {"rank": 1, "outcome": "error", "at": 100.25, "message": "RuntimeError: Connection reset by peer"}
+    timeout = {"event": "timeout", "rank": 0, "at": 100.2}
+    died = RankError(0, f"exited with code {WATCHDOG_EXIT_CODE}", exit_code=WATCHDOG_EXIT_CODE)
+    row = _blamed({1: echo}, timeout, died)
+    assert row.outcome == "timed_out" and "deadlock" in row.message
+    # The same exception raised *before* any watchdog fired is the cause, and is reported as such.
+    row = _blamed({1: dict(echo, at=100.1)}, timeout, died)
+    assert row.outcome == "error" and row.message.startswith("rank 1: RuntimeError: Connection reset")

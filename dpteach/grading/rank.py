@@ -117,7 +117,7 @@ class _Watchdog(threading.Thread):
         while True:
             deadline = self.deadline
             if deadline is not None and time.monotonic() > deadline:
-                self.results.write(event="timeout", check=self.label, limit=self.limit)
+                self.results.write(event="timeout", check=self.label, limit=self.limit, at=time.time())
                 os._exit(WATCHDOG_EXIT_CODE)
             time.sleep(0.02)
 

@@ -132,8 +132,10 @@ def _run_checks(exercise: Exercise, jobs: list, limit_scale: float) -> dict:
                 load_errors.setdefault(r["check"][0], (
                     f"running your cells took longer than {LOAD_LIMIT:g} s before any check started: is "
                     f"there an endless loop (or a long computation) outside your functions?"))
-            elif r.get("event") == "timeout":
-                timeouts.setdefault(tuple(r["check"]), r)
+            elif r.get("event") == "timeout":  # keep the earliest: every rank's watchdog may fire
+                key = tuple(r["check"])
+                if key not in timeouts or r.get("at", 0.0) < timeouts[key].get("at", 0.0):
+                    timeouts[key] = r
             elif r.get("event") == "check":
                 by_check.setdefault((r["job"], r["check"]), {})[r["rank"]] = r
                 called.setdefault(r["job"], set()).update(r["forbidden"])
@@ -154,7 +156,7 @@ def _run_checks(exercise: Exercise, jobs: list, limit_scale: float) -> dict:
             break
         broken = next((key for key in remaining if key in timeouts), remaining[0])
         job, index = broken
-        _blame(jobs[job][1].checks[index], checks[index], by_check.get(broken, {}), broken in timeouts,
+        _blame(jobs[job][1].checks[index], checks[index], by_check.get(broken, {}), timeouts.get(broken),
                failure, limit_scale)
         after = [key for key in remaining if key != broken]
         skipped = [(j, i) for j, i in after if j == job and set(checks[index].uses) <= set(checks[i].uses)]
@@ -225,9 +227,18 @@ def _merge(row: CheckResult, per_rank: dict) -> None:
         row.message = "the grader itself failed on this check - please report it:\n" + worst["message"]
 
 
-def _blame(row: CheckResult, check, per_rank: dict, timed_out: bool, failure, limit_scale: float) -> None:
-    """The check that was running when its world died: why, as precisely as the records allow."""
-    raised = [per_rank[r] for r in sorted(per_rank) if per_rank[r]["outcome"] in ("error", "forbidden")]
+def _blame(row: CheckResult, check, per_rank: dict, timeout: dict | None, failure, limit_scale: float) -> None:
+    """The check that was running when its world died: why, as precisely as the records allow.
+
+    ``timeout`` is the earliest watchdog record for this check, if a rank's watchdog fired. An exception
+    raised on another rank *after* that moment is its echo, not its cause: in a deadlock every rank waits
+    in a receive, the first watchdog ends its rank, and a peer's receive then fails with "connection reset
+    by peer" a few milliseconds before its own watchdog would have fired. Blaming that exception would
+    tell the learner their code crashed when it hung.
+    """
+    raised = [per_rank[r] for r in sorted(per_rank) if per_rank[r]["outcome"] in ("error", "forbidden")
+              and (timeout is None or per_rank[r].get("at", 0.0) < timeout.get("at", float("inf")))]
+    timed_out = timeout is not None
     crashed = (isinstance(failure, RankError) and failure.rank not in per_rank and not failure.exc_type
                and failure.exit_code not in (WATCHDOG_EXIT_CODE, 0, 1, None))
     if crashed:  # a rank died outright; the others' errors ("connection reset by peer") are its echo
