@@ -11,7 +11,8 @@ In each world it checks every all-reduce we wrote, in four dtypes and four sizes
 count, a small and a 4 MiB buffer), against ``dist.all_reduce`` bit for bit; runs the benchmark;
 and trains every strategy, plus gradient accumulation, with CUDA-event timelines, then the CNN
 and the transformer with the exact strategies. The exact strategies must still end where
-single-process training ends.
+single-process training ends, and ``deterministic`` (with deterministic kernels on a GPU) must equal
+the fixed-order reference bit for bit.
 
 The same sequence runs on the CPU (``run_device_checks("cpu")``: two gloo worlds), which is how
 the test suite keeps this script honest on machines without a GPU: only CUDA itself goes untested
@@ -32,7 +33,7 @@ WORLDS = {
     "cuda": (("nccl_w1", "nccl", 1, ("1MiB", "64MiB")), ("gloo_w2", "gloo", 2, ("1MiB", "16MiB"))),
     "cpu": (("gloo_w1", "gloo", 1, ("64KiB", "1MiB")), ("gloo_w2", "gloo", 2, ("64KiB", "1MiB"))),
 }
-STRATEGIES = ("local", "naive", "bucketed", "overlap", "ddp", "int8", "int8_ef", "fp16", "bf16", "async")
+STRATEGIES = ("local", "naive", "bucketed", "overlap", "ddp", "deterministic", "int8", "int8_ef", "fp16", "bf16", "async")
 OTHER_MODELS = ("cnn", "transformer")  # convolutions and attention take other kernels than the MLP's
 EXACT_TOLERANCE = 1e-5
 
@@ -92,6 +93,12 @@ def all_checks(report: dict) -> list[tuple[str, bool]]:
                                    diff <= EXACT_TOLERANCE))
                 if row["strategy"] not in ("async", "local"):
                     checks.append((f"{name} replicas identical", row["replicas_identical"]))
+        bitwise = world["bitwise"]
+        row = next(r for r in bitwise["rows"] if (r["strategy"], r["reference"]) == ("deterministic", "fixed order"))
+        checks.append((f"{label}: deterministic {bitwise['model']} ran on {bitwise['device']}",
+                       bitwise["device"] == device))
+        checks.append((f"{label}: deterministic {bitwise['model']} equals the fixed-order reference bit for bit "
+                       f"({row['differing']} weights differ)", row["bitwise_equal"]))
     return checks
 
 
@@ -103,6 +110,7 @@ def run_device_checks(device: str = "cuda", steps: int = 10) -> dict:
     """
     from .bench import allreduce_benchmark
     from .experiments.compare import compare_strategies
+    from .experiments.determinism import bitwise_reproducibility
     from .launcher import launch
     if device not in WORLDS:
         raise ValueError(f"device={device!r} is not checkable; choose one of {sorted(WORLDS)}")
@@ -126,6 +134,7 @@ def run_device_checks(device: str = "cuda", steps: int = 10) -> dict:
                                                             strategies=("local", "overlap", "ddp"),
                                                             backend=backend, device=device))
                            for model in OTHER_MODELS}
+        world["bitwise"] = bitwise_reproducibility(ranks, model="cnn", steps=4, backend=backend, device=device)
         report["worlds"].append(world)
     checks = all_checks(report)
     report["failed"] = [name for name, ok in checks if not ok]

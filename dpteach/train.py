@@ -1,4 +1,4 @@
-"""The training loop every strategy runs in, and the single-process reference they are held to.
+"""The training loop every strategy runs in, and how close to the single-process reference it must end.
 
 One optimizer step on W ranks with K micro-batches of B samples::
 
@@ -8,7 +8,7 @@ One optimizer step on W ranks with K micro-batches of B samples::
       -> strategy.finish(): every .grad is the mean over ranks
       -> optimizer.step()
 
-The reference trains one model in one process on each whole global batch. Because every loss is
+The reference (``reference.py``) trains one model in one process on each whole global batch. Because every loss is
 a mean over equal parts, the averaged data-parallel gradient is the reference's gradient, so the
 exact strategies must end with the same weights up to float32 rounding (``exact_tolerance``).
 
@@ -223,7 +223,7 @@ def _train_async(config, model, dataset, criterion, timeline) -> dict:
     context.synchronize()
     timeline.resolve()  # on a GPU the workers' forward and backward spans are CUDA events until now
     dist.barrier()
-    workers_spread = _replica_spread(_flat_weights(model))  # workers hold whatever weights they pulled last
+    workers_spread = _replica_spread(flat_weights(model))  # workers hold whatever weights they pulled last
     for p in model.parameters():  # from here on, report the server's weights: the ones that count
         dist.broadcast(p.data, src=0)
     losses = _global_losses_async(config, model, dataset, criterion, batches)
@@ -251,7 +251,7 @@ def _summarise(config, model, losses, step_times, wire_bytes, timeline, hook_cal
     if config.strategy != "async":
         dist.all_reduce(loss_tensor)  # each rank's loss is a mean over its shard: average them
         loss_tensor /= world
-    flat = _flat_weights(model)
+    flat = flat_weights(model)
     spread = _replica_spread(flat)
     timed = step_times[config.timing_warmup:] or step_times
     return {
@@ -263,7 +263,7 @@ def _summarise(config, model, losses, step_times, wire_bytes, timeline, hook_cal
     }
 
 
-def _flat_weights(model) -> torch.Tensor:
+def flat_weights(model) -> torch.Tensor:
     return parameters_to_vector(model.parameters()).detach().to("cpu", torch.float32)
 
 
@@ -274,22 +274,3 @@ def _replica_spread(flat: torch.Tensor) -> float:
     spread = torch.tensor([(flat - reference).abs().max().item()])
     dist.all_reduce(spread, op=dist.ReduceOp.MAX)
     return spread.item()
-
-
-def train_single_process(config: TrainConfig, world_size: int) -> dict:
-    """The reference: one process, one model, each step on the whole global batch of B x W x K."""
-    torch.manual_seed(config.seed)
-    model = build_model(config.model, seed=config.seed)
-    dataset = make_dataset(config.model, config.dataset_size(world_size), seed=config.seed)
-    criterion = loss_fn(config.model)
-    optimizer = make_optimizer(config, model.parameters())
-    batches = step_batches(config, dataset, world_size)
-    losses = []
-    for _ in range(config.steps):
-        x, y = sample_batch(dataset, next(batches))
-        loss = criterion(model(x), y)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        losses.append(loss.item())
-    return {"losses": losses, "params": parameters_to_vector(model.parameters()).detach().clone()}

@@ -32,6 +32,7 @@ def test_full_check_passes_on_cpu_and_covers_every_world_and_strategy(cpu_report
         assert all(table["rows"] and table["device"] == "cpu" for table in world["models"].values())
         algorithms = {r["algorithm"] for r in world["bench"]["rows"]}
         assert {"builtin", "ring", "tree", "naive"} <= algorithms
+        assert world["bitwise"]["device"] == "cpu" and world["bitwise"]["world_size"] == world["world_size"]
     assert cpu_report["checks"] == len(all_checks(cpu_report)) > 100
 
 
@@ -45,6 +46,9 @@ def test_full_check_passes_on_cpu_and_covers_every_world_and_strategy(cpu_report
     (lambda r: r["worlds"][0]["bench"].update({"device": "cuda"}), "bench ran on cuda"),
     (lambda r: r["worlds"][1]["models"]["transformer"]["rows"][1].update({"max_abs_diff_vs_single": 2e-4}),
      "transformer overlap within"),
+    (lambda r: next(row for row in r["worlds"][1]["bitwise"]["rows"] if row["strategy"] == "deterministic"
+                    and row["reference"] == "fixed order").update({"bitwise_equal": False}),
+     "gloo_w2: deterministic cnn equals the fixed-order reference bit for bit"),
 ])
 def test_a_wrong_result_is_named_in_the_failures(cpu_report, break_it, fragment):
     report = copy.deepcopy(cpu_report)

@@ -12,7 +12,8 @@ import dpteach
 from dpteach.experiments.compare import _train_each, compare_strategies
 from dpteach.models import build_model
 from dpteach.sync import EXACT
-from dpteach.train import SGD_TOLERANCE, TrainConfig, exact_tolerance, train_single_process
+from dpteach.reference import train_single_process
+from dpteach.train import SGD_TOLERANCE, TrainConfig, exact_tolerance
 
 STEPS = 4
 

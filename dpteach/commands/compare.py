@@ -41,11 +41,12 @@ def run(args) -> int:
         return 0
     print(f"# {report['model']} on {report['world_size']} ranks ({report['backend']}, {report['device']}), "
           f"{report['steps']} steps, accumulation {report['accum_steps']}, buckets {report['bucket_mb']} MB")
-    print(f"{'strategy':>9} {'step ms':>8} {'exposed ms':>10} {'MB/step':>8} {'final loss':>10} "
+    width = max(len("strategy"), *(len(r["strategy"]) for r in rows))
+    print(f"{'strategy':>{width}} {'step ms':>8} {'exposed ms':>10} {'MB/step':>8} {'final loss':>10} "
           f"{'max|dθ| vs 1 proc':>17} {'replicas equal':>14}")
     for r in rows:
         exposed = "-" if r["exposed_comm_s"] is None else f"{r['exposed_comm_s'] * 1e3:.1f}"
-        print(f"{r['strategy']:>9} {r['step_time_s'] * 1e3:>8.1f} {exposed:>10} {r['bytes_per_step'] / 2**20:>8.2f} "
+        print(f"{r['strategy']:>{width}} {r['step_time_s'] * 1e3:>8.1f} {exposed:>10} {r['bytes_per_step'] / 2**20:>8.2f} "
               f"{r['final_loss']:>10.4f} {r['max_abs_diff_vs_single']:>17.2e} {str(r['replicas_identical']):>14}")
     print("exposed = step time minus the step time of 'local' (no communication), measured in the same run")
     return 0

@@ -72,8 +72,11 @@ def _print_device_report(report: dict) -> None:
                   f"busbw {row['busbw_GBps']:.2f} GB/s")
         for key, table in training_tables(world).items():
             for row in table["rows"]:
-                print(f"    {key:<12} {row['strategy']:>8}  step {row['step_time_s'] * 1e3:7.2f} ms  "
+                print(f"    {key:<12} {row['strategy']:>13}  step {row['step_time_s'] * 1e3:7.2f} ms  "
                       f"max|dθ| vs one process {row['max_abs_diff_vs_single']:.1e}")
+        for row in world["bitwise"]["rows"]:
+            print(f"    {'bitwise':<12} {row['strategy']:>13}  vs {row['reference']:<12} weights that differ: "
+                  f"{row['differing']:,} of {world['bitwise']['num_params']:,}")
 
 
 def run(args) -> int:

@@ -6,6 +6,7 @@ notebook and a number asserted in a test come from the same code.
 from .compare import compare_strategies, run_strategy
 from .machine import machine_profile
 from .equivalence import gradient_equivalence
+from .determinism import bitwise_reproducibility
 from .memory import measure_model_memory, memory_per_replica
 from .collectives import allreduce_sweep, collective_basics, collective_trace
 from .bucketing import bucket_assignment, bucket_size_sweep
@@ -17,7 +18,7 @@ from .asynchronous import async_staleness
 from .input_pipeline import input_pipeline
 
 __all__ = ["compare_strategies", "run_strategy",
-           "machine_profile", "gradient_equivalence", "memory_per_replica", "measure_model_memory",
+           "machine_profile", "gradient_equivalence", "bitwise_reproducibility", "memory_per_replica", "measure_model_memory",
            "collective_basics", "collective_trace", "allreduce_sweep", "bucket_assignment", "bucket_size_sweep",
            "scaling_sweep", "scaling_simulation",
            "overlap_timeline", "accumulation_sweep", "compression_tradeoff", "compression_bytes", "async_staleness",

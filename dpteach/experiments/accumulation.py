@@ -33,7 +33,8 @@ from ..backend import resolve_world
 from ..data import global_batches, loss_fn, make_dataset, rank_microbatches, sample_batch
 from ..launcher import launch
 from ..models import build_model
-from ..train import TrainConfig, exact_tolerance, train_single_process
+from ..reference import train_single_process
+from ..train import TrainConfig, exact_tolerance
 from .compare import _train_each
 from .overlap import summarise_run, typical_step
 

@@ -15,7 +15,8 @@ from .. import context
 from ..backend import resolve_world
 from ..launcher import launch
 from ..sync import EXACT
-from ..train import TrainConfig, train_interleaved_on_rank, train_on_rank, train_single_process
+from ..reference import train_single_process
+from ..train import TrainConfig, train_interleaved_on_rank, train_on_rank
 
 DEFAULT_STRATEGIES = ("local", "naive", "bucketed", "overlap", "ddp", "int8", "int8_ef", "fp16", "async")
 

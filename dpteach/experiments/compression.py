@@ -35,7 +35,8 @@ from ..launcher import launch
 from ..models import build_model
 from ..sync import make_strategy
 from ..timeline import Timeline
-from ..train import TrainConfig, exact_tolerance, train_on_rank, train_single_process
+from ..reference import train_single_process
+from ..train import TrainConfig, exact_tolerance, train_on_rank
 
 COMPRESSED = ("bucketed", "fp16", "bf16", "int8", "int8_ef")
 CODEC = {"bucketed": "fp32", "fp16": "fp16", "bf16": "bf16", "int8": "int8", "int8_ef": "int8"}

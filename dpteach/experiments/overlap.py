@@ -32,7 +32,8 @@ from ..backend import resolve_world
 from ..launcher import launch
 from ..sync import EXACT
 from ..timeline import busy_time
-from ..train import TrainConfig, exact_tolerance, train_single_process
+from ..reference import train_single_process
+from ..train import TrainConfig, exact_tolerance
 from .compare import _train_each
 
 TIMELINE_STRATEGIES = ("naive", "bucketed", "overlap", "ddp")

@@ -1,4 +1,4 @@
-"""Plots and tables for lesson 01: the gradient identity, and the memory one replica needs."""
+"""Plots and tables for lesson 01: the gradient identity, bitwise reproducibility, and the memory one replica needs."""
 from __future__ import annotations
 
 from .start import show, table
@@ -36,6 +36,14 @@ def render_equivalence(result: dict) -> None:
     print(f"\nmax |averaged - single process| = {result['max_abs_diff']:.3g} over {result['num_params']:,} "
           f"gradient entries; |g| = {result['norm_single']:.4f} (single) vs {result['norm_averaged']:.4f} (averaged)")
     show(plot_equivalence(result))
+
+
+def render_determinism(result: dict) -> None:
+    """Each strategy against each single-process reference: how many weights differ, and by how much."""
+    table(["strategy", "reference", "max |dtheta|", "weights that differ", "bit for bit", "replicas identical"],
+          [[r["strategy"], r["reference"], f"{r['max_abs_diff']:.3g}",
+            f"{r['differing']:,} of {result['num_params']:,}", "yes" if r["bitwise_equal"] else "no",
+            "yes" if r["replicas_identical"] else "no"] for r in result["rows"]])
 
 
 def _gb(n: float) -> str:

@@ -1,0 +1,66 @@
+"""The single-process reference every data-parallel strategy is held to.
+
+One process trains one model on each whole global batch of B x W x K samples, with the same seed,
+initial weights, data order and optimizer as the W ranks (``train.py``). The exact strategies must
+end at its weights up to float32 rounding (``train.exact_tolerance``); compressed and asynchronous
+training report how far from it they end, as a measured number.
+
+Why only "up to rounding": the reference takes one mean over the global batch, while the ranks
+take W means and then sum them, in an order the all-reduce chooses. ``fixed_order=True`` makes the
+reference add shard gradients in rank order instead, which is what ``sync/deterministic.py`` does
+across processes - and then the two agree bit for bit.
+"""
+from __future__ import annotations
+
+import torch
+
+from .data import loss_fn, make_dataset, rank_microbatches, sample_batch
+from .models import build_model
+from .sync.deterministic import flat_gradient, set_gradients, sum_in_rank_order
+from .train import TrainConfig, flat_weights, make_optimizer, step_batches
+
+
+def train_single_process(config: TrainConfig, world_size: int, fixed_order: bool = False,
+                         device: str = "cpu") -> dict:
+    """The reference: one process, one model, each step on the whole global batch of B x W x K.
+
+    ``fixed_order=True`` computes the same gradient the way ``sync/deterministic.py`` does: each
+    rank's shard on its own (its K micro-batches accumulated as on that rank), divided by W and
+    added in rank order. A ``deterministic`` run equals this bit for bit when both use the same
+    device and thread count (``experiments/determinism.py`` runs it on rank 0 for that reason).
+    """
+    torch.manual_seed(config.seed)
+    model = build_model(config.model, seed=config.seed).to(device)
+    dataset = make_dataset(config.model, config.dataset_size(world_size), seed=config.seed)
+    criterion = loss_fn(config.model)
+    optimizer = make_optimizer(config, model.parameters())
+    batches = step_batches(config, dataset, world_size)
+    losses = []
+    for _ in range(config.steps):
+        batch = next(batches)
+        if fixed_order:
+            losses.append(_fixed_order_gradient(config, model, dataset, criterion, batch, world_size, device))
+        else:
+            x, y = (t.to(device) for t in sample_batch(dataset, batch))
+            loss = criterion(model(x), y)
+            loss.backward()
+            losses.append(loss.item())
+        optimizer.step()
+        optimizer.zero_grad()
+    return {"losses": losses, "params": flat_weights(model)}
+
+
+def _fixed_order_gradient(config, model, dataset, criterion, batch, world_size, device) -> float:
+    """Leave in every .grad the shard gradients / W summed in rank order; return the mean loss."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    shard_grads, loss_sum = [], 0.0
+    for rank in range(world_size):
+        model.zero_grad(set_to_none=True)
+        for indices in rank_microbatches(batch, rank, world_size, config.batch_per_rank, config.accum_steps):
+            x, y = (t.to(device) for t in sample_batch(dataset, indices))
+            loss = criterion(model(x), y) / config.accum_steps  # exactly what rank `rank` computes
+            loss.backward()
+            loss_sum += loss.item()
+        shard_grads.append(flat_gradient(params).div_(world_size))
+    set_gradients(params, sum_in_rank_order(torch.stack(shard_grads)))
+    return loss_sum / world_size
