@@ -7,8 +7,8 @@ for one weight are, in float32, g0 = 1e8, g1 = -1e8, g2 = 1::
     (g0 + g1) + g2 = 0 + 1    = 1
     g0 + (g1 + g2) = 1e8 - 1e8 = 0     (-1e8 + 1 rounds back to -1e8: float32 spacing there is 8)
 
-An all-reduce fixes no order. A ring starts the sum of chunk c at rank c+1, so neighbouring chunks
-are added in different orders; gloo and NCCL choose their algorithm by message size and topology.
+An all-reduce fixes no order. A ring starts each chunk's sum at a different rank, so neighbouring
+chunks are added in different orders; gloo and NCCL choose their algorithm by message size and topology.
 Every rank still ends with the same bits (the last phase copies one result to all), but not the
 bits one process gets, and not necessarily the bits of yesterday's run on another machine.
 
@@ -37,7 +37,7 @@ import torch.distributed as dist
 
 from .base import GradientSync
 
-# torch 2.13 renamed all_gather_into_tensor; older releases only have the old name.
+# Newer torch releases call all_gather_into_tensor all_gather_single (and warn on the old name).
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 
