@@ -41,6 +41,7 @@ NOTEBOOKS = (
 EXPERIMENTS = (
     "machine_profile",
     "gradient_equivalence",
+    "bitwise_reproducibility",
     "memory_per_replica",
     "collective_trace",
     "allreduce_sweep",
