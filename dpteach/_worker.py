@@ -54,10 +54,12 @@ def main() -> int:
     threads = env.get("DPTEACH_THREADS")
     if threads:
         torch.set_num_threads(int(threads))
+    joining = False  # True only while this rank connects to its peers: a failure then is not fn's fault
     try:
         with open(env["DPTEACH_PAYLOAD"], "rb") as f:
             fn, args, kwargs = cloudpickle.load(f)
         device = env["DPTEACH_DEVICE"]
+        joining = True
         use_device(device)
         timeout = timedelta(seconds=float(env["DPTEACH_TIMEOUT"]))
         store = dist.TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), is_master=False,
@@ -65,12 +67,13 @@ def main() -> int:
         dist.init_process_group(env["DPTEACH_BACKEND"], store=dist.PrefixStore("pg", store),
                                 rank=rank, world_size=world_size, timeout=timeout)
         open_nccl_communicator(device)
+        joining = False
         value = fn(*args, **kwargs)
         dist.destroy_process_group()  # only on success: after an error, peers may never arrive
         outcome = {"ok": True, "value": value}
     except BaseException as exc:  # report everything, SystemExit and KeyboardInterrupt included
         outcome = {"ok": False, "type": type(exc).__name__, "message": str(exc),
-                   "traceback": traceback.format_exc(), "failed_at": time.time()}
+                   "traceback": traceback.format_exc(), "failed_at": time.time(), "while_joining": joining}
         try:
             cloudpickle.dumps(exc)
             outcome["exception"] = exc

@@ -55,8 +55,9 @@ class RankError(RuntimeError):
     """A rank raised an exception or died. ``rank``, ``exit_code`` and ``rank_traceback`` say how."""
 
     def __init__(self, rank: int, message: str, rank_traceback: str = "", exit_code: int | None = None,
-                 exc_type: str | None = None):
+                 exc_type: str | None = None, while_joining: bool = False):
         self.rank, self.rank_traceback, self.exit_code, self.exc_type = rank, rank_traceback, exit_code, exc_type
+        self.while_joining = while_joining  # raised while the world was being formed, before fn ran
         text = f"rank {rank} {message}"
         if rank_traceback:
             text += f"\n\n--- traceback from rank {rank} ---\n{rank_traceback.rstrip()}"
@@ -88,7 +89,19 @@ def launch(fn, world_size: int | None, args=(), kwargs=None, backend: str = "aut
     except Exception as exc:
         raise TypeError(f"fn or its arguments cannot be sent to the ranks ({exc}); define the function "
                         f"at top level or pass plain data") from exc
-    return _World(world_size, placement, payload, timeout, show_output, progress).run()
+    try:
+        return _World(world_size, placement, payload, timeout, show_output, progress).run()
+    except RankError as err:
+        if not err.while_joining:
+            raise
+        # The world never formed: a rank failed while connecting to its peers, before fn ran. Under
+        # heavy CPU load gloo's full-mesh connect on localhost now and then fails that way ("Connection
+        # closed by peer" from connectFullMesh). One fresh world - new store, new ports - is cheap and
+        # almost always forms; a second failure is reported.
+        if show_output:
+            print(f"[dpteach] the ranks could not form a world ({err.exc_type}); starting them once more",
+                  flush=True)
+        return _World(world_size, placement, payload, timeout, show_output, progress).run()
 
 
 class _World:
@@ -202,7 +215,7 @@ class _World:
         if outcome["ok"]:  # the work was done, but the process did not end cleanly
             raise RankError(rank, f"returned its result, then {how} while shutting down{others}", exit_code=code)
         err = RankError(rank, f"raised {outcome['type']}: {outcome['message']}{others}",
-                        outcome["traceback"], code, outcome["type"])
+                        outcome["traceback"], code, outcome["type"], outcome.get("while_joining", False))
         raise err from outcome.get("exception")
 
     def _outcome(self, rank: int):

@@ -211,3 +211,14 @@ def test_an_error_raised_after_a_peers_watchdog_fired_is_its_echo_and_the_row_sa
     # The same exception raised *before* any watchdog fired is the cause, and is reported as such.
     row = _blamed({1: dict(echo, at=100.1)}, timeout, died)
     assert row.outcome == "error" and row.message.startswith("rank 1: RuntimeError: Connection reset")
+
+
+def test_a_world_that_broke_outside_any_code_under_test_is_retried_and_anything_else_is_not():
+    from dpteach.grading.runner import _failed_outside_any_code_under_test as infrastructure
+    from dpteach.launcher import RankError
+    joining = RankError(1, "raised RuntimeError: Gloo connectFullMesh failed", exit_code=1, exc_type="RuntimeError")
+    assert infrastructure(joining, {}, None)
+    # ... but not when the learner's code raised, a watchdog fired, or a rank died without an exception
+    assert not infrastructure(joining, {0: {"rank": 0, "outcome": "error", "at": 1.0}}, None)
+    assert not infrastructure(joining, {}, {"event": "timeout", "rank": 0, "at": 1.0})
+    assert not infrastructure(RankError(0, "was killed by SIGSEGV", exit_code=-11), {}, None)

@@ -80,6 +80,22 @@ def test_a_raising_rank_is_reraised_with_its_rank_and_traceback():
     assert time.monotonic() - start < 60, "the waiting ranks were not stopped"
 
 
+def test_a_world_that_cannot_form_is_started_once_more_then_reported(monkeypatch, capfd):
+    # A real failure to connect: gloo is told to use a network interface this machine does not have.
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "no-such-if0")
+    with pytest.raises(dpteach.RankError) as info:
+        dpteach.launch(lambda: "fn ran", 2, timeout=120)
+    err = info.value
+    assert err.while_joining and err.exc_type == "RuntimeError" and "no-such-if0" in str(err)
+    assert capfd.readouterr().out.count("could not form a world") == 1  # one more try, not a loop
+    # An exception raised by fn itself is fn's: it is reported at once, never retried.
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME")
+    with pytest.raises(dpteach.RankError) as info:
+        dpteach.launch(_raise_on_rank_one, 2, timeout=120)
+    assert not info.value.while_joining
+    assert "could not form a world" not in capfd.readouterr().out
+
+
 def _exit_hard():
     if dist.get_rank() == 0:
         os._exit(3)
