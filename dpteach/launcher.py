@@ -25,7 +25,7 @@ What the launcher promises, because a course that hangs teaches nothing:
   its exit code and its traceback, and the other ranks are stopped;
 * a world that fails to form - a rank that cannot connect to its peers, before the function runs -
   is started once more with a fresh store, and a second failure is reported (under heavy load,
-  gloo's connect on localhost occasionally fails; the function itself is never retried);
+  gloo's connect on localhost occasionally fails; an exception raised by the function is never retried);
 * output is shown, each line prefixed with its rank, in the notebook cell or terminal;
 * under ``torchrun`` (``RANK`` and ``WORLD_SIZE`` set) no process is spawned: the caller already is
   a rank, so the function runs in that world and every rank gets the list of all results.
