@@ -33,7 +33,8 @@ WORLDS = {
     "cuda": (("nccl_w1", "nccl", 1, ("1MiB", "64MiB")), ("gloo_w2", "gloo", 2, ("1MiB", "16MiB"))),
     "cpu": (("gloo_w1", "gloo", 1, ("64KiB", "1MiB")), ("gloo_w2", "gloo", 2, ("64KiB", "1MiB"))),
 }
-STRATEGIES = ("local", "naive", "bucketed", "overlap", "ddp", "deterministic", "int8", "int8_ef", "fp16", "bf16", "async")
+STRATEGIES = ("local", "naive", "bucketed", "overlap", "ddp", "deterministic",
+              "int8", "int8_ef", "fp16", "bf16", "async")
 OTHER_MODELS = ("cnn", "transformer")  # convolutions and attention take other kernels than the MLP's
 EXACT_TOLERANCE = 1e-5
 

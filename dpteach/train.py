@@ -8,19 +8,20 @@ One optimizer step on W ranks with K micro-batches of B samples::
       -> strategy.finish(): every .grad is the mean over ranks
       -> optimizer.step()
 
-The reference (``reference.py``) trains one model in one process on each whole global batch. Because every loss is
-a mean over equal parts, the averaged data-parallel gradient is the reference's gradient, so the
-exact strategies must end with the same weights up to float32 rounding (``exact_tolerance``).
+The reference (``reference.py``) trains one model in one process on each whole global batch.
+Because every loss is a mean over equal parts, the averaged data-parallel gradient is the
+reference's gradient, so the exact strategies must end with the same weights up to float32
+rounding (``exact_tolerance``).
 
 How close is "up to rounding"? Summing W gradients and dividing by W rounds differently from one
-mean over the global batch, by about 1e-7 relative. SGD passes that on unchanged: after 20 steps
-the weights differ by at most ~1e-6 (measured; the tolerance is 1e-5). Adam divides each gradient by its own running RMS,
-so for the few weights whose gradient is almost exactly zero a rounding difference can change
-the update by a sizeable fraction of ``lr``, up to its sign. Measured on the MLP (bucketed, 6 and
-20 steps): with the default B=32, at most 0.005 x lr at W=2 and 0.034 x lr at W=4; with B=8 - more
-units that see no active sample - 0.16 x lr at W=2 and 0.24 x lr at W=4, on under 0.1% of the
-weights. The tolerance, 0.2 x lr, holds for the default batch and for the tests' W=2 and 3; the
-tests also check that almost every weight agrees to 1e-6, which is the sharper statement.
+mean over the global batch, by about 1e-7 relative. SGD passes that on unchanged: after 20 steps the
+weights differ by at most ~1e-6 (measured; the tolerance is 1e-5). Adam divides each gradient by its
+own running RMS, so for the few weights whose gradient is almost exactly zero a rounding difference
+can change the update by a sizeable fraction of ``lr``, up to its sign. Measured on the MLP
+(bucketed, 6 and 20 steps): with the default B=32, at most 0.005 x lr at W=2 and 0.034 x lr at W=4;
+with B=8 - more units that see no active sample - 0.16 x lr at W=2 and 0.24 x lr at W=4, on under
+0.1% of the weights. The tolerance, 0.2 x lr, holds for the default batch and for the tests' W=2 and
+3; the tests also check that almost every weight agrees to 1e-6, which is the sharper statement.
 """
 from __future__ import annotations
 

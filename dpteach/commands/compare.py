@@ -46,7 +46,7 @@ def run(args) -> int:
           f"{'max|dθ| vs 1 proc':>17} {'replicas equal':>14}")
     for r in rows:
         exposed = "-" if r["exposed_comm_s"] is None else f"{r['exposed_comm_s'] * 1e3:.1f}"
-        print(f"{r['strategy']:>{width}} {r['step_time_s'] * 1e3:>8.1f} {exposed:>10} {r['bytes_per_step'] / 2**20:>8.2f} "
-              f"{r['final_loss']:>10.4f} {r['max_abs_diff_vs_single']:>17.2e} {str(r['replicas_identical']):>14}")
+        print(f"{r['strategy']:>{width}} {r['step_time_s'] * 1e3:>8.1f} {exposed:>10} "
+              f"{r['bytes_per_step'] / 2**20:>8.2f} {r['final_loss']:>10.4f} {r['max_abs_diff_vs_single']:>17.2e} {str(r['replicas_identical']):>14}")
     print("exposed = step time minus the step time of 'local' (no communication), measured in the same run")
     return 0

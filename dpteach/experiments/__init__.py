@@ -18,7 +18,8 @@ from .asynchronous import async_staleness
 from .input_pipeline import input_pipeline
 
 __all__ = ["compare_strategies", "run_strategy",
-           "machine_profile", "gradient_equivalence", "bitwise_reproducibility", "memory_per_replica", "measure_model_memory",
+           "machine_profile", "gradient_equivalence", "bitwise_reproducibility",
+           "memory_per_replica", "measure_model_memory",
            "collective_basics", "collective_trace", "allreduce_sweep", "bucket_assignment", "bucket_size_sweep",
            "scaling_sweep", "scaling_simulation",
            "overlap_timeline", "accumulation_sweep", "compression_tradeoff", "compression_bytes", "async_staleness",
