@@ -47,9 +47,11 @@ def test_one_file_per_topic_named_after_it():
 def test_schema_enums_equal_the_python_constants():
     definitions = json.loads(SCHEMA_PATH.read_text())["$defs"]
     assert definitions["topic"]["enum"] == list(TOPICS)
-    by_name = definitions["item"]["properties"]["demonstrated_by"]["properties"]
-    assert by_name["notebook"]["enum"] == list(NOTEBOOKS)
-    assert by_name["experiment"]["enum"] == list(EXPERIMENTS)
+    assert definitions["notebook"]["enum"] == list(NOTEBOOKS)
+    item = definitions["item"]["properties"]
+    assert item["demonstrated_by"]["properties"]["experiment"]["enum"] == list(EXPERIMENTS)
+    for key in ("demonstrated_by", "explained_in"):
+        assert item[key]["properties"]["notebook"] == {"$ref": "#/$defs/notebook"}
 
 
 def test_every_item_is_complete(bank):
@@ -60,7 +62,8 @@ def test_every_item_is_complete(bank):
         assert item.type == "single" and item.select == 1 or item.type == "multiple" and item.select >= 2, item.id
         assert all(option.explanation.strip() for option in item.options), item.id
         assert item.trap.strip() and item.stem.strip(), item.id
-        assert item.notebook in NOTEBOOKS and item.experiment in EXPERIMENTS, item.id
+        assert item.notebook in NOTEBOOKS, item.id
+        assert item.experiment in EXPERIMENTS if item.demonstrated else item.section, item.id
 
 
 def test_at_least_four_original_items_per_topic(bank):
@@ -148,6 +151,12 @@ MALFORMED = {
     "wrong topic": (lambda i: i.update(topic="overlap"), "sits in the file for topic 'bucketing'"),
     "same option twice": (lambda i: i["options"][1].update(text="this one"), "two options have the same text"),
     "correct not boolean": (lambda i: i["options"][0].update(correct="yes"), "'yes' is not of type 'boolean'"),
+    "neither shown nor explained": (lambda i: i.pop("demonstrated_by"), "needs exactly one of 'demonstrated_by'"),
+    "both shown and explained": (lambda i: i.update(explained_in={"notebook": "02_collectives.ipynb",
+                                                                 "section": "Quiz"}), "found ['demonstrated_by', 'explained_in']"),
+    "explained without section": (lambda i: (i.pop("demonstrated_by"),
+                                             i.update(explained_in={"notebook": "02_collectives.ipynb"})),
+                                  "'section' is a required property"),
 }
 
 

@@ -6,8 +6,9 @@ the file, the item and what is wrong. Checking happens in two layers:
 1. ``schema.json`` (shipped in this package) checks the shape: required fields, types, known
    notebooks and experiments, no unknown keys (a misspelt ``explanation`` is caught, not ignored);
 2. :func:`_check_semantics` checks what a schema cannot say: a single-answer item has exactly one
-   correct option, a multiple-select item has exactly ``select`` correct ones, ids and mirrors are
-   unique across the whole bank, and a file holds the topic its name says.
+   correct option, a multiple-select item has exactly ``select`` correct ones, an item is either
+   demonstrated by an experiment or explained in a notebook section (one of the two, never both),
+   ids and mirrors are unique across the whole bank, and a file holds the topic its name says.
 """
 from __future__ import annotations
 
@@ -43,9 +44,22 @@ class Item:
     options: tuple[Option, ...]
     trap: str
     notebook: str
-    experiment: str
+    experiment: str | None  # the dpteach.experiments function that shows the answer live ...
+    section: str | None  # ... or, for what no run here can show, the notebook section that explains it
     mirrors: str | None
     source: str  # the bank file it came from, for messages
+
+    @property
+    def demonstrated(self) -> bool:
+        """True when a run shows the answer; False when the course can only explain it."""
+        return self.experiment is not None
+
+    @property
+    def evidence(self) -> str:
+        """Where the learner sees the answer, in words: the experiment, or the section that explains it."""
+        if self.demonstrated:
+            return f"notebook {self.notebook}, experiment dpteach.experiments.{self.experiment}"
+        return f"notebook {self.notebook}, section \"{self.section}\" (explained there: a run here cannot show it)"
 
     @property
     def expected(self) -> list[str]:
@@ -148,6 +162,10 @@ def _check_semantics(data: dict, file: str, topic: str) -> list[Problem]:
 
         if entry["topic"] != topic:
             complain(f"topic is {entry['topic']!r} but it sits in the file for topic {topic!r}")
+        evidence = [key for key in ("demonstrated_by", "explained_in") if key in entry]
+        if len(evidence) != 1:
+            complain("needs exactly one of 'demonstrated_by' (the experiment whose run shows the answer) and "
+                     f"'explained_in' (the notebook section that explains it); found {evidence or 'neither'}")
         n_correct = sum(option["correct"] for option in entry["options"])
         if entry["type"] == "single":
             if "select" in entry:
@@ -168,12 +186,14 @@ def _check_semantics(data: dict, file: str, topic: str) -> list[Problem]:
 
 
 def _to_item(entry: dict, file: str) -> Item:
+    shown, explained = entry.get("demonstrated_by"), entry.get("explained_in")
     return Item(
         id=entry["id"], topic=entry["topic"], type=entry["type"], select=entry.get("select", 1),
         stem=entry["stem"].strip(),
         options=tuple(Option(o["text"].strip(), o["correct"], o["explanation"].strip()) for o in entry["options"]),
-        trap=entry["trap"].strip(), notebook=entry["demonstrated_by"]["notebook"],
-        experiment=entry["demonstrated_by"]["experiment"], mirrors=entry.get("mirrors"), source=file,
+        trap=entry["trap"].strip(), notebook=(shown or explained)["notebook"],
+        experiment=shown["experiment"] if shown else None, section=explained["section"].strip() if explained else None,
+        mirrors=entry.get("mirrors"), source=file,
     )
 
 

@@ -1,8 +1,9 @@
 """The fixed vocabulary a quiz item may refer to: course topics, notebooks and experiments.
 
 These names are the contract between the quiz bank and the rest of the course. An item says
-which notebook and which experiment function in :mod:`dpteach.experiments` show its answer
-live; validating against these lists catches a typo in a bank file long before a learner
+either which notebook and which experiment function in :mod:`dpteach.experiments` show its
+answer live (``demonstrated_by``), or, where no run on this machine can show it (NCCL's
+internals, a cluster's network), which notebook section explains it (``explained_in``); validating against these lists catches a typo in a bank file long before a learner
 clicks a link to a notebook that does not exist. ``schema.json`` repeats the lists as enums so
 that an editor can check a bank file on its own; a test keeps both copies equal.
 """
@@ -13,7 +14,9 @@ TOPICS = {
     "data_parallelism": "Data parallelism basics",
     "collectives": "Collectives and ring all-reduce",
     "nccl_algorithms": "How NCCL chooses an algorithm",
+    "nccl_debugging": "Debugging collectives: NCCL and torch settings",
     "bucketing": "Gradient bucketing",
+    "ddp_options": "DDP's options: unused parameters, static graphs, bucket views, hooks, Join",
     "overlap": "Overlapping communication with backward",
     "accumulation": "Gradient accumulation",
     "compression": "Gradient compression",
@@ -21,6 +24,7 @@ TOPICS = {
     "input_pipeline": "Input pipelines",
     "memory": "Memory limits of replication",
     "scaling": "Scaling efficiency",
+    "multinode": "Across nodes: NICs and hierarchical collectives",
 }
 
 NOTEBOOKS = (
@@ -43,13 +47,24 @@ EXPERIMENTS = (
     "gradient_equivalence",
     "bitwise_reproducibility",
     "memory_per_replica",
+    "measure_model_memory",
+    "collective_basics",
     "collective_trace",
     "allreduce_sweep",
+    "collective_mismatch",
+    "bucket_assignment",
     "bucket_size_sweep",
+    "ddp_bucket_assignment",
+    "unused_parameters",
+    "bucket_view_memory",
     "overlap_timeline",
     "accumulation_sweep",
     "compression_tradeoff",
+    "compression_bytes",
     "async_staleness",
     "input_pipeline",
+    "sampler_sharding",
+    "uneven_inputs",
     "scaling_sweep",
+    "scaling_simulation",
 )

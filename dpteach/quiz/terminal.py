@@ -77,7 +77,7 @@ def _explain(item: Item, shown: list[int], chosen: list[str], stdout: TextIO) ->
         print(_wrap(f"[{mark}{picked}] {position}) {option.text}", "  ", "     "), file=stdout)
         print(_wrap(option.explanation, "      "), file=stdout)
     print(_wrap(f"Common trap: {item.trap}", "  "), file=stdout)
-    print(f"  See it live: notebook {item.notebook}, experiment dpteach.experiments.{item.experiment}", file=stdout)
+    print(_wrap(("See it live: " if item.demonstrated else "Read about it: ") + item.evidence, "  "), file=stdout)
 
 
 def run_quiz(items: list[Item], seed: int, stdin: TextIO, stdout: TextIO,

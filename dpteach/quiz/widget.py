@@ -53,8 +53,12 @@ def feedback_html(item: Item, shown_order: list[int], chosen: list[str]) -> str:
                      f'<span class="dpteach-quiz-explanation">{escape(option.explanation)}</span></li>')
     lines.append("</ul>")
     lines.append(f'<div class="dpteach-quiz-trap"><b>Common trap:</b> {escape(item.trap)}</div>')
-    lines.append(f'<div class="dpteach-quiz-live"><b>See it live:</b> notebook <code>{escape(item.notebook)}</code>, '
-                 f"experiment <code>dpteach.experiments.{escape(item.experiment)}</code></div>")
+    if item.demonstrated:
+        lines.append(f'<div class="dpteach-quiz-live"><b>See it live:</b> notebook <code>{escape(item.notebook)}</code>, '
+                     f"experiment <code>dpteach.experiments.{escape(item.experiment)}</code></div>")
+    else:
+        lines.append(f'<div class="dpteach-quiz-live"><b>Read about it:</b> notebook <code>{escape(item.notebook)}</code>, '
+                     f"section <i>{escape(item.section)}</i> (explained there; a run on this machine cannot show it)</div>")
     return "\n".join(lines)
 
 

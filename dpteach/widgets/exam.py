@@ -1,6 +1,6 @@
 """Tables for ``notebooks/10_practice_exam.ipynb``: which notebook proves each answer, and the learner's progress.
 
-Every row is read from the quiz bank (``demonstrated_by`` and ``mirrors`` of each item) and from the
+Every row is read from the quiz bank (``demonstrated_by`` or ``explained_in``, and ``mirrors``, of each item) and from the
 progress store, so the tables follow the bank when an instructor edits it.
 """
 from __future__ import annotations
@@ -18,16 +18,26 @@ def mirror_rows(bank) -> list[dict]:
         source, _, number = item.mirrors.partition("#")
         return source, int(number) if number.isdigit() else 0
     return [{"id": item.id, "topic": item.topic, "topic_title": TOPICS[item.topic], "mirrors": item.mirrors,
-             "notebook": item.notebook, "experiment": item.experiment, "type": item.type}
+             "notebook": item.notebook, "experiment": item.experiment, "section": item.section, "type": item.type}
             for item in sorted((i for i in bank.items if i.mirrors), key=order)]
 
 
 def demonstrations(bank) -> list[dict]:
-    """Every (notebook, experiment) pair the bank points to, with the items that rely on it."""
+    """Every (notebook, experiment) pair the bank points to, with the items whose answer it shows."""
     pairs: dict[tuple[str, str], list[str]] = {}
     for item in bank.items:
-        pairs.setdefault((item.notebook, item.experiment), []).append(item.id)
+        if item.demonstrated:
+            pairs.setdefault((item.notebook, item.experiment), []).append(item.id)
     return [{"notebook": nb, "experiment": ex, "items": ids} for (nb, ex), ids in sorted(pairs.items())]
+
+
+def explanations(bank) -> list[dict]:
+    """Every (notebook, section) pair that explains what no run here can show, with its items."""
+    pairs: dict[tuple[str, str], list[str]] = {}
+    for item in bank.items:
+        if not item.demonstrated:
+            pairs.setdefault((item.notebook, item.section), []).append(item.id)
+    return [{"notebook": nb, "section": sec, "items": ids} for (nb, sec), ids in sorted(pairs.items())]
 
 
 def links_table(rows: list[dict], notebooks_dir: str | Path = "."):
@@ -38,10 +48,10 @@ def links_table(rows: list[dict], notebooks_dir: str | Path = "."):
         exists = (folder / row["notebook"]).exists()
         link = f'<a href="{escape(row["notebook"])}">{escape(row["notebook"])}</a>' if exists \
             else f'{escape(row["notebook"])} <i>(not in this checkout yet)</i>'
-        cells.append([f"<code>{escape(row['id'])}</code>", escape(row["topic_title"]), escape(row["mirrors"]), link,
-                      f"<code>dpteach.experiments.{escape(row['experiment'])}</code>"])
-    return html_table(["quiz item", "topic", "mirrors practice question", "notebook that shows the answer",
-                       "experiment"], cells, align="lllll")
+        shown_by = (f"<code>dpteach.experiments.{escape(row['experiment'])}</code>" if row["experiment"]
+                    else f"explained in <i>{escape(row['section'])}</i>")
+        cells.append([f"<code>{escape(row['id'])}</code>", escape(row["topic_title"]), link, shown_by])
+    return html_table(["quiz item", "topic", "notebook that shows the answer", "experiment"], cells, align="llll")
 
 
 def progress_table(summary: dict):
