@@ -44,6 +44,8 @@ import threading
 import time
 from datetime import timedelta
 
+from collections import deque
+
 import cloudpickle
 import torch.distributed as dist
 
@@ -55,32 +57,47 @@ DEFAULT_TIMEOUT = 300.0
 
 
 class RankError(RuntimeError):
-    """A rank raised an exception or died. ``rank``, ``exit_code`` and ``rank_traceback`` say how."""
+    """A rank raised an exception or died. ``rank``, ``exit_code`` and ``rank_traceback`` say how.
+
+    ``last_output`` holds the rank's last lines of output: for a rank that died without a Python
+    traceback (a native abort, a signal) they are often the only explanation, e.g. gloo's
+    "Received data size doesn't match expected size" before a SIGABRT.
+    """
 
     def __init__(self, rank: int, message: str, rank_traceback: str = "", exit_code: int | None = None,
-                 exc_type: str | None = None, while_joining: bool = False):
+                 exc_type: str | None = None, while_joining: bool = False, last_output: tuple[str, ...] = ()):
         self.rank, self.rank_traceback, self.exit_code, self.exc_type = rank, rank_traceback, exit_code, exc_type
         self.while_joining = while_joining  # raised while the world was being formed, before fn ran
+        self.last_output = tuple(last_output)
         text = f"rank {rank} {message}"
         if rank_traceback:
             text += f"\n\n--- traceback from rank {rank} ---\n{rank_traceback.rstrip()}"
+        elif self.last_output:
+            text += f"\n\n--- last output of rank {rank} ---\n" + "\n".join(self.last_output)
         super().__init__(text)
 
 
 def launch(fn, world_size: int | None, args=(), kwargs=None, backend: str = "auto", device: str = "auto",
-           timeout: float = DEFAULT_TIMEOUT, show_output: bool = True, progress: bool = True) -> list:
+           timeout: float = DEFAULT_TIMEOUT, show_output: bool = True, progress: bool = True,
+           env: dict | None = None) -> list:
     """Run ``fn(*args, **kwargs)`` on ``world_size`` ranks; return the ranks' results (index = rank).
 
     world_size: the number of ranks; None means torchrun's world, or ``dpteach.default_world_size()``.
     backend: ``"auto"`` (NCCL when every rank can have its own GPU, else gloo), ``"gloo"`` or ``"nccl"``.
     device:  ``"auto"``, ``"cpu"`` or ``"cuda"`` - where gloo ranks compute (``dpteach.device()`` in the rank).
     timeout: seconds before unfinished ranks are killed and ``TimeoutError`` is raised.
+    env:     extra environment variables for the ranks, set before they import torch (for settings
+             read at start-up, such as ``TORCH_DISTRIBUTED_DEBUG``); not applied under torchrun,
+             where the ranks already run.
     """
     if not callable(fn):
         raise TypeError(f"fn={fn!r} is not callable: pass the function each rank should run")
     kwargs = {} if kwargs is None else dict(kwargs)
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
         raise ValueError(f"timeout={timeout!r} is not allowed: it must be a number of seconds > 0")
+    env = {} if env is None else env
+    if not isinstance(env, dict) or not all(isinstance(k, str) and k and isinstance(v, str) for k, v in env.items()):
+        raise ValueError(f"env={env!r} is not allowed: give a dict of variable names to string values")
     if under_torchrun():
         return run_in_torchrun_world(fn, world_size, args, kwargs, backend, device)
     if "DPTEACH_PARENT_PID" in os.environ:
@@ -93,7 +110,7 @@ def launch(fn, world_size: int | None, args=(), kwargs=None, backend: str = "aut
         raise TypeError(f"fn or its arguments cannot be sent to the ranks ({exc}); define the function "
                         f"at top level or pass plain data") from exc
     try:
-        return _World(world_size, placement, payload, timeout, show_output, progress).run()
+        return _World(world_size, placement, payload, timeout, show_output, progress, env).run()
     except RankError as err:
         if not err.while_joining:
             raise
@@ -104,15 +121,18 @@ def launch(fn, world_size: int | None, args=(), kwargs=None, backend: str = "aut
         if show_output:
             print(f"[dpteach] the ranks could not form a world ({err.exc_type}); starting them once more",
                   flush=True)
-        return _World(world_size, placement, payload, timeout, show_output, progress).run()
+        return _World(world_size, placement, payload, timeout, show_output, progress, env).run()
 
 
 class _World:
     """The processes of one launch, from start to clean-up."""
 
-    def __init__(self, world_size, placement, payload, timeout, show_output, progress):
+    LAST_LINES = 20  # kept per rank, for the report of a rank that dies without a traceback
+
+    def __init__(self, world_size, placement, payload, timeout, show_output, progress, env):
         self.world_size, self.placement, self.timeout = world_size, placement, float(timeout)
-        self.show_output, self.want_progress = show_output, progress
+        self.show_output, self.want_progress, self.extra_env = show_output, progress, env
+        self.last_lines = [deque(maxlen=self.LAST_LINES) for _ in range(world_size)]
         self.tmp = tempfile.mkdtemp(prefix="dpteach-launch-")
         self.payload_path = os.path.join(self.tmp, "payload.pkl")
         with open(self.payload_path, "wb") as f:
@@ -145,6 +165,7 @@ class _World:
     def _start(self, rank: int) -> None:
         cpus = os.cpu_count() or 1
         env = dict(os.environ)
+        env.update(self.extra_env)
         env.update({
             "RANK": str(rank), "WORLD_SIZE": str(self.world_size), "LOCAL_RANK": str(rank),
             "LOCAL_WORLD_SIZE": str(self.world_size), "MASTER_ADDR": "127.0.0.1",
@@ -214,7 +235,10 @@ class _World:
         if code == -signal.SIGKILL:  # nobody here sent it: almost always the out-of-memory killer
             how += " (SIGKILL: usually the out-of-memory killer - try fewer ranks or a smaller model)"
         if outcome is None:
-            raise RankError(rank, f"{how} without returning a result{others}", exit_code=code)
+            self.readers[rank].join(timeout=1.0)  # its last lines may still be in the pipe
+            self._drain_output()
+            raise RankError(rank, f"{how} without returning a result{others}", exit_code=code,
+                            last_output=tuple(self.last_lines[rank]))
         if outcome["ok"]:  # the work was done, but the process did not end cleanly
             raise RankError(rank, f"returned its result, then {how} while shutting down{others}", exit_code=code)
         err = RankError(rank, f"raised {outcome['type']}: {outcome['message']}{others}",
@@ -264,6 +288,7 @@ class _World:
                 rank, line = self.lines.get_nowait()
             except queue.Empty:
                 return
+            self.last_lines[rank].append(line)
             if self.show_output:
                 if self.bar is not None:
                     self.bar.write(f"[rank {rank}] {line}")

@@ -9,18 +9,23 @@ from .equivalence import gradient_equivalence
 from .determinism import bitwise_reproducibility
 from .memory import measure_model_memory, memory_per_replica
 from .collectives import allreduce_sweep, collective_basics, collective_trace
+from .debugging import collective_mismatch
 from .bucketing import bucket_assignment, bucket_size_sweep
+from .ddp_buckets import ddp_bucket_assignment
+from .ddp_options import bucket_view_memory, unused_parameters
 from .scaling import scaling_simulation, scaling_sweep
 from .overlap import overlap_timeline
 from .accumulation import accumulation_sweep
 from .compression import compression_bytes, compression_tradeoff
 from .asynchronous import async_staleness
 from .input_pipeline import input_pipeline
+from .data_sharding import sampler_sharding, uneven_inputs
 
 __all__ = ["compare_strategies", "run_strategy",
            "machine_profile", "gradient_equivalence", "bitwise_reproducibility",
            "memory_per_replica", "measure_model_memory",
-           "collective_basics", "collective_trace", "allreduce_sweep", "bucket_assignment", "bucket_size_sweep",
+           "collective_basics", "collective_trace", "allreduce_sweep", "collective_mismatch",
+           "bucket_assignment", "bucket_size_sweep", "ddp_bucket_assignment", "unused_parameters", "bucket_view_memory",
            "scaling_sweep", "scaling_simulation",
            "overlap_timeline", "accumulation_sweep", "compression_tradeoff", "compression_bytes", "async_staleness",
-           "input_pipeline"]
+           "input_pipeline", "sampler_sharding", "uneven_inputs"]
