@@ -13,12 +13,16 @@ Assumptions, all of which a real cluster breaks a little:
 
 * weak scaling: each rank keeps its per-rank batch, so compute per step does not change with W
   (the global batch grows with W; Goyal et al. 2017 show how the learning rate must follow);
-* one flat network: every message pays the same alpha and beta, whatever its route; no
-  contention, no hierarchy (a real cluster has fast NVLink inside a node and slower InfiniBand
-  between nodes: a ring that crosses nodes runs at the slower speed, which is what the cluster
-  preset models);
-* ``overlap`` is the fraction of the compute time that communication can hide behind (backward
-  is roughly two thirds of a step, so about 0.6 is a good DDP with buckets; 0 is no overlap);
+* one flat network: every message pays the same alpha and beta, whatever its route; no contention.
+  A real cluster has fast NVLink inside a node and InfiniBand between nodes. NCCL builds several
+  rings (channels) at once and spreads them over all of a node's NICs, one per GPU on a DGX-class
+  node ("rails", ``NCCL_CROSS_NIC``; NCCL ``src/graph/topo.cc``), so the inter-node part of a ring
+  runs at the node's *aggregate* NIC bandwidth, 8 x 50 GB/s = 400 GB/s, not at one port's 50 GB/s.
+  The ``infiniband`` preset models that; ``infiniband_one_nic`` shows the same nodes with one NIC;
+* ``overlap`` is the fraction of the compute time that communication can hide behind. Only
+  backward can hide it (gradients do not exist before), and backward is about two thirds of a
+  step's arithmetic (twice the forward's), so 0.6 assumes that nearly all of backward hides
+  communication; 0 is no overlap. Lesson 09 measures the fraction its own run achieved;
 * identical ranks: no stragglers, and the input pipeline keeps up;
 * the textbook tree (binomial, whole message per step). NCCL's pipelined double binary tree
   moves large messages far better; ``auto`` here still shows *why* a library switches algorithm
@@ -27,9 +31,11 @@ Assumptions, all of which a real cluster breaks a little:
 Published figures for the presets (per direction, order of magnitude; measure your own with
 ``dpteach bench`` or nccl-tests, whose PERFORMANCE.md explains bus bandwidth):
 
-* NVLink 4 (H100 SXM): 900 GB/s bidirectional per GPU, i.e. ~450 GB/s each way (NVIDIA data
-  sheet); latency a few microseconds per step;
-* InfiniBand NDR: 400 Gb/s = 50 GB/s per port (NVIDIA ConnectX-7); a few microseconds.
+* NVLink 4 (H100 SXM): 900 GB/s bidirectional per GPU, i.e. ~450 GB/s each way (NVIDIA's NVLink
+  page and Hopper architecture paper); latency a few microseconds per step;
+* InfiniBand NDR: 400 Gb/s = 50 GB/s per port; a DGX H100 has eight single-port 400 Gb/s
+  ConnectX-7 NICs for its compute fabric, one per GPU (NVIDIA DGX BasePOD reference architecture),
+  400 GB/s per node; a few microseconds per message.
 """
 from __future__ import annotations
 
@@ -57,9 +63,11 @@ class Link:
 
 PRESETS = {
     "nvlink": Link("NVLink 4, inside one 8-GPU node", 3e-6, 450.0,
-                   "NVIDIA H100 data sheet: 900 GB/s bidirectional per GPU"),
-    "infiniband": Link("InfiniBand NDR 400 Gb/s, across nodes", 5e-6, 50.0,
-                       "400 Gb/s per port = 50 GB/s (NVIDIA ConnectX-7)"),
+                   "NVIDIA H100: 900 GB/s bidirectional per GPU"),
+    "infiniband": Link("InfiniBand NDR across 8-GPU nodes, 8 NICs per node", 5e-6, 400.0,
+                       "8 x 400 Gb/s ConnectX-7 per DGX H100 node; NCCL spreads its channels over all of them"),
+    "infiniband_one_nic": Link("InfiniBand NDR across 8-GPU nodes, 1 NIC per node", 5e-6, 50.0,
+                               "one 400 Gb/s port = 50 GB/s shared by the node's 8 GPUs"),
 }
 
 
