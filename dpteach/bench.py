@@ -1,12 +1,22 @@
-"""All-reduce benchmark in the manner of nccl-tests: time per size and algorithm, algbw and busbw.
+"""All-reduce benchmark: time per size and algorithm, with nccl-tests' algbw and busbw.
 
 For each message size and algorithm every rank runs a few warm-up calls, then ``iters`` timed
 calls. Each timed call starts after a barrier, and its time is the *slowest* rank's (a collective
 is done only when the last rank is done). The reported time is the median over the iterations.
 
     algbw = bytes / time
-    busbw = algbw x 2(W-1)/W      (nccl-tests' PERFORMANCE.md: what each link actually carried
-                                   for a ring, so it can be compared with the hardware's peak)
+    busbw = algbw x 2(W-1)/W      (nccl-tests' doc/PERFORMANCE.md: the rate each rank's link must
+                                   carry for an all-reduce built from point-to-point transfers,
+                                   whatever the algorithm - ring, tree or other - so it can be
+                                   compared with the hardware's peak)
+
+How this differs from nccl-tests (``src/common.cu``, ``BenchTime``): nccl-tests launches ``iters``
+calls back to back, reads one host clock around all of them, divides by ``iters``, and by default
+averages that time over the ranks. Its figure is therefore a pipelined throughput, in which the
+launch and synchronisation cost of one call can hide behind the next. Timing each call on its own,
+behind a barrier, shows what one isolated all-reduce costs, latency and the skew between ranks
+included - the number the alpha-beta model and a bucket's all-reduce in backward need - and the
+median keeps one stray slow call (a busy laptop) from moving it.
 
 The buffer is refilled before every call (outside the timed region) so that repeated sums
 never overflow and every algorithm reduces the same numbers.

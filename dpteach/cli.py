@@ -12,7 +12,7 @@ import sys
 # name -> (module, one-line help)
 COMMANDS = {
     "lab": ("dpteach.commands.lab", "open the course in JupyterLab"),
-    "bench": ("dpteach.commands.bench", "measure collectives on this machine (nccl-tests style)"),
+    "bench": ("dpteach.commands.bench", "measure collectives on this machine (algbw, busbw)"),
     "doctor": ("dpteach.commands.doctor", "what this machine offers and which backend the course uses"),
     "compare": ("dpteach.commands.compare", "train with every gradient-sync strategy and compare them"),
     "quiz": ("dpteach.commands.quiz", "practice-exam quizzes in the terminal; check or list the quiz bank"),

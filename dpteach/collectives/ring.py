@@ -26,10 +26,11 @@ arrives as chunk (r-s-1) mod W::
     step 1   rank 0 sends 2* -> 1,   rank 1 sends 0* -> 2,   rank 2 sends 1* -> 0
 
 Now every rank holds 0*, 1*, 2*. Cost: each rank sent 2(W-1) messages of n/W elements, i.e.
-2(W-1)/W x n in total - almost 2n however large W grows. That is why the ring is bandwidth-optimal
-(Patarasuk & Yuan, 2009) and why nccl-tests reports "bus bandwidth" = algbw x 2(W-1)/W. Its
-weakness is latency: 2(W-1) sequential steps, which is why small messages prefer a tree
-(see ``tree.py`` and ``dpteach.costmodel``).
+2(W-1)/W x n in total - almost 2n however large W grows. No all-reduce built from point-to-point
+transfers can send less per rank, so the ring is bandwidth-optimal (Patarasuk & Yuan, 2009); the
+same factor is why nccl-tests reports "bus bandwidth" = algbw x 2(W-1)/W, whatever the algorithm
+(its doc/PERFORMANCE.md). The ring's weakness is latency: 2(W-1) sequential steps, which is why, in
+the alpha-beta model, small messages prefer a tree (see ``tree.py`` and ``dpteach.costmodel``).
 
 ``pieces`` splits each step's chunk further so that adding piece i overlaps with receiving piece
 i+1 - the same pipelining NCCL does with its slices.

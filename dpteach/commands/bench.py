@@ -1,4 +1,4 @@
-"""``dpteach bench allreduce``: the nccl-tests-style sweep, as a table or as JSON."""
+"""``dpteach bench allreduce``: the all-reduce sweep (algbw and busbw as in nccl-tests), as a table or as JSON."""
 from __future__ import annotations
 
 import json

@@ -9,8 +9,8 @@ in the call itself says so, and what happens next depends on the backend:
   aborts the whole process (a C++ ``gloo::EnforceNotMet``: "Received data size doesn't match
   expected size. Is there a distributed collective mismatch in your code?"), so the rank dies
   with SIGABRT and no Python traceback; the launcher reports the signal and the rank's last lines;
-* NCCL does not compare sizes at all: a mismatch can hang until the timeout, or finish with
-  wrong data (NCCL's own docs ask every rank to call collectives with the same count and type);
+* NCCL takes one count and one datatype per call and does not exchange them between ranks
+  before moving data: a mismatch can hang until the timeout, or finish with wrong data;
 * with ``TORCH_DISTRIBUTED_DEBUG=DETAIL``, read when the process group is created, torch wraps
   every process group in a ``ProcessGroupWrapper`` that first exchanges a fingerprint of each
   collective (sequence number, op, shapes, dtypes, devices) over a helper gloo group, and every

@@ -4,8 +4,9 @@ Every later lesson leans on two numbers that differ enormously from one machine 
 latency ``alpha`` every message pays before its first byte arrives, and the time per byte
 ``beta`` (one over the bandwidth). On a laptop both come from the operating system copying bytes
 between processes; on a GPU box from NVLink or PCIe; on a cluster from the network. Measuring them
-here, with the same all-reduce sweep ``dpteach bench allreduce`` runs (in the manner of
-nccl-tests), lets every later prediction use *this* machine's numbers rather than a textbook's.
+here, with the same all-reduce sweep ``dpteach bench allreduce`` runs (algbw and busbw as
+nccl-tests defines them; each call timed on its own, see ``dpteach/bench.py``), lets every later
+prediction use *this* machine's numbers rather than a textbook's.
 
 ``link_on_rank`` is the small version of the same measurement, meant to run inside a world an
 experiment has already started (the bucketing and scaling lessons use it), so that the latency
