@@ -18,9 +18,18 @@ mixed, SGD+mom.     2           2          8   (master weights + momentum)
 mixed, Adam         2           2          12  (master weights + two moments: the paper's K = 12)
 ==================  ==========  =========  =============================================
 
-("mixed" = fp16 or bf16 weights and gradients for compute, fp32 copies for the update.) ZeRO
+"mixed" is the recipe the ZeRO paper counts (Micikevicius et al. 2018): fp16 weights and gradients
+for the arithmetic, and an fp32 master copy of the weights beside the optimizer's fp32 state. Other
+recipes split the same 16 bytes of Adam differently: PyTorch's autocast keeps fp32 parameters and
+gradients (4 + 4) and runs only the operations in fp16/bf16, so its optimizer holds 8. ZeRO
 shards these over the W data-parallel ranks: stage 1 the optimizer state, stage 2 also the
 gradients, stage 3 also the parameters; a sharded part costs 1/W of its bytes per rank.
+
+Traffic (the paper's section 7): plain data parallelism all-reduces the gradients, a reduce-scatter
+plus an all-gather of Psi elements each, 2 Psi per step. Stages 1 and 2 move exactly that - a
+reduce-scatter of the gradients, an all-gather of the updated parameters - so their memory saving
+costs no extra bytes. Stage 3 must also all-gather the parameters before forward and again before
+backward: 3 Psi, 1.5x. Each rank sends (W-1)/W of each volume with a ring, in the gradients' dtype.
 Activations, temporary buffers and fragmentation come on top and are left out here: they depend
 on the batch and the model's shape, not on the parameter count.
 
@@ -60,6 +69,13 @@ def _per_rank(parts: dict, world_size: int, stage: int) -> dict:
     return out
 
 
+def traffic_per_rank(num_params: float, bytes_per_grad: int, world_size: int, stage: int) -> float:
+    """Bytes one rank sends per step at ZeRO ``stage``: 2 Psi (stages 0-2) or 3 Psi (stage 3)
+    elements in all (ZeRO section 7), of which a ring puts (W-1)/W on each rank's link."""
+    volume = 3 if stage == 3 else 2
+    return volume * num_params * bytes_per_grad * (world_size - 1) / world_size
+
+
 def memory_per_replica(params_billion: float = 7.0, optimizer: str = "adam", precision: str = "mixed",
                        world_size: int = 8, zero_stage: int = 0, gpu_gb: float = 80.0) -> dict:
     """Bytes per rank for a model of ``params_billion`` x 1e9 parameters; pure arithmetic, instant.
@@ -69,7 +85,8 @@ def memory_per_replica(params_billion: float = 7.0, optimizer: str = "adam", pre
         {"params", "bytes_per_param": {params, grads, optimizer, total},
          "replica_bytes": {params, grads, optimizer, total},        # unsharded (ZeRO stage 0)
          "per_rank_bytes": {...},                                   # at the chosen zero_stage
-         "by_stage": [{stage, params, grads, optimizer, total, fits}, ...],   # stages 0..3
+         "by_stage": [{stage, params, grads, optimizer, total, fits,
+                       traffic_bytes (sent per rank per step)}, ...],       # stages 0..3
          "max_params_billion": {stage: largest model that fits in gpu_gb}, "fits", ...inputs}
     """
     if isinstance(params_billion, bool) or not isinstance(params_billion, (int, float)) or not params_billion > 0:
@@ -89,7 +106,8 @@ def memory_per_replica(params_billion: float = 7.0, optimizer: str = "adam", pre
     by_stage, largest = [], {}
     for stage in STAGES:
         row = _per_rank(replica, world_size, stage)
-        by_stage.append({"stage": stage, **row, "fits": row["total"] <= capacity})
+        by_stage.append({"stage": stage, **row, "fits": row["total"] <= capacity,
+                         "traffic_bytes": traffic_per_rank(n, g, world_size, stage)})
         per_param = _per_rank({"params": p, "grads": g, "optimizer": o}, world_size, stage)["total"]
         largest[stage] = capacity / per_param / 1e9
     return {

@@ -82,9 +82,10 @@ def render_memory(result: dict) -> None:
     print(f"bytes per parameter: {b['params']} (parameters) + {b['grads']} (gradients) + "
           f"{b['optimizer']} (optimizer state) = {b['total']}")
     table(["ZeRO stage", "params GB", "grads GB", "optimizer GB", "total GB", f"fits {result['gpu_gb']:g} GB?",
-           "largest model that fits"],
+           "largest model that fits", "sent per rank per step, GB"],
           [[s["stage"], _gb(s["params"]), _gb(s["grads"]), _gb(s["optimizer"]), _gb(s["total"]),
-            "yes" if s["fits"] else "NO", f"{result['max_params_billion'][s['stage']]:,.1f} B params"]
+            "yes" if s["fits"] else "NO", f"{result['max_params_billion'][s['stage']]:,.1f} B params",
+            _gb(s["traffic_bytes"])]
            for s in result["by_stage"]])
     show(plot_memory(result))
 
