@@ -100,7 +100,8 @@ def compression_tradeoff(world_size: int | None = None, model: str = "mlp", step
 
     Returns ``{"world_size", "backend", "device", "model", "steps", "tolerance", "bucket_sizes",
     "rows": [{"strategy", "codec", "bytes_per_step", "bytes_formula", "bytes_vs_fp32", "drift_per_step",
-    "max_abs_diff_vs_single", "losses", "step_time_s", "replicas_identical"}], "reference_losses"}``.
+    "max_abs_diff_vs_single", "losses", "step_time_s", "replicas_identical"}], "reference_losses",
+    "half_range" (:func:`half_precision_range` at this W and at W = 64)}``.
     """
     world_size, placement = resolve_world(world_size, backend, device)
     strategies = list(strategies)
@@ -128,7 +129,33 @@ def compression_tradeoff(world_size: int | None = None, model: str = "mlp", step
         })
     return {"world_size": world_size, "backend": placement.backend, "device": placement.device_type,
             "model": model, "steps": steps, "bucket_mb": bucket_mb, "tolerance": exact_tolerance(base),
-            "bucket_sizes": sizes, "rows": rows, "reference_losses": per_rank[0]["reference_losses"]}
+            "bucket_sizes": sizes, "rows": rows, "reference_losses": per_rank[0]["reference_losses"],
+            "half_range": half_precision_range(model, (world_size, 64), seed=seed)}
+
+
+def half_precision_range(model: str = "mlp", world_sizes=(2, 64), samples: int = 128, seed: int = 0) -> dict:
+    """Where 16-bit floats lose this model's real gradients: the share that underflows to zero, or
+    becomes subnormal (fewer significant bits), once divided by W as the fp16 strategies and DDP's
+    ``fp16_compress_hook`` do before the all-reduce. Host only, one backward; no ranks.
+
+    fp16's smallest normal number is 2^-14 (about 6.1e-5) and its smallest subnormal 2^-24 (about
+    6e-8); bf16 has float32's exponent range. Returns ``{"model", "nonzero", "rows": [{"world_size",
+    "format", "underflow", "subnormal"}]}`` (shares of the nonzero gradient values).
+    """
+    net = build_model(model, seed=seed)
+    from ..data import loss_fn, make_dataset, sample_batch
+    x, y = sample_batch(make_dataset(model, samples, seed=seed), range(samples))
+    loss_fn(model)(net(x), y).backward()
+    grad = torch.cat([p.grad.reshape(-1) for p in net.parameters()])
+    grad = grad[grad != 0]
+    rows = []
+    for w in world_sizes:
+        for fmt, dtype in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
+            half = (grad / w).to(dtype)
+            tiny = torch.finfo(dtype).tiny  # the smallest normal number
+            rows.append({"world_size": w, "format": fmt, "underflow": (half == 0).float().mean().item(),
+                         "subnormal": ((half != 0) & (half.abs() < tiny)).float().mean().item()})
+    return {"model": model, "nonzero": grad.numel(), "rows": rows}
 
 
 def _bytes_on_rank(strategies, model_name: str, bucket_mb: float) -> list[int]:

@@ -11,8 +11,12 @@ a ring all-reduce puts 2(W-1)/W x; 8 bits instead of 32 therefore save less as W
 byte count is reported, not assumed). The other textbook answer is to reduce-scatter in a wider
 type; both appear in the literature on 1-bit/8-bit SGD (Seide et al. 2014; Dettmers 2016).
 
-**fp16 / bf16.** Cast, all-reduce in 16 bits, cast back: half the bytes of float32. fp16 keeps
-precision but can overflow beyond 65504; bf16 keeps float32's range but only 8 bits of mantissa.
+**fp16 / bf16.** Cast, divide by W, all-reduce in 16 bits, cast back: half the bytes of float32
+(DDP's ``fp16_compress_hook`` does the same). fp16 keeps 11 significant bits but a narrow range:
+below 2^-14 it has fewer bits (subnormal numbers) and below about 6e-8 (2^-24) it rounds to zero;
+above 65504 it overflows. Gradients are mostly small, so for them the usual risk is underflow, the
+reason mixed-precision training scales the loss up before backward (Micikevicius et al., 2018);
+dividing by W first makes them smaller still. bf16 keeps float32's range but only 8 significant bits.
 
 **Error feedback.** What quantisation drops this step (``g - decode(encode(g))``) is remembered
 and added to the next step's gradient, so errors do not accumulate in the weights (Seide et al.

@@ -83,3 +83,10 @@ def bytes_table(bytes_result: dict):
 def render(result: dict) -> None:
     show(plot_drift(result))
     display(tradeoff_table(result))
+
+
+def show_half_range(half: dict) -> None:
+    """Table of ``half_precision_range``: subnormal and zero shares of the gradient values, per W and format."""
+    display(html_table(["divided by W", "format", "subnormal (fewer bits)", "rounded to zero"],
+                       [[r["world_size"], r["format"], f"{r['subnormal']:.2%}", f"{r['underflow']:.3%}"]
+                        for r in half["rows"]], align="rlrr"))
