@@ -30,6 +30,18 @@ TRY_TEXT = """\
 The cell below runs your code on a small world of real ranks (each a separate process) and prints what
 each rank got. Change it as you like - print inside your function, try other sizes - it is not graded."""
 
+LOCAL_TRY_TEXT = """\
+## Try it
+
+The cell below calls your functions right here, in this notebook's own process, on small inputs, and
+prints what they return: these functions compute on one rank's data and need no world to run. `check()`
+then runs them on real ranks too. Change the cell as you like - it is not graded."""
+
+
+def try_text(exercise) -> str:
+    """What the try cell really does: start a world of ranks, or call the functions in this process."""
+    return TRY_TEXT if "dpteach.launch(" in exercise.try_code else LOCAL_TRY_TEXT
+
 CHECK_TEXT = """\
 ## Check
 
@@ -44,7 +56,7 @@ def build(exercise) -> nbformat.NotebookNode:
     cells = [
         new_markdown_cell(exercise.intro.rstrip()),
         new_code_cell(exercise.stub.rstrip(), metadata={"tags": ["solution"]}),
-        new_markdown_cell(TRY_TEXT),
+        new_markdown_cell(try_text(exercise)),
         new_code_cell(exercise.try_code.rstrip(), metadata={"tags": ["try"]}),
         new_markdown_cell((CHECK_TEXT.format(id=exercise.id, stem=exercise.stem) + "\n\n" + exercise.after).rstrip()),
         new_code_cell(f'from dpteach.grading import check\n\ncheck("{exercise.id}")', metadata={"tags": ["check"]}),

@@ -11,8 +11,9 @@ Deep Networks", 2012). This experiment runs, in ONE world:
   between the worker's pull and its push; the slow worker's gradients are the stalest;
 * asynchronous training ``repeats`` times with the same seed and equally fast workers, which race:
   the order in which their pushes arrive depends on timing, so the runs end with different weights;
-* the slow-worker run again with ``max_staleness``: the server drops pushes staler than the bound
-  (in the spirit of stale-synchronous parallel, Ho et al. 2013).
+* the slow-worker run again with ``max_staleness``: the server drops pushes staler than the cap and
+  the worker retries on fresh weights (a drop policy; stale-synchronous parallel, Ho et al. 2013,
+  makes the fastest worker wait instead and drops nothing).
 
 To compare learning, rank 0 evaluates the weights after every optimizer step on a fixed held-out
 batch (a global optimizer post-step hook, ``register_optimizer_step_post_hook``: the trainer itself

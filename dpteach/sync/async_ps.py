@@ -15,8 +15,14 @@ workers staleness is typically around W-2, and a slow worker's pushes are the st
 where the weights *were*, which hurts convergence and makes runs irreproducible: the order of
 updates depends on timing.
 
-``max_staleness`` bounds it (in the spirit of stale-synchronous parallel, Ho et al. 2013): a push
-staler than the bound is dropped and the worker gets fresh weights to try again.
+``max_staleness`` caps it by **dropping** stale pushes: a push staler than the cap is discarded and
+the worker gets fresh weights to try again. This is a policy of its own, not stale-synchronous
+parallel: in SSP (Ho et al., NeurIPS 2013) a worker that gets more than s clocks ahead of the
+slowest one *waits* for it, and no update is ever dropped. Dropping keeps the fast workers busy and
+every applied gradient fresh, at the price of discarding the slow worker's work.
+
+The server receives from whichever worker sends first (``recv`` without a source). gloo supports
+that; NCCL's point-to-point calls need the peer's rank, so this strategy runs on CPU ranks only.
 
 To keep the step size comparable with synchronous training, each push is scaled by 1/(W-1):
 one round of W-1 pushes then moves the weights about as far as one synchronous step.

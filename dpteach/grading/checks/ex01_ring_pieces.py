@@ -65,8 +65,18 @@ and a receive together and waits for both - the safe way round a ring), or `dist
 `dist.all_gather`, `dist.reduce_scatter_tensor`, `dist.broadcast`, ...) and dpteach's own ring functions
 score **zero** for the whole exercise: the grader reads your code and also watches it run.
 
-Each rank should send W-1 chunks per pass - no more. If you get stuck, walk the 3-rank example at the
-top of `dpteach/collectives/ring.py` on paper first.
+**The schedule.** Rank r always sends to (r+1) mod W and receives from (r-1) mod W. One schedule that
+leaves rank r with chunk r:
+
+* reduce-scatter, step s = 0 .. W-2: send your chunk (r-s-1) mod W, and add what arrives into your
+  chunk (r-s-2) mod W;
+* all-gather, step s = 0 .. W-2: send chunk (r-s) mod W, and store what arrives as chunk (r-s-1) mod W.
+
+Check it on paper for W = 3 before you code it: which chunk does each rank hold finished after the last
+step? Each rank sends W-1 chunks per pass - no more.
+
+**Do not open `dpteach/collectives/ring.py` until you have solved this:** it is the course's own answer
+(with a worked example), and it is the file to read afterwards, to compare.
 """
 
 TRY = '''\

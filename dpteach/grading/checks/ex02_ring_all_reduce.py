@@ -46,6 +46,10 @@ buffer and copy the result back into `tensor` at the end.
 **Rules** (as in exercise 01): only point-to-point messages (`exchange`, `dist.isend` / `irecv` / `send` /
 `recv` / `batch_isend_irecv`); a built-in collective or dpteach's own ring scores zero.
 
+**A self-contained cell.** The grader runs only the cell tagged `solution`, in a fresh namespace on each
+rank: functions from exercise 01, or from other cells of this notebook, do not exist there. Write (or
+copy) everything `ring_all_reduce` needs into that one cell, imports included.
+
 **Cost.** Each rank sends W-1 chunks in each pass: 2(W-1)/W of the tensor in total, almost independent
 of W. The grader counts the elements your ranks send, so a gather-to-rank-0-and-broadcast solution gives
 the right sum and still fails the traffic checks.

@@ -50,8 +50,9 @@ Every all-reduce pays a fixed start-up latency before a byte moves, so DDP does 
 gradient separately: it packs them into a few **buckets**, each one flat buffer, and all-reduces the
 buffers. Two pieces make that work, and you write both.
 
-**`assign_buckets(sizes, cap_bytes, first_cap_bytes)`** - which parameters share a bucket, by DDP's rules
-(`dpteach/buckets.py` explains why each rule exists):
+**`assign_buckets(sizes, cap_bytes, first_cap_bytes)`** - which parameters share a bucket, by the course's
+simple rule (`dpteach/buckets.py` explains why each part exists; lesson 03 shows where torch's DDP itself
+differs: it starts with one bucket and rebuilds its buckets in the order gradients actually arrive):
 
 1. **reverse order** - backward produces the last layer's gradients first, so bucket 0 holds the last
    parameters and can be sent while backward is still working on the first layers;

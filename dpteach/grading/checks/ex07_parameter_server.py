@@ -1,4 +1,4 @@
-"""Exercise 07 (stretch): an asynchronous parameter server with bounded staleness.
+"""Exercise 07 (stretch): an asynchronous parameter server that drops stale pushes.
 
 Asynchronous training is nondeterministic - which push arrives first depends on timing - so the checks
 cannot compare with one fixed answer. They compare with the learner's own history instead: ``serve``
@@ -48,15 +48,21 @@ def work(model, compute_gradient, updates):
 '''
 
 INTRO = """\
-# Exercise 07 (stretch) - an asynchronous parameter server with bounded staleness
+# Exercise 07 (stretch) - an asynchronous parameter server that drops stale pushes
 
 Rank 0 owns the weights and the optimizer; ranks 1..W-1 are workers. Nobody waits for anybody: a
 worker computes a gradient on the weights it has, **pushes** it to the server, gets the newest weights
 back and carries on. The server applies pushes in whatever order they arrive. The price is **staleness**:
 by the time a push arrives, other workers' pushes may have moved the weights on, and the gradient points
-downhill from where the weights *were* (Dean et al., 2012). Bounding it - dropping any push staler than
-`max_staleness` versions, and sending the worker fresh weights instead - is the stale-synchronous
-compromise (Ho et al., 2013). Compare with `dpteach/sync/async_ps.py` afterwards.
+downhill from where the weights *were* (Dean et al., 2012). Here the server caps it by **dropping** any
+push staler than `max_staleness` versions and sending the worker fresh weights instead. That is one
+policy among several: stale-synchronous parallel (Ho et al., 2013) drops nothing and instead makes a
+worker that runs more than s clocks ahead of the slowest one wait. Compare with
+`dpteach/sync/async_ps.py` afterwards.
+
+**CPU only.** The server receives from whichever worker sends first. gloo can do that; NCCL's
+point-to-point calls always name the peer (`ncclRecv` has no "any source"), so this exercise runs its
+ranks on CPU with gloo even on a GPU machine.
 
 **What to write:** `serve(model, optimizer, pushes, max_staleness)` (rank 0) and
 `work(model, compute_gradient, updates)` (the workers) - the docstrings give the message format. Use
@@ -93,7 +99,7 @@ def try_it(updates=3, max_staleness=1):
 
 
 with explain_failures():  # if a rank fails, two lines say which and why
-    log = dpteach.launch(try_it, world_size=3, timeout=60)[0]
+    log = dpteach.launch(try_it, world_size=3, timeout=60, backend="gloo", device="cpu")[0]  # CPU only: see above
     for worker, version, applied in log:
         print(f"push from rank {worker} computed on version {version}: {'applied' if applied else 'dropped'}")
 '''
