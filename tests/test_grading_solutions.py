@@ -72,3 +72,29 @@ def test_reference_solution_scores_full_marks_through_the_cli(exercise, tmp_path
     assert main(["progress"]) == 0
     (line,) = [text for text in capsys.readouterr().out.splitlines() if exercise.stem in text]
     assert f"best {exercise.max_score:g} / {exercise.max_score:g}" in line and "(1 attempts, last: passed)" in line
+
+
+def _reference_overlap_with_an_idle_layer():
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    namespace = {}
+    exec(solution("04"), namespace)  # the answer key the exercise's hints describe
+    torch.manual_seed(0)
+    model = nn.ModuleDict({"used": nn.Linear(3, 2), "idle": nn.Linear(2, 2)})
+    p = list(model.parameters())
+    sync = namespace["OverlapSync"](model, [[p[3], p[2], p[1]], [p[0]]])  # the idle bias shares bucket 0
+    torch.manual_seed(1 + dist.get_rank())
+    model["used"](torch.randn(4, 3)).sum().backward()
+    sync.finish()
+    return [t.grad.tolist() for t in p]
+
+
+def test_the_reference_overlap_hook_handles_a_parameter_without_gradient():
+    """Exercise 04's introduction tells learners what to do when a parameter gets no gradient; the
+    answer key must do it: zeros for the idle layer, a true average for the others, no hang."""
+    import dpteach
+    ranks = dpteach.launch(_reference_overlap_with_an_idle_layer, 2, backend="gloo", device="cpu", timeout=60)
+    assert ranks[0] == ranks[1]
+    assert ranks[0][2] == [[0.0, 0.0], [0.0, 0.0]] and ranks[0][3] == [0.0, 0.0]
+    assert any(v != 0 for v in ranks[0][1])

@@ -129,21 +129,34 @@ class OverlapSync:
         self.missing = [len(params) for params in self.buckets]
         self.next_bucket = 0
         self.handles = []
+        self.fired = set()
 
     def hook(self, param):
         b, view = self.where[param]
         view.copy_(param.grad)
+        self.fired.add(param)
         self.missing[b] -= 1
+        self.launch_ready()
+
+    def launch_ready(self):  # in bucket order only: the next bucket, as long as it is complete
         while self.next_bucket < len(self.buckets) and self.missing[self.next_bucket] == 0:
             self.handles.append(dist.all_reduce(self.buffers[self.next_bucket], async_op=True))
             self.next_bucket += 1
 
     def finish(self):
+        for p, (b, view) in self.where.items():  # no gradient this step: contribute zeros
+            if p not in self.fired:
+                view.zero_()
+                self.missing[b] -= 1
+        self.launch_ready()
         for handle in self.handles:
             handle.wait()
         world = dist.get_world_size()
         for p, (b, view) in self.where.items():
-            p.grad.copy_(view / world)
+            if p.grad is None:
+                p.grad = view / world
+            else:
+                p.grad.copy_(view / world)
         self.reset()
 '''
 

@@ -70,10 +70,11 @@ This is what DDP does, and you now build it (compare with `dpteach/sync/overlap.
 **Hints.** Gradients do not always become ready in bucket order (a layer whose output is used twice, or
 a small bucket that fills before a large one). When bucket 2 is complete but bucket 1 is not, do not
 launch 2: remember that it is ready, and each time a bucket completes, launch the next *unlaunched*
-bucket as long as it is complete - a pointer to the next bucket to launch does it. A parameter that got
-no gradient in this backward (`param.grad` is None, its hook never fired) would leave its bucket
-incomplete for ever: in `finish()`, fill the missing parts with zeros and launch what is left, in order,
-before waiting (what DDP's `find_unused_parameters=True` arranges, lesson 03).
+bucket as long as it is complete - a pointer to the next bucket to launch does it. The checks give every
+parameter a gradient, but real models do not always: a parameter that got no gradient in a backward (its
+hook never fired) would leave its bucket incomplete for ever. In `finish()`, fill its part of the buffer
+with zeros and launch what is left, in order, before waiting - the same ranks must launch the same
+buckets (what DDP's `find_unused_parameters=True` arranges, lesson 03).
 
 **Rules:** `dist.all_reduce` is allowed here (the exercise is *when* to launch it, not how it works); other
 collectives, `DistributedDataParallel` and dpteach's own `OverlapSync` score zero.
