@@ -2,8 +2,12 @@
 
 Every all-reduce pays a fixed latency (alpha) before a single byte moves, so sending each of a
 model's parameters on its own pays it once per tensor. Packing gradients into *buckets* - flat
-buffers of a few MB - pays it once per bucket. How PyTorch DDP builds them (Li et al., "PyTorch
-Distributed", VLDB 2020, and DDP's design note), and so how we do:
+buffers of a few MB - pays it once per bucket. This module keeps **one simple rule**, after the
+one PyTorch DDP started from (Li et al., "PyTorch Distributed", VLDB 2020, and DDP's design note).
+DDP today does more (``experiments/ddp_buckets.py`` reads what it does in a real run): it starts
+with a single bucket, rebuilds its buckets after the first iteration in the order gradients really
+became ready, and caps the first bucket at 1 MiB only when ``bucket_cap_mb`` keeps its default.
+The simple rule:
 
 * **Reverse parameter order.** Backward produces gradients roughly from the last layer to the
   first, so buckets are filled in the reverse of ``model.parameters()``: the first bucket is ready
@@ -12,14 +16,16 @@ Distributed", VLDB 2020, and DDP's design note), and so how we do:
   least ``bucket_mb`` - so the parameter that crosses the cap still joins the bucket, as in DDP's
   ``compute_bucket_assignment_by_size``. (Closing *before* the cap would put each 1 MB weight
   and its tiny bias in separate buckets: twice the messages, twice the latency.)
-* **A smaller first bucket.** DDP caps the first bucket at 1 MiB (against 25 MiB for the rest) so
-  that communication starts as early as possible. Our models are small, so the default here is a
-  quarter of the cap.
+* **A smaller first bucket**, so that communication starts as early as possible (DDP's rebuilt
+  buckets: 1 MiB against 25 MiB, with its default cap). Our models are small, so the default here
+  is a quarter of the cap.
 * **One dtype and device per bucket**, since a flat buffer has one of each.
 
 Every rank runs this same deterministic function on the same model, so every rank builds the
 same buckets in the same order - which matters: collectives are matched by launch order, and two
-ranks launching different buckets first would deadlock (NCCL) or mix up data (gloo).
+ranks launching different buckets first would add up the wrong tensors, or hang when their sizes
+differ. (DDP, whose rebuilt order comes from each rank's own backward, broadcasts rank 0's
+assignment to every rank for the same reason.)
 """
 from __future__ import annotations
 

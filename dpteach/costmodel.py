@@ -17,10 +17,13 @@ Communication Operations in MPICH" (IJHPCA, 2005), and P. Patarasuk and X. Yuan,
 optimal all-reduce algorithms for clusters of workstations" (JPDC, 2009), which shows that the ring
 moves the least data any all-reduce can move per rank, 2(p-1)/p * n bytes.
 
-NCCL makes the same trade-off at run time: its tuner keeps latency and bandwidth tables for every
-algorithm (ring, tree, ...) and protocol on the detected topology, predicts each one's time for
-the message at hand and runs the fastest, so the choice changes with message size and hardware.
-:func:`choose_algorithm` is a small version of that idea.
+NCCL makes the same kind of trade-off at run time: its tuning model (``src/graph/tuning.cc``)
+prices every (algorithm, protocol) pair as latency + bytes / bandwidth, with figures it derived from
+the topology it detected, and ``src/enqueue.cc`` runs the cheapest for the message at hand. NCCL's
+algorithms are not these textbook ones, though: its tree is a chain inside each node and a double
+binary tree across nodes, pipelined in chunks, and it also has CollNet and NVLS where the hardware
+allows. :func:`choose_algorithm` applies the idea to this module's ring and binomial tree. (gloo,
+which the course uses on CPU, does not choose: its all-reduce is a ring at every size.)
 
 All functions take plain numbers: ``n`` in bytes, ``p`` ranks, times in seconds.
 """
@@ -139,7 +142,8 @@ def tree_allreduce_time(n, p, params):
     """Binomial tree: reduce to a root, then broadcast back, sending the whole message each step.
 
     ``T = 2*ceil(log2 p)*(alpha + n*beta) + ceil(log2 p)*n*gamma``. (NCCL's tree is a pipelined
-    double binary tree and costs less per byte; this is the plain textbook version.)
+    double binary tree across nodes, each tree carrying half the data, and costs far less per byte;
+    this is the plain textbook version.)
     """
     return _time("tree", n, p, params)
 

@@ -141,9 +141,9 @@ class ShardedSampler(Sampler[int]):
     cover the epoch, so no sample is seen twice and none is skipped.
 
     Call ``set_epoch(epoch)`` at the start of every epoch. The classic bug is to forget it: the
-    sampler then keeps epoch 0, every epoch repeats the same order, and each rank sees the same
-    samples in the same batches forever. Nothing fails; the model just generalises worse than
-    the single-process run, which reshuffles, and the cause is hard to spot.
+    sampler then keeps epoch 0, and every epoch repeats the same order, each rank seeing the same
+    samples in the same batches every time. Nothing fails. (torch's ``DistributedSampler``
+    documents exactly this: without ``set_epoch`` "the same ordering will be always used".)
 
     Every rank must yield the same number of samples, or the rank with fewer would stop calling
     all-reduce while the others wait for it: a hang. With ``drop_last=True`` the few samples left

@@ -3,8 +3,9 @@
 Every all-reduce pays a fixed latency before its first byte moves: with the ring that is
 ``2(W-1) alpha`` (``dpteach.costmodel``). ``naive`` sends each parameter tensor on its own and
 pays it once per tensor; ``bucketed`` packs the gradients into flat buffers of about
-``bucket_mb`` (reverse parameter order, smaller first bucket, as PyTorch DDP does: Li et al.,
-VLDB 2020) and pays it once per bucket. The bytes on the wire are the same; only the number of
+``bucket_mb`` (the course's simple rule of ``dpteach/buckets.py``: reverse parameter order,
+smaller first bucket, after Li et al., VLDB 2020; ``ddp_buckets.py`` shows what DDP itself does)
+and pays it once per bucket. The bytes on the wire are the same; only the number of
 messages changes - and so does the result, not at all.
 
 ``bucket_size_sweep`` trains the same model in one world with ``local`` (no communication: the

@@ -1,7 +1,11 @@
 """``ddp``: PyTorch's own ``DistributedDataParallel``, the reference the hand-written strategies match.
 
-DDP buckets gradients in reverse parameter order, launches each bucket's all-reduce from autograd
-hooks while backward runs, and waits for all of them before backward returns (Li et al., VLDB 2020).
+DDP puts every parameter in one bucket for the first iteration, then rebuilds its buckets in the
+order the gradients became ready (for a chain of layers: the reverse of the parameter order),
+launches each bucket's all-reduce from autograd hooks while backward runs, in bucket order, and
+waits for all of them before backward returns (Li et al., VLDB 2020; lesson 03 reads its buckets).
+``bucket_mb`` is passed as ``bucket_cap_mb``, so the first bucket gets the same cap as the others
+(DDP's 1 MiB first bucket applies only to its default cap).
 For accumulation, ``no_sync()`` wraps the forward *and* backward of every micro-batch but the last.
 
 We install a communication hook that does what DDP's default does - divide the bucket by W and

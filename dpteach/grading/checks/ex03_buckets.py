@@ -1,6 +1,7 @@
-"""Exercise 03: bucket assignment by DDP's rules, and flat buffers with a view per gradient.
+"""Exercise 03: bucket assignment by the course's simple rule (after DDP's), and flat buffers
+with a view per gradient.
 
-``assign_buckets(sizes, cap_bytes, first_cap_bytes)`` is checked against DDP's rule (reverse order; a
+``assign_buckets(sizes, cap_bytes, first_cap_bytes)`` is checked against the course's rule (reverse order; a
 bucket closes once it holds at least the cap, the parameter that crosses it included; a smaller first
 cap) on hand-picked and seeded random sizes. ``flatten(grads)`` must return a *new* flat buffer and
 views that share its memory - a copy would look right and silently break the all-reduce-then-read-back
@@ -84,7 +85,7 @@ except NotImplementedError:
 
 
 def reference_buckets(sizes, cap, first_cap, closes_before=False, ignore_first=False):
-    """DDP's rule, and two tempting mistakes (to name them when a learner makes them)."""
+    """The course's rule, and two tempting mistakes (to name them when a learner makes them)."""
     buckets, current, total = [], [], 0
     for index in reversed(range(len(sizes))):
         limit = cap if (buckets or ignore_first) else first_cap
@@ -125,7 +126,7 @@ def assign_case(ctx, cases):
                        "belongs in the bucket it fills")
         if got == reference_buckets(sizes, cap, first_cap, ignore_first=True):
             raise Fail("the first bucket must use first_cap_bytes, the later ones cap_bytes")
-        raise Fail("the buckets differ from DDP's rule (reverse order, close once at least the cap, "
+        raise Fail("the buckets differ from the rule (reverse order, close once at least the cap, "
                    "smaller first cap)")
 
 
