@@ -66,10 +66,43 @@ def test_every_item_is_complete(bank):
         assert item.experiment in EXPERIMENTS if item.demonstrated else item.section, item.id
 
 
-def test_at_least_four_original_items_per_topic(bank):
+def test_at_least_ten_items_per_topic(bank):
     for topic in TOPICS:
-        originals = [item for item in bank.topic(topic) if item.mirrors is None]
-        assert len(originals) >= 4, f"{topic} has {len(originals)} original items"
+        items = bank.topic(topic)
+        originals = [item for item in items if item.mirrors is None]
+        assert len(items) >= 10 and len(originals) >= 8, f"{topic}: {len(items)} items, {len(originals)} original"
+
+
+def _correct_is_longest(item) -> bool:
+    lengths = [len(option.text) for option in item.options]
+    right = next(i for i, option in enumerate(item.options) if option.correct)
+    return all(lengths[right] > n for i, n in enumerate(lengths) if i != right)
+
+
+def test_the_longest_option_does_not_give_the_answer_away(bank):
+    """In at most 35% of single-answer items is the correct option strictly the longest."""
+    single = [item for item in bank.items if item.type == "single"]
+    longest = [item.id for item in single if _correct_is_longest(item)]
+    assert len(longest) <= 0.35 * len(single), f"{len(longest)} of {len(single)}: {longest}"
+
+
+def _notebook_text(name: str) -> tuple[set[str], str]:
+    """(the headings of a notebook's markdown cells, the text of its code cells)."""
+    cells = json.loads((BANK.parent / "notebooks" / name).read_text(encoding="utf-8"))["cells"]
+    headings = {line.lstrip("#").strip() for cell in cells if cell["cell_type"] == "markdown"
+                for line in "".join(cell["source"]).splitlines() if line.startswith("#")}
+    code = "\n".join("".join(cell["source"]) for cell in cells if cell["cell_type"] == "code")
+    return headings, code
+
+
+def test_every_item_points_at_a_section_that_exists_or_an_experiment_its_notebook_runs(bank):
+    for item in bank.items:
+        headings, code = _notebook_text(item.notebook)
+        if item.demonstrated:
+            assert re.search(rf"\b{item.experiment}\b", code), \
+                f"{item.id}: {item.notebook} never calls {item.experiment}"
+        else:
+            assert item.section in headings, f"{item.id}: no section {item.section!r} in {item.notebook}"
 
 
 def test_every_practice_question_is_mirrored_with_its_answer_key(bank):
