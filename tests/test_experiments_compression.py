@@ -2,7 +2,7 @@
 import pytest
 
 from dpteach.experiments import compression_bytes, compression_tradeoff
-from dpteach.experiments.compression import bucket_sizes, wire_bytes_formula
+from dpteach.experiments.compression import bucket_sizes, half_precision_range, wire_bytes_formula
 
 
 @pytest.fixture(scope="module")
@@ -46,3 +46,15 @@ def test_unknown_strategies_are_refused():
         compression_tradeoff(2, strategies=("int4",))
     with pytest.raises(ValueError, match="strategies=.*is not allowed"):
         compression_bytes((2,), strategies=("zip",))
+
+
+def test_fp16_loses_small_gradients_to_its_range_and_bf16_does_not(result):
+    half = result["half_range"]
+    assert half == half_precision_range("mlp", (2, 64))  # the same gradients, counted on the host
+    by = {(r["world_size"], r["format"]): r for r in half["rows"]}
+    for w in (2, 64):
+        assert by[(w, "bf16")]["underflow"] == 0.0 <= by[(w, "fp16")]["underflow"]
+        assert 0.0 <= by[(w, "fp16")]["subnormal"] <= 1.0
+    # dividing by more ranks pushes more values below fp16's smallest normal number
+    assert by[(64, "fp16")]["subnormal"] > by[(2, "fp16")]["subnormal"]
+    assert by[(64, "fp16")]["underflow"] >= by[(2, "fp16")]["underflow"]

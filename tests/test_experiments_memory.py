@@ -49,3 +49,13 @@ def test_measured_tensors_match_the_table():
 def test_bad_arguments_name_themselves(kwargs, word):
     with pytest.raises(ValueError, match=word):
         memory_per_replica(**kwargs)
+
+
+def test_zero_traffic_stages_one_and_two_equal_the_all_reduce_stage_three_is_one_and_a_half():
+    """ZeRO section 7: 2 Psi elements per step for plain DP and stages 1-2, 3 Psi for stage 3."""
+    for precision, grad_bytes in (("mixed", 2), ("fp32", 4)):
+        result = memory_per_replica(1.0, "adam", precision, world_size=8)
+        traffic = [stage["traffic_bytes"] for stage in result["by_stage"]]
+        assert traffic[0] == traffic[1] == traffic[2] == pytest.approx(2 * 1e9 * grad_bytes * 7 / 8)
+        assert traffic[3] == pytest.approx(1.5 * traffic[0])
+    assert all(stage["traffic_bytes"] == 0 for stage in memory_per_replica(1.0, world_size=1)["by_stage"])

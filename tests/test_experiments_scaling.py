@@ -56,6 +56,8 @@ def test_sweep_reports_throughput_efficiency_and_breakdown():
         assert r["efficiency"] == pytest.approx(r["samples_per_s"] / (r["world_size"] * rows[0]["samples_per_s"]))
         assert set(r["breakdown"]) == {"forward", "backward", "optimizer", "wait", "data_and_other", "comm_busy"}
         assert r["oversubscribed"] == (r["world_size"] > result["cpus"])
+        assert r["hidden_comm_s"] == pytest.approx(max(0.0, r["breakdown"]["comm_busy"] - r["exposed_comm_s"]))
+        assert 0.0 <= r["overlap_fraction"] <= 1.0
     assert result["link"]["world_size"] == 2 and result["link"]["alpha_s"] >= 0
     assert result["grad_bytes"] == 4 * 1089034 and result["compute_s"] > 0
 

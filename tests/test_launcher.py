@@ -109,6 +109,33 @@ def test_a_rank_that_dies_is_reported_with_its_exit_code():
     assert "exited with code 3" in str(info.value)
 
 
+def _debug_level_seen_at_import():
+    return dist.get_debug_level().name, os.environ.get("DPTEACH_TEST_MARK")
+
+
+def test_env_reaches_every_rank_before_torch_reads_it():
+    # TORCH_DISTRIBUTED_DEBUG is read when torch.distributed is imported: it must be in the rank's
+    # environment from the start, which is what env= is for.
+    env = {"TORCH_DISTRIBUTED_DEBUG": "DETAIL", "DPTEACH_TEST_MARK": "set"}
+    assert dpteach.launch(_debug_level_seen_at_import, 2, env=env, timeout=120) == [("DETAIL", "set")] * 2
+    assert os.environ.get("DPTEACH_TEST_MARK") is None  # the caller's own environment is untouched
+
+
+def _native_abort():
+    if dist.get_rank() == 0:
+        print("about to abort from native code", flush=True)
+        os.abort()
+    dist.barrier()
+
+
+def test_a_rank_that_dies_without_a_traceback_reports_its_last_output():
+    with pytest.raises(dpteach.RankError) as info:
+        dpteach.launch(_native_abort, 2, timeout=120, show_output=False)
+    assert info.value.rank == 0 and info.value.exit_code == -signal.SIGABRT
+    assert "about to abort from native code" in info.value.last_output
+    assert "last output of rank 0" in str(info.value)
+
+
 def _abort_after_returning():
     os._exit = lambda code: os.abort()  # the worker's very last call, made after the result is written
     return dist.get_rank()
@@ -228,6 +255,8 @@ def test_a_rank_cannot_start_a_world_of_its_own():
     ({"world_size": 2, "device": "tpu"}, "device='tpu' is not allowed"),
     ({"world_size": 2, "timeout": 0}, "timeout=0 is not allowed"),
     ({"world_size": 2, "backend": "nccl", "device": "cpu"}, "backend='nccl' with device='cpu' is not allowed"),
+    ({"world_size": 2, "env": {"A": 1}}, "env={'A': 1} is not allowed"),
+    ({"world_size": 2, "env": "A=1"}, "env='A=1' is not allowed"),
 ])
 def test_bad_arguments_are_refused_before_anything_starts(kwargs, fragment):
     before = set(os.listdir("/proc"))
