@@ -10,7 +10,8 @@ reaches the cap, a smaller first cap). DDP today does more, and what it does dep
   parameter in one bucket**. During that first backward the reducer records the order in which
   gradients actually became ready; before the second forward it **rebuilds** its buckets once, in
   that order (``Reducer::rebuild_buckets``), and broadcasts the new assignment from rank 0 so that
-  every rank launches the same buckets in the same order (``sync_bucket_indices``).
+  every rank launches the same buckets in the same order (``sync_bucket_indices``). With
+  ``static_graph=True`` the rebuild comes one iteration later.
 * The first rebuilt bucket is capped at 1 MiB (``dist._DEFAULT_FIRST_BUCKET_BYTES``) **only when
   ``bucket_cap_mb`` is left at its default** (25 MiB); pass any ``bucket_cap_mb`` and the first
   bucket gets that same cap.
