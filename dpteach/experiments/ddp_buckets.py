@@ -27,6 +27,8 @@ course's rule is applied with the same caps, so the two can be compared bucket b
 """
 from __future__ import annotations
 
+import re
+
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
@@ -43,18 +45,21 @@ DEFAULT_FIRST_CAP_BYTES = getattr(dist, "_DEFAULT_FIRST_BUCKET_BYTES", 1024 * 10
 LOGGED = ("bucket_sizes", "rebuilt_bucket_sizes", "rebuilt_per_bucket_param_indices", "has_rebuilt_buckets")
 
 
-def collectives_in(prof, backend: str) -> list[str]:
+# The process-group backends record each collective as "<backend>:<collective>" on the host.
+_COLLECTIVE_EVENT = re.compile(r"^(?:gloo|nccl|ucc|mpi|xccl):(\w+)$")
+
+
+def collectives_in(prof) -> list[str]:
     """Names of the collectives a profiled region issued, e.g. ``["all_reduce", "broadcast"]``."""
-    prefix = f"{backend}:"
-    return [event.name[len(prefix):] for event in prof.events() if event.name.startswith(prefix)]
+    return [m.group(1) for m in (_COLLECTIVE_EVENT.match(event.name) for event in prof.events()) if m]
 
 
-def profiled(backend: str, work) -> tuple[object, list[str]]:
+def profiled(work) -> tuple[object, list[str]]:
     """Run ``work()`` under torch's profiler; return its result and the collectives it issued."""
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         result = work()
-    return result, collectives_in(prof, backend)
+    return result, collectives_in(prof)
 
 
 def _on_rank(model_name: str, bucket_cap_mb, find_unused: bool, iterations: int, batch: int, seed: int) -> dict:
@@ -77,12 +82,11 @@ def _on_rank(model_name: str, bucket_cap_mb, find_unused: bool, iterations: int,
     ddp.register_comm_hook(None, recording_hook)
     dataset, criterion = make_dataset(model_name, batch * world, seed=seed), loss_fn(model_name)
     x, y = (t.to(device) for t in sample_batch(dataset, range(rank * batch, (rank + 1) * batch)))
-    backend = dist.get_backend()
     per_iteration = []
     for it in range(iterations):
         handed.clear()
         ready.clear()
-        _, issued = profiled(backend, lambda: criterion(ddp(x), y).backward())
+        _, issued = profiled(lambda: criterion(ddp(x), y).backward())
         context.synchronize()
         per_iteration.append({"iteration": it + 1, "buckets": list(handed), "ready_order": list(ready),
                               "collectives": issued})

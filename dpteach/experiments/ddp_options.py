@@ -85,7 +85,7 @@ def _default_fails(model_name: str, batch: int, seed: int) -> dict:
     module = WithSpareHead(model_name, seed)
     ddp, criterion = _ddp(module), loss_fn(model_name)
     x, y = _batch(model_name, batch, 0, seed)
-    _, issued = profiled(dist.get_backend(), lambda: criterion(ddp(x), y).backward())
+    _, issued = profiled(lambda: criterion(ddp(x), y).backward())
     out = {"first_collectives": issued, "first_grad_spread": _spread(_flat_grads(module)), "error": None}
     x, y = _batch(model_name, batch, 1, seed)
     try:
@@ -101,7 +101,7 @@ def _unused_on_rank(model_name: str, steps: int, batch: int, seed: int) -> dict:
             "find_unused_parameters": _ddp(WithSpareHead(model_name, seed), find_unused_parameters=True),
             "static_graph": _ddp(WithSpareHead(model_name, seed), static_graph=True)}
     optimizers = {name: torch.optim.SGD(ddp.parameters(), lr=0.01) for name, ddp in runs.items()}
-    criterion, backend = loss_fn(model_name), dist.get_backend()
+    criterion = loss_fn(model_name)
     times = {name: [] for name in runs}
     collectives = {name: [] for name in runs}
     # The first three steps (buckets rebuilt; static_graph learns its graph) and the last one are
@@ -115,7 +115,7 @@ def _unused_on_rank(model_name: str, steps: int, batch: int, seed: int) -> dict:
                 criterion(ddp(x), y).backward()
                 optimizers[name].step()
             if step in profiled_steps:
-                collectives[name].append(len(profiled(backend, one_step)[1]))
+                collectives[name].append(len(profiled(one_step)[1]))
                 continue
             context.synchronize()
             start = time.perf_counter()
