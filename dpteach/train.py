@@ -227,7 +227,7 @@ def _train_async(config, model, dataset, criterion, timeline) -> dict:
     context.synchronize()
     timeline.resolve()  # on a GPU the workers' forward and backward spans are CUDA events until now
     dist.barrier()
-    workers_spread = _replica_spread(flat_weights(model))  # workers hold whatever weights they pulled last
+    workers_spread = replica_spread(flat_weights(model))  # workers hold whatever weights they pulled last
     for p in model.parameters():  # from here on, report the server's weights: the ones that count
         dist.broadcast(p.data, src=0)
     losses = _global_losses_async(config, model, dataset, criterion, batches)
@@ -256,7 +256,7 @@ def _summarise(config, model, losses, step_times, wire_bytes, timeline, hook_cal
         dist.all_reduce(loss_tensor)  # each rank's loss is a mean over its shard: average them
         loss_tensor /= world
     flat = flat_weights(model)
-    spread = _replica_spread(flat)
+    spread = replica_spread(flat)
     timed = step_times[config.timing_warmup:] or step_times
     return {
         "rank": rank, "config": asdict(config), "losses": loss_tensor.tolist(), "step_times": step_times,
@@ -271,7 +271,7 @@ def flat_weights(model) -> torch.Tensor:
     return parameters_to_vector(model.parameters()).detach().to("cpu", torch.float32)
 
 
-def _replica_spread(flat: torch.Tensor) -> float:
+def replica_spread(flat: torch.Tensor) -> float:
     """max |theta_r - theta_0| over all ranks r: 0.0 exactly when every replica is identical."""
     reference = flat.clone()
     dist.broadcast(reference, src=0)

@@ -213,6 +213,23 @@ def test_an_error_raised_after_a_peers_watchdog_fired_is_its_echo_and_the_row_sa
     assert row.outcome == "error" and row.message.startswith("rank 1: RuntimeError: Connection reset")
 
 
+def test_when_every_rank_reports_an_error_the_first_is_the_cause_and_the_others_its_echo():
+    # Under load the peer of a raising rank may record its own failure ("connection reset by peer")
+    # before the launcher stops it: then every rank has a record, and the merge must still blame the
+    # first exception and say that the others were waiting for it (seen once in a loaded full run).
+    from dpteach.grading.report import CheckResult
+    from dpteach.grading.runner import _merge
+    cause = {"rank": 1, "outcome": "error", "at": 5.0, "message": "KeyError: 'only rank 1 fails'"}
+    echo = {"rank": 0, "outcome": "error", "at": 5.2, "message": "RuntimeError: Connection reset by peer"}
+    row = CheckResult(name="W=2", points=2, hidden=False)
+    _merge(row, {0: echo, 1: cause})
+    assert row.outcome == "error" and row.message.startswith("rank 1: KeyError: 'only rank 1 fails'")
+    assert "left waiting for rank 1" in row.message
+    alone = CheckResult(name="W=2", points=2, hidden=False)
+    _merge(alone, {0: {"rank": 0, "outcome": "passed", "at": 5.2, "message": ""}, 1: cause})
+    assert alone.message == "rank 1: KeyError: 'only rank 1 fails'"  # nobody waited: nothing to add
+
+
 def test_a_world_that_broke_outside_any_code_under_test_is_retried_and_anything_else_is_not():
     from dpteach.grading.runner import _failed_outside_any_code_under_test as infrastructure
     from dpteach.launcher import RankError

@@ -59,10 +59,10 @@ def _averaged_gradient(model, dataset, criterion, micro_batches, divide_by_k: bo
 
 def _count_ddp_all_reduces(model_name, dataset, criterion, micro_batches, decide_after_forward: bool, seed: int):
     """All-reduces DDP launches for one step of K micro-batches, with ``no_sync`` entered before or after forward."""
-    from torch.nn.parallel import DistributedDataParallel
+    from ..sync.ddp import wrap_ddp
     device = context.device()
     model = build_model(model_name, seed=seed).to(device)
-    ddp = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
+    ddp = wrap_ddp(model)
     calls = []
 
     def counting_hook(state, bucket):  # what DDP's default hook does, plus counting

@@ -39,7 +39,8 @@ from ..backend import resolve_world
 from ..data import loss_fn, make_dataset, sample_batch
 from ..launcher import RankError, launch
 from ..models import build_model, check_model_name
-from .ddp_options import _ddp, _spread
+from ..sync.ddp import wrap_ddp
+from ..train import flat_weights, replica_spread
 
 
 def _check_positive(**values) -> None:
@@ -77,7 +78,7 @@ def _sampler_on_rank(model_name: str, samples: int, batch: int, epochs: int, see
         average = own.clone()
         dist.all_reduce(average)
         average /= dist.get_world_size()
-        out[name] = {"order": order, "steps_per_epoch": len(loader), "grad_spread": _spread(own),
+        out[name] = {"order": order, "steps_per_epoch": len(loader), "grad_spread": replica_spread(own.cpu()),
                      "average_vs_own": (average - own).abs().max().item(), "grad_scale": own.abs().max().item()}
     return out
 
@@ -138,7 +139,7 @@ def _train(mode: str, model_name: str, batches: list[int], batch: int, seed: int
     dataset, criterion = make_dataset(model_name, sum(batches) * batch, seed=seed), loss_fn(model_name)
     first = sum(batches[:rank]) * batch  # this rank's own contiguous share, as if split by files
     model = build_model(model_name, seed=seed)
-    ddp = _ddp(model)
+    ddp = wrap_ddp(model)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.05)
     steps = mine
     if mode == "drop_last":
@@ -163,8 +164,7 @@ def _train(mode: str, model_name: str, batches: list[int], batch: int, seed: int
     _note(folder, f"{mode}: finished {steps} steps; waiting at the barrier before saving a checkpoint")
     dist.barrier()
     _note(folder, f"{mode}: done")
-    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-    return {"mode": mode, "batches": mine, "steps": steps, "replica_spread": _spread(flat)}
+    return {"mode": mode, "batches": mine, "steps": steps, "replica_spread": replica_spread(flat_weights(model))}
 
 
 def _uneven_on_rank(modes, model_name, batches, batch, seed, folder):

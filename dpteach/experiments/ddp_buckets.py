@@ -31,7 +31,6 @@ import re
 
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
 
 from .. import context
 from ..backend import resolve_world
@@ -39,6 +38,7 @@ from ..buckets import MB, assign_buckets
 from ..data import loss_fn, make_dataset, sample_batch
 from ..launcher import launch
 from ..models import build_model, check_model_name
+from ..sync.ddp import wrap_ddp
 
 DEFAULT_CAP_MB = 25.0  # DDP's bucket_cap_mb default
 DEFAULT_FIRST_CAP_BYTES = getattr(dist, "_DEFAULT_FIRST_BUCKET_BYTES", 1024 * 1024)
@@ -69,8 +69,7 @@ def _on_rank(model_name: str, bucket_cap_mb, find_unused: bool, iterations: int,
     ready: list[str] = []
     for n, p in model.named_parameters():  # the order in which gradients become ready, as DDP sees it
         p.register_post_accumulate_grad_hook(lambda param, n=n: ready.append(n))
-    ddp = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None,
-                                  bucket_cap_mb=bucket_cap_mb, find_unused_parameters=find_unused)
+    ddp = wrap_ddp(model, bucket_cap_mb=bucket_cap_mb, find_unused_parameters=find_unused)
     handed: list[dict] = []
 
     def recording_hook(state, bucket):  # DDP's default (average by all-reduce), plus a record

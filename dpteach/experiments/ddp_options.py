@@ -29,13 +29,14 @@ import time
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 
 from .. import context
 from ..backend import resolve_world
 from ..data import loss_fn, make_dataset, sample_batch
 from ..launcher import launch
 from ..models import NUM_CLASSES, build_model, check_model_name
+from ..sync.ddp import wrap_ddp
+from ..train import flat_weights, replica_spread
 from .ddp_buckets import profiled
 
 UNUSED_SETTINGS = ("default", "find_unused_parameters", "static_graph")
@@ -54,12 +55,6 @@ class WithSpareHead(nn.Module):
         return self.body(x)
 
 
-def _ddp(module, **options):
-    device = context.device()
-    return DistributedDataParallel(module.to(device), device_ids=[device] if device.type == "cuda" else None,
-                                   **options)
-
-
 def _batch(model_name: str, batch: int, step: int, seed: int):
     rank, world = dist.get_rank(), dist.get_world_size()
     dataset = make_dataset(model_name, batch * world * 2, seed=seed)
@@ -67,26 +62,17 @@ def _batch(model_name: str, batch: int, step: int, seed: int):
     return (t.to(context.device()) for t in sample_batch(dataset, range(start, start + batch)))
 
 
-def _spread(values: torch.Tensor) -> float:
-    """Largest difference between this tensor and rank 0's, over all ranks (the same on every rank)."""
-    reference = values.clone()
-    dist.broadcast(reference, 0)
-    gap = (values - reference).abs().max()
-    dist.all_reduce(gap, op=dist.ReduceOp.MAX)
-    return gap.item()
-
-
 def _flat_grads(module) -> torch.Tensor:
-    return torch.cat([p.grad.reshape(-1) for p in module.parameters() if p.grad is not None])
+    return torch.cat([p.grad.reshape(-1) for p in module.parameters() if p.grad is not None]).cpu()
 
 
 def _default_fails(model_name: str, batch: int, seed: int) -> dict:
     """Default DDP with a spare head: what the first iteration does, and what the second one says."""
     module = WithSpareHead(model_name, seed)
-    ddp, criterion = _ddp(module), loss_fn(model_name)
+    ddp, criterion = wrap_ddp(module), loss_fn(model_name)
     x, y = _batch(model_name, batch, 0, seed)
     _, issued = profiled(lambda: criterion(ddp(x), y).backward())
-    out = {"first_collectives": issued, "first_grad_spread": _spread(_flat_grads(module)), "error": None}
+    out = {"first_collectives": issued, "first_grad_spread": replica_spread(_flat_grads(module)), "error": None}
     x, y = _batch(model_name, batch, 1, seed)
     try:
         criterion(ddp(x), y).backward()
@@ -97,9 +83,9 @@ def _default_fails(model_name: str, batch: int, seed: int) -> dict:
 
 def _unused_on_rank(model_name: str, steps: int, batch: int, seed: int) -> dict:
     failed = _default_fails(model_name, batch, seed)
-    runs = {"no spare head": _ddp(build_model(model_name, seed=seed)),
-            "find_unused_parameters": _ddp(WithSpareHead(model_name, seed), find_unused_parameters=True),
-            "static_graph": _ddp(WithSpareHead(model_name, seed), static_graph=True)}
+    runs = {"no spare head": wrap_ddp(build_model(model_name, seed=seed)),
+            "find_unused_parameters": wrap_ddp(WithSpareHead(model_name, seed), find_unused_parameters=True),
+            "static_graph": wrap_ddp(WithSpareHead(model_name, seed), static_graph=True)}
     optimizers = {name: torch.optim.SGD(ddp.parameters(), lr=0.01) for name, ddp in runs.items()}
     criterion = loss_fn(model_name)
     times = {name: [] for name in runs}
@@ -129,7 +115,7 @@ def _unused_on_rank(model_name: str, steps: int, batch: int, seed: int) -> dict:
         rows.append({"setting": name, "median_step_s": statistics.median(times[name]),
                      "collectives_per_step": collectives[name],
                      "spare_grads_none": None if spare is None else all(p.grad is None for p in spare.parameters()),
-                     "replica_spread": _spread(torch.cat([p.detach().reshape(-1) for p in body.parameters()]))})
+                     "replica_spread": replica_spread(flat_weights(body))})
     return {"default": failed, "rows": rows}
 
 
@@ -165,7 +151,7 @@ def _views_on_rank(model_name: str, batch: int, seed: int) -> list[dict]:
     rows = []
     for as_view in (False, True):
         model = build_model(model_name, seed=seed)
-        ddp, criterion = _ddp(model, gradient_as_bucket_view=as_view), loss_fn(model_name)
+        ddp, criterion = wrap_ddp(model, gradient_as_bucket_view=as_view), loss_fn(model_name)
         buckets: dict[int, tuple[int, int]] = {}
 
         def recording_hook(state, bucket):

@@ -229,6 +229,9 @@ def _merge(row: CheckResult, per_rank: dict) -> None:
     row.outcome = worst["outcome"]
     prefix = f"rank {worst['rank']}: " if len(per_rank) > 1 else ""
     row.message = prefix + worst["message"]
+    echoes = [r for r in same_kind if r is not worst] if SEVERITY[worst_kind] != "failed" else []
+    if echoes:  # peers that raised *after* it were waiting for it (e.g. "connection reset by peer")
+        row.message += f"\n(the other ranks were left waiting for rank {worst['rank']} and failed after it)"
     if row.outcome == "grader_error":
         row.message = "the grader itself failed on this check - please report it:\n" + worst["message"]
 

@@ -21,14 +21,19 @@ from .. import context
 from .base import GradientSync
 
 
+def wrap_ddp(module, **options) -> DistributedDataParallel:
+    """``module`` on this rank's device inside ``DistributedDataParallel`` (``device_ids`` only on CUDA)."""
+    device = context.device()
+    return DistributedDataParallel(module.to(device), device_ids=[device] if device.type == "cuda" else None,
+                                   **options)
+
+
 class TorchDDP(GradientSync):
     name = "ddp"
 
     def __init__(self, model, timeline, bucket_mb=1.0, first_bucket_mb=None, **options):
         super().__init__(model, timeline, **options)
-        device = context.device()
-        self.ddp = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None,
-                                           bucket_cap_mb=bucket_mb)
+        self.ddp = wrap_ddp(model, bucket_cap_mb=bucket_mb)
         self.ddp.register_comm_hook(None, self._timed_allreduce)
 
     def wrap(self):
