@@ -86,6 +86,22 @@ def test_the_longest_option_does_not_give_the_answer_away(bank):
     assert len(longest) <= 0.35 * len(single), f"{len(longest)} of {len(single)}: {longest}"
 
 
+def test_no_length_rank_of_the_correct_option_is_a_safe_bet(bank):
+    """Always picking the option of one length rank (the longest, the second longest, ...) must not pay:
+    for each number of options, no rank holds more than 35% of the single-answer items."""
+    by_size: dict[int, list[int]] = {}
+    for item in bank.items:
+        if item.type == "single":
+            lengths = [len(option.text) for option in item.options]
+            right = next(i for i, option in enumerate(item.options) if option.correct)
+            order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+            by_size.setdefault(len(lengths), []).append(order.index(right))
+    for size, ranks in by_size.items():
+        if len(ranks) >= 20:  # too few items of this size to speak of a pattern
+            worst = max(ranks.count(k) for k in range(size))
+            assert worst <= 0.35 * len(ranks), (size, [ranks.count(k) for k in range(size)])
+
+
 def _notebook_text(name: str) -> tuple[set[str], str]:
     """(the headings of a notebook's markdown cells, the text of its code cells)."""
     cells = json.loads((BANK.parent / "notebooks" / name).read_text(encoding="utf-8"))["cells"]

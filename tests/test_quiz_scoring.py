@@ -24,9 +24,9 @@ def test_option_order_is_a_seeded_permutation(bank):
 
 def test_pick_items_by_topic_ids_and_exam(bank):
     assert [i.topic for i in pick_items(bank, "memory")] == ["memory"] * len(bank.topic("memory"))
-    assert [i.id for i in pick_items(bank, ["scaling-amdahl", "bucket-reverse-order"])] == \
-        ["scaling-amdahl", "bucket-reverse-order"]
-    assert [i.id for i in pick_items(bank, "scaling-amdahl")] == ["scaling-amdahl"]
+    assert [i.id for i in pick_items(bank, ["scaling-strong-vs-weak", "bucket-reverse-order"])] == \
+        ["scaling-strong-vs-weak", "bucket-reverse-order"]
+    assert [i.id for i in pick_items(bank, "scaling-strong-vs-weak")] == ["scaling-strong-vs-weak"]
     exam = pick_items(bank, exam=12, seed=4)
     assert len({i.id for i in exam}) == 12
     assert exam == pick_items(bank, exam=12, seed=4)
@@ -35,7 +35,7 @@ def test_pick_items_by_topic_ids_and_exam(bank):
 
 @pytest.mark.parametrize("what, exam, message", [
     ("nope", None, "no quiz item with id 'nope'"),
-    (["scaling-amdahl", "nope"], None, "no quiz item with id 'nope'"),
+    (["scaling-strong-vs-weak", "nope"], None, "no quiz item with id 'nope'"),
     (None, 0, "exam size 0 is not possible"),
     (None, 10_000, "exam size 10000 is not possible"),
     ("memory", 3, "not both"),
@@ -75,7 +75,7 @@ def test_correct_means_exactly_the_correct_set(multiple):
 
 
 def test_score_answers(bank, multiple):
-    single = bank.get("scaling-amdahl")
+    single = bank.get("scaling-strong-vs-weak")
     right = next(i for i, o in enumerate(single.options) if o.correct)
     wrong = next(o.text for o in multiple.options if not o.correct)
     result = score_answers(bank, {single.id: [right], multiple.id: multiple.expected[:2] + [wrong],
