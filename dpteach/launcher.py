@@ -42,9 +42,8 @@ import sys
 import tempfile
 import threading
 import time
-from datetime import timedelta
-
 from collections import deque
+from datetime import timedelta
 
 import cloudpickle
 import torch.distributed as dist
@@ -87,8 +86,8 @@ def launch(fn, world_size: int | None, args=(), kwargs=None, backend: str = "aut
     device:  ``"auto"``, ``"cpu"`` or ``"cuda"`` - where gloo ranks compute (``dpteach.device()`` in the rank).
     timeout: seconds before unfinished ranks are killed and ``TimeoutError`` is raised.
     env:     extra environment variables for the ranks, set before they import torch (for settings
-             read at start-up, such as ``TORCH_DISTRIBUTED_DEBUG``); not applied under torchrun,
-             where the ranks already run.
+             read at start-up, such as ``TORCH_DISTRIBUTED_DEBUG``). Under torchrun the ranks already
+             run: there the variables must already be set, or a ``ValueError`` says so.
     """
     if not callable(fn):
         raise TypeError(f"fn={fn!r} is not callable: pass the function each rank should run")
@@ -99,6 +98,10 @@ def launch(fn, world_size: int | None, args=(), kwargs=None, backend: str = "aut
     if not isinstance(env, dict) or not all(isinstance(k, str) and k and isinstance(v, str) for k, v in env.items()):
         raise ValueError(f"env={env!r} is not allowed: give a dict of variable names to string values")
     if under_torchrun():
+        missing = {k: v for k, v in env.items() if os.environ.get(k) != v}
+        if missing:
+            raise ValueError(f"env={missing!r} cannot be applied under torchrun: its ranks are already running; "
+                             f"set these variables in the environment torchrun starts from")
         return run_in_torchrun_world(fn, world_size, args, kwargs, backend, device)
     if "DPTEACH_PARENT_PID" in os.environ:
         raise RuntimeError("launch() was called inside a rank: ranks cannot start worlds of their own")

@@ -121,6 +121,15 @@ def test_env_reaches_every_rank_before_torch_reads_it():
     assert os.environ.get("DPTEACH_TEST_MARK") is None  # the caller's own environment is untouched
 
 
+def test_env_that_cannot_reach_torchruns_running_ranks_is_refused(monkeypatch):
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")  # this process now looks like a rank torchrun started
+    monkeypatch.setenv("TORCH_DISTRIBUTED_DEBUG", "DETAIL")
+    with pytest.raises(ValueError, match="cannot be applied under torchrun") as info:
+        dpteach.launch(_sum_of_ranks, None, args=(0,), env={"TORCH_DISTRIBUTED_DEBUG": "OFF"})
+    assert "'TORCH_DISTRIBUTED_DEBUG': 'OFF'" in str(info.value)
+
+
 def _native_abort():
     if dist.get_rank() == 0:
         print("about to abort from native code", flush=True)
