@@ -34,6 +34,11 @@ SEQ_LEN = 32            # transformer: tokens per input sequence
 # transformer needs a larger one: with SGD (no Adam) its embeddings and attention start slowly.
 DEFAULT_LR = {"mlp": 0.05, "cnn": 0.1, "transformer": 0.5}
 
+# Bucket caps (MiB) that give each model a few buckets, as DDP's 25 MiB does for models of hundreds of
+# MiB: with one or two buckets there would be nothing to launch while backward runs. The MLP's and
+# the CNN's gradients are 4.2 and 2.1 MiB, the transformer's 1.1 MiB.
+DEFAULT_BUCKET_MB = {"mlp": 1.0, "cnn": 1.0, "transformer": 0.25}
+
 
 class MLP(nn.Module):
     """The course's default model: 64 features -> 10 classes through five hidden layers of 512.

@@ -35,8 +35,9 @@ from torch.nn.utils import parameters_to_vector
 
 from . import context
 from .buckets import check_bucket_sizes
+from .link import Link
 from .data import global_batches, loss_fn, make_dataset, rank_microbatches, sample_batch
-from .models import DEFAULT_LR, build_model, check_model_name
+from .models import DEFAULT_BUCKET_MB, DEFAULT_LR, build_model, check_model_name
 from .sync import STRATEGIES, async_ps, make_strategy
 from .timeline import Timeline
 
@@ -53,7 +54,7 @@ class TrainConfig:
     steps: int = 20
     batch_per_rank: int = 32
     accum_steps: int = 1
-    bucket_mb: float = 1.0
+    bucket_mb: float | None = None  # None: the model's default (dpteach.models.DEFAULT_BUCKET_MB)
     first_bucket_mb: float | None = None
     optimizer: str = "sgd"
     lr: float | None = None
@@ -64,6 +65,11 @@ class TrainConfig:
     slow_rank: int | None = None  # async only: this worker sleeps slow_ms per update
     slow_ms: float = 0.0
     timing_warmup: int = 2  # steps left out of the median step time
+    link: Link | None = None  # an emulated network (dpteach/link.py); None: this machine's own transfers
+
+    def __post_init__(self):
+        if self.bucket_mb is None:
+            self.bucket_mb = DEFAULT_BUCKET_MB.get(self.model, 1.0)
 
     def check(self, world_size: int) -> "TrainConfig":
         """Every option checked before any rank starts; a ValueError names option, value, what is allowed."""
@@ -86,6 +92,12 @@ class TrainConfig:
             raise ValueError(f"slow_rank={self.slow_rank!r} is not allowed: use a rank in 0..{world_size - 1}")
         if self.max_staleness is not None and self.max_staleness < 0:
             raise ValueError(f"max_staleness={self.max_staleness!r} is not allowed: it must be >= 0 or None")
+        if self.link is not None and not isinstance(self.link, Link):
+            raise ValueError(f"link={self.link!r} is not allowed: give a dpteach.link.Link "
+                             f"(dpteach.link.resolve_link turns a preset name into one) or None")
+        if self.link is not None and self.strategy == "async":
+            raise ValueError("link is not allowed with strategy='async': its point-to-point messages are not "
+                             "emulated; leave link=None")
         return self
 
     def global_batch(self, world_size: int) -> int:
@@ -135,7 +147,7 @@ class SyncTrainer:
         self.model, self.dataset, self.criterion = _setup(config)
         self.timeline = Timeline(context.device())
         self.strategy = make_strategy(config.strategy, self.model, self.timeline, config.bucket_mb,
-                                      config.first_bucket_mb)
+                                      config.first_bucket_mb, link=config.link)
         self.module = self.strategy.wrap()
         self.optimizer = make_optimizer(config, self.model.parameters())
         self.batches = step_batches(config, self.dataset, self.world)
@@ -167,8 +179,10 @@ class SyncTrainer:
         self.wire_bytes.append(strategy.wire_bytes)
 
     def summary(self) -> dict:
-        return _summarise(self.config, self.model, self.losses, self.step_times, self.wire_bytes, self.timeline,
-                          hook_calls=getattr(self.strategy, "hook_calls", None))
+        summary = _summarise(self.config, self.model, self.losses, self.step_times, self.wire_bytes, self.timeline,
+                             hook_calls=getattr(self.strategy, "hook_calls", None))
+        summary["link"] = self.strategy.comm.report()  # None without an emulated link
+        return summary
 
 
 def train_on_rank(config: TrainConfig) -> dict:

@@ -5,9 +5,10 @@ import json
 
 from .. import context
 from ..experiments.compare import DEFAULT_STRATEGIES, compare_strategies
+from ..link import PRESETS
 
 COLUMNS = ("strategy", "step_time_s", "exposed_comm_s", "bytes_per_step", "final_loss",
-           "max_abs_diff_vs_single", "replicas_identical")
+           "max_abs_diff_vs_single", "replicas_identical", "link_report")
 
 
 def add_arguments(parser) -> None:
@@ -16,37 +17,62 @@ def add_arguments(parser) -> None:
     parser.add_argument("--model", default="mlp", help="mlp, cnn or transformer (default mlp)")
     parser.add_argument("--steps", type=int, default=20, help="optimizer steps per strategy (default 20)")
     parser.add_argument("--accum", type=int, default=1, help="micro-batches per step (gradient accumulation)")
-    parser.add_argument("--bucket-mb", type=float, default=1.0, help="bucket size cap in MB (default 1)")
+    parser.add_argument("--bucket-mb", type=float, default=None,
+                        help="bucket size cap in MiB (default: the model's, 1 for mlp and cnn, 0.25 for transformer)")
     parser.add_argument("--batch", type=int, default=32, help="samples per rank per micro-batch (default 32)")
     parser.add_argument("--optimizer", default="sgd", help="sgd or adam")
     parser.add_argument("--strategies", default=",".join(DEFAULT_STRATEGIES),
                         help="comma-separated strategies (local is the compute floor)")
     parser.add_argument("--backend", default="auto", help="auto, gloo or nccl")
+    parser.add_argument("--link", default=None, metavar="NAME",
+                        help=f"emulate a network for every collective: {', '.join(PRESETS)} (default: none)")
+    parser.add_argument("--link-alpha", type=float, default=None, metavar="S",
+                        help="a custom emulated link's latency per message, in seconds (with --link-beta)")
+    parser.add_argument("--link-beta", type=float, default=None, metavar="S_PER_BYTE",
+                        help="a custom emulated link's seconds per byte, 1 / bandwidth (with --link-alpha)")
     parser.add_argument("--sequential", action="store_true",
                         help="run the strategies one after another instead of step by step side by side")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _link(args):
+    custom = (args.link_alpha, args.link_beta)
+    if custom == (None, None):
+        return args.link
+    if None in custom or args.link is not None:
+        raise ValueError(f"--link {args.link!r} --link-alpha {args.link_alpha!r} --link-beta {args.link_beta!r} "
+                         f"is not allowed: give --link NAME, or both --link-alpha and --link-beta, not a mix")
+    return {"name": "custom", "alpha_s": args.link_alpha, "beta_s_per_byte": args.link_beta}
 
 
 def run(args) -> int:
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     report = compare_strategies(args.world_size, model=args.model, steps=args.steps, accum_steps=args.accum,
                                 bucket_mb=args.bucket_mb, strategies=strategies, optimizer=args.optimizer,
-                                backend=args.backend, batch_per_rank=args.batch, interleave=not args.sequential)
+                                backend=args.backend, batch_per_rank=args.batch, interleave=not args.sequential,
+                                link=_link(args))
     if context.rank() != 0:
         return 0  # under torchrun every rank ran the experiment; one of them reports it
     rows = [{k: row[k] for k in COLUMNS} for row in report["rows"]]
     if args.json:
-        keys = ("world_size", "backend", "device", "model", "steps", "accum_steps", "bucket_mb", "optimizer")
+        keys = ("world_size", "backend", "device", "model", "steps", "accum_steps", "bucket_mb", "optimizer", "link")
         print(json.dumps({**{k: report[k] for k in keys}, "rows": rows}, indent=2))
         return 0
     print(f"# {report['model']} on {report['world_size']} ranks ({report['backend']}, {report['device']}), "
           f"{report['steps']} steps, accumulation {report['accum_steps']}, buckets {report['bucket_mb']} MB")
+    if report["link"]:
+        link = report["link"]
+        print(f"# emulated link {link['name']}: {link['alpha_s'] * 1e6:g} us per message, "
+              f"{1 / link['beta_s_per_byte'] / 1e9 if link['beta_s_per_byte'] else float('inf'):g} GB/s; "
+              f"'set by' says whether the link or this machine set the time of most messages")
     width = max(len("strategy"), *(len(r["strategy"]) for r in rows))
     print(f"{'strategy':>{width}} {'step ms':>8} {'exposed ms':>10} {'MB/step':>8} {'final loss':>10} "
-          f"{'max|dθ| vs 1 proc':>17} {'replicas equal':>14}")
+          f"{'max|dθ| vs 1 proc':>17} {'replicas equal':>14}" + (f" {'set by':>8}" if report["link"] else ""))
     for r in rows:
         exposed = "-" if r["exposed_comm_s"] is None else f"{r['exposed_comm_s'] * 1e3:.1f}"
+        set_by = (r["link_report"] or {}).get("time_set_by", "-") if report["link"] else None
         print(f"{r['strategy']:>{width}} {r['step_time_s'] * 1e3:>8.1f} {exposed:>10} "
-              f"{r['bytes_per_step'] / 2**20:>8.2f} {r['final_loss']:>10.4f} {r['max_abs_diff_vs_single']:>17.2e} {str(r['replicas_identical']):>14}")
+              f"{r['bytes_per_step'] / 2**20:>8.2f} {r['final_loss']:>10.4f} {r['max_abs_diff_vs_single']:>17.2e} "
+              f"{str(r['replicas_identical']):>14}" + (f" {set_by:>8}" if set_by else ""))
     print("exposed = step time minus the step time of 'local' (no communication), measured in the same run")
     return 0

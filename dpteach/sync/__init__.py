@@ -44,6 +44,7 @@ STRATEGIES = {
 EXACT = ("naive", "bucketed", "overlap", "ddp", "deterministic")
 
 
-def make_strategy(name: str, model, timeline, bucket_mb: float = 1.0, first_bucket_mb=None):
+def make_strategy(name: str, model, timeline, bucket_mb: float = 1.0, first_bucket_mb=None, link=None):
+    """Strategy ``name`` for this rank's ``model``; ``link`` (a ``dpteach.link.Link``) emulates a network."""
     cls, options = STRATEGIES[name]
-    return cls(model, timeline, bucket_mb=bucket_mb, first_bucket_mb=first_bucket_mb, **options)
+    return cls(model, timeline, bucket_mb=bucket_mb, first_bucket_mb=first_bucket_mb, link=link, **options)

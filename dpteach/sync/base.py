@@ -18,6 +18,10 @@ the same flag when the hooks fire.
 Gradients are averaged, not summed: each rank's loss is a mean over its own batch, so the mean of
 the W ranks' gradients is the gradient of the mean over the global batch - the single-process
 gradient. (gloo has no AVG reduction, so strategies sum and divide by W.)
+
+Every strategy sends through ``self.comm`` (``dpteach/link.py``): straight to ``torch.distributed``,
+or, when the run chose a ``link``, through an emulated network that holds each collective back
+until that link would have delivered it.
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ import torch
 import torch.distributed as dist
 
 from ..costmodel import busbw_factor
+from ..link import Comm
 
 
 class GradientSync:
@@ -35,11 +40,12 @@ class GradientSync:
     name = "base"
     exact = True  # expected to equal single-process training up to float32 rounding
 
-    def __init__(self, model: torch.nn.Module, timeline, **options):
+    def __init__(self, model: torch.nn.Module, timeline, link=None, **options):
         self.model = model
         self.timeline = timeline
         self.options = options
         self.world = dist.get_world_size()
+        self.comm = Comm(link, self.world)
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.will_sync = True
         self.wire_bytes = 0  # bytes this rank sent in the current step
@@ -70,4 +76,4 @@ class GradientSync:
         """Divide by W, then sum across ranks: the mean, with no AVG op needed (DDP does the same)."""
         tensor.div_(self.world)
         self.count_all_reduce(tensor)
-        return dist.all_reduce(tensor, async_op=async_op)
+        return self.comm.all_reduce(tensor, async_op=async_op)

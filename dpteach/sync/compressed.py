@@ -28,7 +28,6 @@ the reference by a measured amount - which is the lesson of the practice questio
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 
 from ..buckets import build_buckets
 from .base import GradientSync
@@ -88,8 +87,8 @@ class CompressedSync(GradientSync):
             lost = grad - dequantize_int8(q, scales, self.chunk)
             all_q = [torch.empty_like(q) for _ in range(self.world)]
             all_scales = [torch.empty_like(scales) for _ in range(self.world)]
-            dist.all_gather(all_q, q)
-            dist.all_gather(all_scales, scales)
+            self.comm.all_gather(all_q, q)
+            self.comm.all_gather(all_scales, scales)
             self.wire_bytes += (self.world - 1) * (q.numel() * 1 + scales.numel() * 4)
             decoded = sum(dequantize_int8(a, b, self.chunk) for a, b in zip(all_q, all_scales))
             grad.copy_(decoded / self.world)
@@ -98,6 +97,6 @@ class CompressedSync(GradientSync):
         lost = grad - half.to(grad.dtype)
         half.div_(self.world)
         self.count_all_reduce(half)
-        dist.all_reduce(half)
+        self.comm.all_reduce(half)
         grad.copy_(half.to(grad.dtype))
         return lost

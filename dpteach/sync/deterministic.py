@@ -33,12 +33,8 @@ and adds them the same way: a data-parallel run with this strategy equals it bit
 (``torch.use_deterministic_algorithms``): atomics in some backward kernels add in arrival order.
 """
 import torch
-import torch.distributed as dist
 
 from .base import GradientSync
-
-# Newer torch releases call all_gather_into_tensor all_gather_single (and warn on the old name).
-_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 
 def sum_in_rank_order(pieces: torch.Tensor) -> torch.Tensor:
@@ -80,8 +76,8 @@ class DeterministicSync(GradientSync):
         self.buffer.div_(self.world)
         with self.timeline.span(step, "comm", lane="comm"):
             mine = torch.empty_like(self.buffer)  # W pieces of my chunk, piece r from rank r
-            dist.all_to_all_single(mine, self.buffer)
+            self.comm.all_to_all_single(mine, self.buffer)
             reduced = sum_in_rank_order(mine.view(self.world, self.chunk))
-            _all_gather(self.buffer, reduced)
+            self.comm.all_gather_into_tensor(self.buffer, reduced)
         self.count_all_reduce(self.buffer)
         set_gradients(self.params, self.buffer[:flat.numel()])

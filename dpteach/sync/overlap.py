@@ -23,10 +23,19 @@ How it is wired, step by step:
    all-reduce and copies the averages back into ``.grad``. Only then may the optimizer step.
 5. With gradient accumulation the hooks still fire on every micro-batch, but they do nothing
    unless the micro-batch was declared the syncing one *before* its forward (``micro_batch``).
+6. Reverse definition order is only a guess at the order backward produces gradients: in a
+   transformer a block's first LayerNorm gets its gradient after the attention below it, so a
+   bucket cut in reverse order can wait half of backward for one small tensor. As DDP's Reducer
+   does (lesson 03), the first step records the order in which gradients really became ready, and
+   from the second step on the buckets are cut in that order, with the same caps. Every rank uses
+   rank 0's order (one broadcast, once), so every rank launches the same buckets in the same order.
 """
 from __future__ import annotations
 
-from ..buckets import build_buckets
+import torch
+import torch.distributed as dist
+
+from ..buckets import Bucket, assign_buckets, build_buckets
 from .base import GradientSync
 
 
@@ -35,14 +44,20 @@ class OverlapSync(GradientSync):
 
     def __init__(self, model, timeline, bucket_mb=1.0, first_bucket_mb=None, **options):
         super().__init__(model, timeline, **options)
-        self.buckets = build_buckets(model, bucket_mb, first_bucket_mb)
+        self.caps = (bucket_mb, first_bucket_mb)
+        self._use_buckets(build_buckets(model, bucket_mb, first_bucket_mb))
+        self.ready_order = []  # the parameters, in the order their gradients became ready (first step)
+        self.rebuilt = False
+        self.hook_calls = 0
+        self.handles = [p.register_post_accumulate_grad_hook(self._on_gradient_ready) for p in self.params]
+        self._reset()
+
+    def _use_buckets(self, buckets) -> None:
+        self.buckets = buckets
         self.where = {}  # parameter -> (bucket, position inside the bucket)
         for bucket in self.buckets:
             for position, p in enumerate(bucket.params):
                 self.where[p] = (bucket, position)
-        self.hook_calls = 0
-        self.handles = [p.register_post_accumulate_grad_hook(self._on_gradient_ready) for p in self.params]
-        self._reset()
 
     def _reset(self) -> None:
         self.missing = [len(b.params) for b in self.buckets]  # gradients each bucket still waits for
@@ -57,6 +72,8 @@ class OverlapSync(GradientSync):
         self.hook_calls += 1
         if not self.will_sync:  # an accumulation micro-batch: the gradient just stays in param.grad
             return
+        if not self.rebuilt:
+            self.ready_order.append(param)
         bucket, position = self.where[param]
         bucket.copy_in(position)
         self.missing[bucket.index] -= 1
@@ -92,6 +109,19 @@ class OverlapSync(GradientSync):
                 work.wait()
         for bucket, _ in self.in_flight:
             bucket.copy_out()
+        if not self.rebuilt:
+            self._rebuild_in_ready_order()
+
+    def _rebuild_in_ready_order(self) -> None:
+        """Cut the buckets again in the order this step's gradients became ready (rank 0's order)."""
+        index = {p: i for i, p in enumerate(self.params)}
+        seen = [index[p] for p in self.ready_order]
+        order = torch.tensor(seen + [i for i in range(len(self.params)) if i not in set(seen)])
+        dist.broadcast(order, src=0)  # every rank must launch the same buckets in the same order
+        ready = [self.params[i] for i in order.tolist()]
+        groups = assign_buckets(ready[::-1], *self.caps)  # assign_buckets fills from the end of its list
+        self._use_buckets([Bucket.build(b, [ready[::-1][i] for i in group]) for b, group in enumerate(groups)])
+        self.rebuilt = True
 
     def close(self) -> None:
         for handle in self.handles:

@@ -1,0 +1,251 @@
+"""An emulated link: every collective runs for real, but finishes no earlier than a chosen network allows.
+
+Why. On a laptop the ranks' "network" is the operating system copying bytes between processes,
+and gloo's copies compete with backward for the same 2-4 cores. There, overlap is barely faster
+than sending after backward, 8-bit gradients are slower than float32, and a bucket-size sweep never
+shows the cost of one huge bucket - the opposite of what a real network shows. A learner can choose
+a link instead: the data still moves for real (results stay exact), but each collective completes
+only once the link would have delivered it.
+
+How one collective is timed, on every rank, when a strategy launches it::
+
+    cost     = the alpha-beta time of this collective on the link, with the ring algorithms gloo runs
+               (all-reduce: 2(W-1) alpha + 2(W-1)/W x n beta; all-gather, reduce-scatter and all-to-all
+               of n bytes in all: (W-1) alpha + (W-1)/W x n beta; Thakur, Rabenseifner & Gropp 2005)
+    start    = max(when it was launched, when this rank's link becomes free)
+    deadline = start + cost         # messages are serialised: a bucket queues behind the ones before it
+    done     = max(deadline, when the real collective finished)
+
+The bytes move for real at once, in the caller's order (gloo's own threads carry them), and the
+caller's completion is then held back until the deadline: a blocking call sleeps, an asynchronous
+one's future is completed by this rank's *release thread* when the deadline comes. Sleeping costs no
+CPU, so backward goes on computing while a bucket is "on the wire" (on GPUs NCCL's kernels do take
+SMs: lesson 04). If the real collective finishes *after* its deadline, this machine, not the link,
+set that message's time - a link faster than the machine's own transfers cannot be emulated - and
+the message is counted as ``machine_bound``; runs report the share, and lessons say so. (On 2 cores
+the real transfers of the first buckets still take some CPU from backward: that is this machine's
+cost, measured, not the link's.)
+
+What it leaves out: congestion between several links, the skew between ranks (each rank starts its
+link clock when *it* launches), and TCP's own dynamics.
+``tests/test_link_shaped.py`` holds the emulation against the kernel's own shaping (``tc``) of a
+real virtual link.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+import threading
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from . import costmodel
+
+RING_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+
+
+@dataclass(frozen=True)
+class Link:
+    """A network as the alpha-beta model sees it: ``alpha_s`` per message, ``beta_s_per_byte`` per byte."""
+
+    name: str
+    alpha_s: float
+    beta_s_per_byte: float
+    source: str = ""
+
+    @classmethod
+    def from_bandwidth(cls, name: str, alpha_s: float, bandwidth_GBps: float, source: str = "") -> "Link":
+        beta = 0.0 if math.isinf(bandwidth_GBps) else 1.0 / (bandwidth_GBps * 1e9)
+        return cls(name, alpha_s, beta, source)
+
+    @property
+    def bandwidth_GBps(self) -> float:
+        return math.inf if self.beta_s_per_byte == 0 else 1.0 / self.beta_s_per_byte / 1e9
+
+    @property
+    def params(self) -> costmodel.LinkParams:
+        return costmodel.LinkParams(self.alpha_s, self.beta_s_per_byte)
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "alpha_s": self.alpha_s, "beta_s_per_byte": self.beta_s_per_byte}
+
+    def collective_time(self, kind: str, nbytes: float, world_size: int) -> float:
+        """Seconds the ring version of collective ``kind`` on ``nbytes`` (in all) takes on this link."""
+        if kind not in RING_COLLECTIVES:
+            raise ValueError(f"kind={kind!r} is not allowed: choose one of {', '.join(RING_COLLECTIVES)}")
+        if world_size < 2:
+            return 0.0
+        if kind == "all_reduce":
+            return costmodel.ring_allreduce_time(nbytes, world_size, self.params)
+        w = world_size
+        return (w - 1) * self.alpha_s + (w - 1) / w * nbytes * self.beta_s_per_byte
+
+
+# Order-of-magnitude figures per direction, as published; latency is the time one message costs
+# before its first byte arrives. Measure your own: ``dpteach bench``, or nccl-tests on GPUs.
+PRESETS = {
+    "nvlink": Link.from_bandwidth("nvlink", 3e-6, 450.0, "NVLink 4 (H100): 900 GB/s bidirectional per GPU"),
+    "pcie": Link.from_bandwidth("pcie", 5e-6, 25.0, "PCIe 4.0 x16: 32 GB/s per direction, about 25 achieved"),
+    "ib": Link.from_bandwidth("ib", 5e-6, 50.0, "InfiniBand NDR: 400 Gb/s per port"),
+    "10gbe": Link.from_bandwidth("10gbe", 25e-6, 1.25, "10 Gbit/s Ethernet, TCP: tens of microseconds"),
+    "1gbe": Link.from_bandwidth("1gbe", 50e-6, 0.125, "1 Gbit/s Ethernet, TCP: tens of microseconds"),
+}
+
+
+def resolve_link(link) -> Link | None:
+    """``None``, a preset name, a :class:`Link`, or ``{"alpha_s", "beta_s_per_byte"[, "name"]}`` -> Link."""
+    if link is None or isinstance(link, Link):
+        return link
+    if isinstance(link, str):
+        if link not in PRESETS:
+            raise ValueError(f"link={link!r} is not allowed: choose one of {', '.join(PRESETS)}, give "
+                             f"{{'alpha_s': ..., 'beta_s_per_byte': ...}}, or None for no emulated link")
+        return PRESETS[link]
+    if isinstance(link, dict) and {"alpha_s", "beta_s_per_byte"} <= set(link):
+        alpha, beta = link["alpha_s"], link["beta_s_per_byte"]
+        for name, value in (("alpha_s", alpha), ("beta_s_per_byte", beta)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                    or value < 0:
+                raise ValueError(f"link[{name!r}]={value!r} is not allowed: it must be a number of seconds >= 0")
+        return Link(str(link.get("name", "custom")), float(alpha), float(beta), "given")
+    raise ValueError(f"link={link!r} is not allowed: give a preset name ({', '.join(PRESETS)}), a dict with "
+                     f"alpha_s and beta_s_per_byte, or None")
+
+
+SLACK_S = 200e-6  # a message finishing this little after its deadline still counts as the link's
+
+
+class _LinkWork:
+    """What an asynchronous launch returns: ``wait()`` and ``get_future()``, done at the link's deadline."""
+
+    def __init__(self, work, deadline: float, emulator: "EmulatedLink"):
+        self.work, self.deadline, self.emulator = work, deadline, emulator
+        self.future = torch.futures.Future()
+        self._counted = threading.Lock()
+        work.get_future().then(self._on_real_done)
+
+    def _count(self) -> None:
+        if self._counted.acquire(blocking=False):  # once, by whichever path sees the real finish first
+            self.emulator._finished(self.deadline)
+
+    def _on_real_done(self, real) -> None:  # on gloo's thread, the moment the bytes have moved
+        try:
+            value = real.value()
+        except Exception as exc:  # the real collective failed: the caller hears it at once
+            self.future.set_exception(exc)
+            return
+        self._count()
+        self.emulator.release_at(self.deadline, self.future, value)
+
+    def wait(self) -> bool:
+        self.work.wait()
+        self._count()
+        remaining = self.deadline - time.perf_counter()
+        if remaining > 0:
+            time.sleep(remaining)  # a sleep: no CPU taken from compute
+        return True
+
+    def get_future(self) -> torch.futures.Future:
+        return self.future
+
+
+class EmulatedLink:
+    """This rank's side of an emulated link: when each message may complete, and what set its time."""
+
+    def __init__(self, link: Link, world_size: int):
+        self.link, self.world = link, world_size
+        self.busy_until = 0.0
+        self.messages = 0
+        self.machine_bound = 0  # messages whose real transfer finished after the link's deadline
+        self.link_seconds = 0.0  # the time the link needed for every message launched
+        self._lock = threading.Condition()
+        self._due: list = []  # (deadline, sequence, future, value): futures the release thread completes
+        self._sequence = 0
+        threading.Thread(target=self._release, name="dpteach-link-release", daemon=True).start()
+
+    def launch(self, kind: str, nbytes: int, start_real, async_op: bool):
+        """Start collective ``kind`` for real (``start_real()`` returns its work) and time it on the link."""
+        cost = self.link.collective_time(kind, nbytes, self.world)
+        with self._lock:
+            self.busy_until = max(time.perf_counter(), self.busy_until) + cost
+            self.messages += 1
+            self.link_seconds += cost
+            deadline = self.busy_until
+        work = _LinkWork(start_real(), deadline, self)
+        if async_op:
+            return work
+        work.wait()
+        return None
+
+    def _finished(self, deadline: float) -> None:
+        late = time.perf_counter() > deadline + SLACK_S
+        with self._lock:
+            self.machine_bound += late
+
+    def release_at(self, deadline: float, future, value) -> None:
+        with self._lock:
+            self._sequence += 1
+            heapq.heappush(self._due, (deadline, self._sequence, future, value))
+            self._lock.notify()
+
+    def _release(self) -> None:
+        while True:
+            with self._lock:
+                while not self._due or self._due[0][0] > time.perf_counter():
+                    self._lock.wait(None if not self._due else self._due[0][0] - time.perf_counter())
+                _, _, future, value = heapq.heappop(self._due)
+            future.set_result(value)
+
+    def report(self) -> dict:
+        with self._lock:
+            share = self.machine_bound / self.messages if self.messages else 0.0
+            return {**self.link.as_dict(), "messages": self.messages, "machine_bound": self.machine_bound,
+                    "machine_bound_share": share, "link_seconds": self.link_seconds,
+                    "time_set_by": "machine" if share > 0.5 else "link"}
+
+
+class Comm:
+    """The collectives a strategy uses, each on the emulated link when there is one, else straight to torch.
+
+    Every call takes the same arguments as its ``torch.distributed`` namesake (plus ``async_op``) and
+    returns a work handle (``wait()``, ``get_future()``) when asynchronous, ``None`` when blocking.
+    """
+
+    def __init__(self, link: Link | None, world_size: int):
+        self.emulator = EmulatedLink(link, world_size) if link is not None else None
+
+    def _run(self, kind: str, nbytes: int, start_real, async_op: bool):
+        if self.emulator is None:
+            work = start_real()
+            if async_op:
+                return work
+            work.wait()
+            return None
+        return self.emulator.launch(kind, nbytes, start_real, async_op)
+
+    def all_reduce(self, tensor: torch.Tensor, async_op: bool = False):
+        return self._run("all_reduce", tensor.numel() * tensor.element_size(),
+                         lambda: dist.all_reduce(tensor, async_op=True), async_op)
+
+    def all_gather(self, outputs: list, tensor: torch.Tensor, async_op: bool = False):
+        total = tensor.numel() * tensor.element_size() * len(outputs)
+        return self._run("all_gather", total,
+                         lambda: dist.all_gather(outputs, tensor, async_op=True), async_op)
+
+    def all_gather_into_tensor(self, output: torch.Tensor, tensor: torch.Tensor, async_op: bool = False):
+        # Newer torch releases call all_gather_into_tensor all_gather_single (and warn on the old name).
+        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        return self._run("all_gather", output.numel() * output.element_size(),
+                         lambda: gather(output, tensor, async_op=True), async_op)
+
+    def all_to_all_single(self, output: torch.Tensor, tensor: torch.Tensor, async_op: bool = False):
+        return self._run("all_to_all", tensor.numel() * tensor.element_size(),
+                         lambda: dist.all_to_all_single(output, tensor, async_op=True),
+                         async_op)
+
+    def report(self) -> dict | None:
+        """Messages, the link's time for them, and how many this machine was too slow to emulate."""
+        return None if self.emulator is None else self.emulator.report()
