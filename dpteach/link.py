@@ -16,15 +16,20 @@ How one collective is timed, on every rank, when a strategy launches it::
     deadline = start + cost         # messages are serialised: a bucket queues behind the ones before it
     done     = max(deadline, when the real collective finished)
 
-The bytes move for real at once, in the caller's order (gloo's own threads carry them), and the
-caller's completion is then held back until the deadline: a blocking call sleeps, an asynchronous
-one's future is completed by this rank's *release thread* when the deadline comes. Sleeping costs no
-CPU, so backward goes on computing while a bucket is "on the wire" (on GPUs NCCL's kernels do take
-SMs: lesson 04). If the real collective finishes *after* its deadline, this machine, not the link,
-set that message's time - a link faster than the machine's own transfers cannot be emulated - and
-the message is counted as ``machine_bound``; runs report the share, and lessons say so. (On 2 cores
-the real transfers of the first buckets still take some CPU from backward: that is this machine's
-cost, measured, not the link's.)
+The bytes move for real at once, in the caller's order (gloo's own threads carry them, standing in
+for a network card), and the caller's completion is then held back until the deadline: a blocking
+call sleeps, an asynchronous one's future is completed by this rank's *release thread* when the
+deadline comes (or, if the bytes have not arrived by then, when they do). Sleeping costs no CPU,
+so backward goes on computing while a bucket is "on the wire" (on GPUs NCCL's kernels do take SMs:
+lesson 04). If the real collective finishes *after* its deadline, this machine, not the link, set
+that message's time - a link faster than the machine's own transfers cannot be emulated - and
+the message is counted as ``machine_bound``; runs report the share, and lessons say so.
+
+A network card moves bytes without the CPU; gloo's threads need it. On a laptop whose cores are all
+busy computing, they would wait their turn for milliseconds, and a bucket would arrive late because
+of the scheduler, not the link. So a rank that emulates a link runs its compute thread at the lowest
+priority (``nice`` 19, Linux): whenever gloo has bytes to move it runs at once, and the CPU the copy
+takes is still taken from compute, as measured.
 
 What it leaves out: congestion between several links, the skew between ranks (each rank starts its
 link clock when *it* launches), and TCP's own dynamics.
@@ -35,6 +40,8 @@ from __future__ import annotations
 
 import heapq
 import math
+import os
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -119,50 +126,72 @@ SLACK_S = 200e-6  # a message finishing this little after its deadline still cou
 
 
 class _LinkWork:
-    """What an asynchronous launch returns: ``wait()`` and ``get_future()``, done at the link's deadline."""
+    """A collective on the link. Blocking: ``wait()`` right after launch. Asynchronous: the release thread
+    looks at it at its deadline and completes ``get_future()`` then, or when the bytes arrive if later."""
 
-    def __init__(self, work, deadline: float, emulator: "EmulatedLink"):
+    def __init__(self, work, deadline: float, emulator: "EmulatedLink", async_op: bool):
         self.work, self.deadline, self.emulator = work, deadline, emulator
-        self.future = torch.futures.Future()
-        self._counted = threading.Lock()
-        work.get_future().then(self._on_real_done)
+        self.future = torch.futures.Future() if async_op else None
+        if async_op:
+            emulator.release_at(deadline, self)
 
-    def _count(self) -> None:
-        if self._counted.acquire(blocking=False):  # once, by whichever path sees the real finish first
-            self.emulator._finished(self.deadline)
+    def release(self) -> None:
+        """At the deadline, on the release thread: were the bytes there in time?"""
+        if self.work.is_completed():  # the link set the time: no callback on gloo's thread needed
+            self.emulator._finished(late=False)
+            self._complete(self.work.get_future())
+        else:  # this machine is slower than the link: complete when the real transfer does
+            self.work.get_future().then(self._late)
 
-    def _on_real_done(self, real) -> None:  # on gloo's thread, the moment the bytes have moved
+    def _late(self, real) -> None:
+        self.emulator._finished(late=True)
+        self._complete(real)
+
+    def _complete(self, real) -> None:
         try:
-            value = real.value()
-        except Exception as exc:  # the real collective failed: the caller hears it at once
+            self.future.set_result(real.value())
+        except Exception as exc:  # the real collective failed: the caller hears it
             self.future.set_exception(exc)
-            return
-        self._count()
-        self.emulator.release_at(self.deadline, self.future, value)
 
     def wait(self) -> bool:
-        self.work.wait()
-        self._count()
+        if self.future is not None:  # asynchronous: the release thread decides when it is done
+            self.future.wait()
+            return True
+        self.work.wait()  # blocking, called right after launch: the clock tells whether it was late
+        late = time.perf_counter() > self.deadline + SLACK_S
+        self.emulator._finished(late=late)
         remaining = self.deadline - time.perf_counter()
         if remaining > 0:
             time.sleep(remaining)  # a sleep: no CPU taken from compute
         return True
 
     def get_future(self) -> torch.futures.Future:
+        if self.future is None:
+            raise RuntimeError("get_future() needs a collective launched with async_op=True")
         return self.future
+
+
+def _give_way_to_transfers() -> None:
+    """Lowest priority for the calling (compute) thread, so that gloo's threads run the moment they can."""
+    if hasattr(os, "setpriority") and sys.platform.startswith("linux"):
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)  # one thread on Linux
+        except OSError:
+            pass
 
 
 class EmulatedLink:
     """This rank's side of an emulated link: when each message may complete, and what set its time."""
 
     def __init__(self, link: Link, world_size: int):
+        _give_way_to_transfers()
         self.link, self.world = link, world_size
         self.busy_until = 0.0
         self.messages = 0
         self.machine_bound = 0  # messages whose real transfer finished after the link's deadline
         self.link_seconds = 0.0  # the time the link needed for every message launched
         self._lock = threading.Condition()
-        self._due: list = []  # (deadline, sequence, future, value): futures the release thread completes
+        self._due: list = []  # (deadline, sequence, work): asynchronous collectives the release thread completes
         self._sequence = 0
         threading.Thread(target=self._release, name="dpteach-link-release", daemon=True).start()
 
@@ -174,21 +203,20 @@ class EmulatedLink:
             self.messages += 1
             self.link_seconds += cost
             deadline = self.busy_until
-        work = _LinkWork(start_real(), deadline, self)
+        work = _LinkWork(start_real(), deadline, self, async_op)
         if async_op:
             return work
         work.wait()
         return None
 
-    def _finished(self, deadline: float) -> None:
-        late = time.perf_counter() > deadline + SLACK_S
+    def _finished(self, late: bool) -> None:
         with self._lock:
             self.machine_bound += late
 
-    def release_at(self, deadline: float, future, value) -> None:
+    def release_at(self, deadline: float, work: _LinkWork) -> None:
         with self._lock:
             self._sequence += 1
-            heapq.heappush(self._due, (deadline, self._sequence, future, value))
+            heapq.heappush(self._due, (deadline, self._sequence, work))
             self._lock.notify()
 
     def _release(self) -> None:
@@ -196,8 +224,8 @@ class EmulatedLink:
             with self._lock:
                 while not self._due or self._due[0][0] > time.perf_counter():
                     self._lock.wait(None if not self._due else self._due[0][0] - time.perf_counter())
-                _, _, future, value = heapq.heappop(self._due)
-            future.set_result(value)
+                _, _, work = heapq.heappop(self._due)
+            work.release()
 
     def report(self) -> dict:
         with self._lock:

@@ -171,10 +171,37 @@ def test_compare_cli_json_and_errors():
     report = json.loads(out.stdout)
     assert {"world_size", "backend", "device", "model", "rows"} <= set(report)
     assert [r["strategy"] for r in report["rows"]] == ["local", "naive", "overlap", "ddp"]
+    assert report["link"] is None  # no emulated link unless asked for
     for row in report["rows"]:
         assert set(row) == {"strategy", "step_time_s", "exposed_comm_s", "bytes_per_step", "final_loss",
-                            "max_abs_diff_vs_single", "replicas_identical"}
+                            "max_abs_diff_vs_single", "replicas_identical", "link_report"}
+        assert row["link_report"] is None
         if row["strategy"] != "local":
             assert row["replicas_identical"] and row["max_abs_diff_vs_single"] <= SGD_TOLERANCE
     bad = subprocess.run([*cmd[:-1], "--accum", "0"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "accum_steps=0 is not allowed" in bad.stderr
+    for extra, message in ((["--link", "5gbe"], "link='5gbe' is not allowed"),
+                           (["--link-alpha", "1e-5"], "give --link NAME, or both --link-alpha and --link-beta")):
+        bad = subprocess.run([*cmd[:-1], *extra], capture_output=True, text=True, timeout=60)
+        assert bad.returncode == 2 and message in bad.stderr, bad.stderr
+
+
+def test_compare_on_an_emulated_link_stays_exact_and_reports_the_link():
+    cmd = [sys.executable, "-m", "dpteach.cli", "compare", "-w", "2", "--steps", "4", "--batch", "8",
+           "--strategies", "local,bucketed,overlap,ddp,fp16,async", "--link-alpha", "2e-3", "--link-beta", "1e-9",
+           "--json"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["link"] == {"name": "custom", "alpha_s": 2e-3, "beta_s_per_byte": 1e-9}
+    rows = {row["strategy"]: row for row in report["rows"]}
+    link_s = report["rows"][0]["link_report"]  # local sends nothing: no account
+    assert link_s is None and rows["async"]["link_report"] is None  # not emulated: said so
+    for name in ("bucketed", "overlap", "ddp"):
+        assert rows[name]["max_abs_diff_vs_single"] <= SGD_TOLERANCE and rows[name]["replicas_identical"]
+        account = rows[name]["link_report"]
+        assert account["messages_per_step"] >= 1 and account["time_set_by"] in ("link", "machine")
+        # at 2 ms per message, every message costs at least 2(W-1) alpha = 4 ms of link time
+        assert account["link_seconds_per_step"] >= 4e-3 * account["messages_per_step"]
+    # the step can be no shorter than the link's time for what bucketed sends after backward
+    assert rows["bucketed"]["exposed_comm_s"] >= 0.9 * rows["bucketed"]["link_report"]["link_seconds_per_step"]

@@ -25,8 +25,10 @@ from .. import context, costmodel
 from ..backend import resolve_world
 from ..buckets import assign_buckets
 from ..launcher import launch
+from ..link import resolve_link
 from ..models import build_model, check_model_name
 from ..train import TrainConfig, train_interleaved_on_rank
+from .compare import link_report
 from .machine import link_on_rank
 
 DEFAULT_SIZES_MB = (0.01, 0.25, 1.0, 4.0, 32.0)
@@ -81,26 +83,37 @@ def _sweep_on_rank(configs: list[TrainConfig]) -> dict:
         first = config.timing_warmup if config.steps > config.timing_warmup else 0
         exact = rank == 0 and config.strategy != "local"
         runs.append({"median_step_s": out["median_step_s"], "wire_bytes_per_step": out["wire_bytes_per_step"],
+                     "link": out["link"], "step_times": out["step_times"],
                      "comm_s": _comm_per_step(out["spans"], first), "messages": _messages_in_step(out["spans"], first),
                      "replica_spread": out["replica_spread"],
                      "max_abs_diff_vs_naive": (out["params"] - reference).abs().max().item() if exact else None})
     return {"link": link, "runs": runs}
 
 
+SWEPT = ("bucketed", "overlap")
+
+
 def bucket_size_sweep(world_size: int = 2, model: str = "mlp", bucket_sizes_mb=DEFAULT_SIZES_MB,
-                      steps: int = 10, batch_per_rank: int = 32, backend: str = "auto",
-                      device: str = "auto") -> dict:
+                      steps: int = 10, batch_per_rank: int = 32, strategies=("bucketed",), link=None,
+                      backend: str = "auto", device: str = "auto") -> dict:
     """Step time of per-parameter vs bucketed all-reduce, over bucket sizes, in one launch.
+
+    ``strategies``: which bucketed strategies to sweep, ``bucketed`` (after backward) and/or ``overlap``
+    (launched during backward: its step time shows both sides of the trade-off - many small buckets
+    pay a latency each, one huge bucket cannot leave before backward ends). ``link``: an emulated
+    network (``dpteach.link``); the predictions then use its alpha and beta instead of this machine's.
 
     Returns plain data::
 
-        {"world_size", "model", "num_tensors", "grad_bytes", "alpha_s", "beta_s_per_byte",
+        {"world_size", "model", "link" (the emulated link, or None), "num_tensors", "grad_bytes",
+         "alpha_s", "beta_s_per_byte" (the emulated link's, else this machine's, measured),
          "latency_per_allreduce_s" (= 2(W-1) alpha), "local_step_s",
          "rows": [{"strategy", "bucket_mb" (None for naive/local), "label", "num_buckets",
                    "messages_per_step" (counted from the run's spans), "bytes_per_step", "step_time_s",
                    "comm_s" (time inside the all-reduces, from the run's spans),
                    "exposed_comm_s" (step - local), "predicted_latency_s" (messages x latency),
-                   "predicted_comm_s" (+ bandwidth term), "max_abs_diff_vs_naive"}, ...]}
+                   "predicted_comm_s" (+ bandwidth term), "max_abs_diff_vs_naive",
+                   "time_set_by" ("link" or "machine", with an emulated link)}, ...]}
     """
     check_model_name(model)
     sizes = sorted({float(s) for s in bucket_sizes_mb})
@@ -109,9 +122,13 @@ def bucket_size_sweep(world_size: int = 2, model: str = "mlp", bucket_sizes_mb=D
     for name, value, low in (("steps", steps, 3),):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{name}={value!r} is not allowed: it must be an integer >= {low}")
-    base = TrainConfig(model=model, steps=steps, batch_per_rank=batch_per_rank, timing_warmup=2)
+    strategies = tuple(strategies)
+    if not strategies or any(s not in SWEPT for s in strategies):
+        raise ValueError(f"strategies={strategies!r} is not allowed: choose from {', '.join(SWEPT)}")
+    emulated = resolve_link(link)
+    base = TrainConfig(model=model, steps=steps, batch_per_rank=batch_per_rank, timing_warmup=2, link=emulated)
     configs = [replace(base, strategy="local"), replace(base, strategy="naive")]
-    configs += [replace(base, strategy="bucketed", bucket_mb=s) for s in sizes]
+    configs += [replace(base, strategy=name, bucket_mb=s) for name in strategies for s in sizes]
     world_size, placement = resolve_world(world_size, backend, device)
     if world_size < 2:
         raise ValueError(f"world_size={world_size!r} is not allowed: an all-reduce needs at least 2 ranks")
@@ -119,7 +136,7 @@ def bucket_size_sweep(world_size: int = 2, model: str = "mlp", bucket_sizes_mb=D
         config.check(world_size)
     ranks = launch(_sweep_on_rank, world_size, args=(configs,), backend=placement.backend,
                    device=placement.device_type, timeout=600)
-    link = ranks[0]["link"]
+    link = emulated.as_dict() if emulated is not None else ranks[0]["link"]
     params = costmodel.LinkParams(link["alpha_s"], link["beta_s_per_byte"])
     per_message = costmodel.predict("ring", 0, world_size, params)
     tensors = [p for p in build_model(model).parameters() if p.requires_grad]
@@ -137,10 +154,11 @@ def bucket_size_sweep(world_size: int = 2, model: str = "mlp", bucket_sizes_mb=D
     for i, config in enumerate(configs):
         first = ranks[0]["runs"][i]
         messages = first["messages"]
-        bucketed = config.strategy == "bucketed"
+        bucketed = config.strategy in SWEPT
+        label = f"{config.bucket_mb:g} MiB" if bucketed else config.strategy
         rows.append({
             "strategy": config.strategy, "bucket_mb": config.bucket_mb if bucketed else None,
-            "label": f"{config.bucket_mb:g} MiB" if bucketed else config.strategy,
+            "label": f"{config.strategy} {label}" if bucketed and len(strategies) > 1 else label,
             "num_buckets": len(assign_buckets(tensors, config.bucket_mb)) if bucketed else None,
             "messages_per_step": messages, "bytes_per_step": first["wire_bytes_per_step"],
             "step_time_s": step_time(i), "comm_s": mean(i, "comm_s"), "exposed_comm_s": max(0.0, step_time(i) - local),
@@ -148,8 +166,10 @@ def bucket_size_sweep(world_size: int = 2, model: str = "mlp", bucket_sizes_mb=D
             "predicted_comm_s": messages * per_message + (bandwidth_s if messages else 0.0),
             "max_abs_diff_vs_naive": first.get("max_abs_diff_vs_naive"),
             "replicas_identical": all(r["runs"][i]["replica_spread"] == 0.0 for r in ranks),
+            "time_set_by": (link_report([r["runs"][i] for r in ranks]) or {}).get("time_set_by"),
         })
-    return {"world_size": world_size, "model": model, "backend": placement.backend, "device": placement.device_type,
+    return {"world_size": world_size, "model": model, "link": None if emulated is None else emulated.as_dict(),
+            "strategies": strategies, "backend": placement.backend, "device": placement.device_type,
             "num_tensors": len(tensors), "grad_bytes": grad_bytes, "alpha_s": link["alpha_s"],
             "beta_s_per_byte": link["beta_s_per_byte"], "latency_per_allreduce_s": per_message,
             "local_step_s": local, "rows": rows, "steps": steps, "batch_per_rank": batch_per_rank}

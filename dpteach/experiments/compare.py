@@ -47,7 +47,7 @@ def _train_each(configs: list[TrainConfig], interleave: bool = False) -> list[di
     return [results[i] for i in range(len(configs))]
 
 
-def _link_report(ranks: list[dict]) -> dict | None:
+def link_report(ranks: list[dict]) -> dict | None:
     """The emulated link's account over all ranks: the worst rank's share of machine-bound messages."""
     reports = [r.get("link") for r in ranks if r.get("link") and r["link"]["messages"]]
     if not reports:
@@ -68,7 +68,7 @@ def _row(name: str, ranks: list[dict], reference: dict, local_step: float | None
         "bytes_per_step": statistics.mean(sent) if sent else 0.0,
         "final_loss": ranks[0]["losses"][-1], "max_abs_diff_vs_single": diff,
         "replicas_identical": all(r["replica_spread"] == 0.0 for r in ranks),
-        "exact": name in EXACT, "link_report": _link_report(ranks),
+        "exact": name in EXACT, "link_report": link_report(ranks),
     }
 
 
