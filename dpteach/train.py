@@ -62,7 +62,7 @@ class TrainConfig:
     seed: int = 0
     num_samples: int | None = None  # default: exactly one epoch for all steps
     max_staleness: int | None = None  # async only
-    slow_rank: int | None = None  # async only: this worker sleeps slow_ms per update
+    slow_rank: int | None = None  # a straggler: this rank sleeps slow_ms per step (async: per update)
     slow_ms: float = 0.0
     timing_warmup: int = 2  # steps left out of the median step time
     link: Link | None = None  # an emulated network (dpteach/link.py); None: this machine's own transfers
@@ -159,6 +159,8 @@ class SyncTrainer:
                                           config.accum_steps)
         strategy.start_step(step)
         start = time.perf_counter()
+        if self.rank == config.slow_rank:  # a straggler: slower compute, or a busier machine
+            time.sleep(config.slow_ms / 1e3)
         step_loss = torch.zeros((), dtype=torch.float64, device=device)  # read once per step: no sync per micro-batch
         for k, indices in enumerate(micro_batches):
             x, y = (t.to(device) for t in sample_batch(self.dataset, indices))
@@ -192,9 +194,10 @@ def train_on_rank(config: TrainConfig) -> dict:
     trainer = SyncTrainer(config)
     dist.barrier()
     trainer.timeline.restart()
+    started = time.perf_counter()
     for step in range(config.steps):
         trainer.step(step)
-    return trainer.summary()
+    return {**trainer.summary(), "started_at": started}
 
 
 def train_interleaved_on_rank(configs: list[TrainConfig]) -> list[dict]:
@@ -223,6 +226,7 @@ def _train_async(config, model, dataset, criterion, timeline) -> dict:
     batches = list(_take(step_batches(config, dataset, workers), config.steps))
     dist.barrier()
     timeline.restart()
+    started = time.perf_counter()
     if rank == 0:
         server = async_ps.serve(model, optimizer, config.steps * workers, config.max_staleness, timeline)
         result = {"step_times": [], "wire_bytes": 0.0}
@@ -248,6 +252,7 @@ def _train_async(config, model, dataset, criterion, timeline) -> dict:
     summary = _summarise(config, model, losses, result["step_times"], [result["wire_bytes"]], timeline)
     summary["replica_spread"] = workers_spread
     summary["async"] = server
+    summary["started_at"] = started
     return summary
 
 

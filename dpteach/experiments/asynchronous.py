@@ -15,9 +15,13 @@ Deep Networks", 2012). This experiment runs, in ONE world:
   the worker retries on fresh weights (a drop policy; stale-synchronous parallel, Ho et al. 2013,
   makes the fastest worker wait instead and drops nothing).
 
-To compare learning, rank 0 evaluates the weights after every optimizer step on a fixed held-out
-batch (a global optimizer post-step hook, ``register_optimizer_step_post_hook``: the trainer itself
-is not changed). Asynchronous pushes each carry B samples; a synchronous step carries B x W.
+To compare learning, rank 0 keeps a copy of the weights after every optimizer step, with the time
+(a global optimizer post-step hook, ``register_optimizer_step_post_hook``: the trainer itself is not
+changed), and evaluates every copy on a fixed held-out batch *after* the run, so that evaluation
+never delays training. Asynchronous pushes each carry B samples; a synchronous step carries B x W.
+The slow worker also gets a synchronous run (``sync, rank W-1 slow``): held-out loss against
+wall-clock time then shows what asynchrony buys - the fast workers never wait - and, next to the
+staleness and irreproducibility, what it costs.
 """
 from __future__ import annotations
 
@@ -39,19 +43,25 @@ EVAL_SAMPLES = 256
 EVAL_SEED_OFFSET = 1000  # a held-out sample of the same task (dpteach.data: the seed picks samples, not the task)
 
 
-def _eval_loss_recorder(model_name: str, seed: int, curve: list):
-    """A post-step hook that appends (seconds, held-out loss) after every optimizer step."""
+def _snapshot_recorder(snapshots: list):
+    """A post-step hook that keeps (clock time, a copy of the weights) after every optimizer step."""
+    def hook(optimizer, args, kwargs):
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        snapshots.append((time.perf_counter(), parameters_to_vector(params).detach().clone()))
+    return hook
+
+
+def _evaluate(model_name: str, seed: int, snapshots: list) -> list[tuple[float, float]]:
+    """Held-out loss of every kept copy of the weights: (seconds, loss), computed after training."""
     device = context.device()
     model = build_model(model_name, seed=seed).to(device)
     x, y = (t.to(device) for t in make_dataset(model_name, EVAL_SAMPLES, seed=seed + EVAL_SEED_OFFSET).tensors)
-    criterion, start = loss_fn(model_name), time.perf_counter()
-
-    def hook(optimizer, args, kwargs):
-        params = [p for group in optimizer.param_groups for p in group["params"]]
-        with torch.no_grad():
-            vector_to_parameters(parameters_to_vector(params).detach(), model.parameters())
-            curve.append((time.perf_counter() - start, criterion(model(x), y).item()))
-    return hook
+    criterion, curve = loss_fn(model_name), []
+    with torch.no_grad():
+        for seconds, weights in snapshots:
+            vector_to_parameters(weights, model.parameters())
+            curve.append((seconds, criterion(model(x), y).item()))
+    return curve
 
 
 def _on_rank(configs: list[TrainConfig]) -> list[dict]:
@@ -60,15 +70,15 @@ def _on_rank(configs: list[TrainConfig]) -> list[dict]:
         context.report_progress(0, total=len(configs), desc="sync and async runs")
     results = []
     for config in configs:
-        curve = []
-        handle = register_optimizer_step_post_hook(_eval_loss_recorder(config.model, config.seed, curve)) \
-            if rank == 0 else None
+        snapshots = []
+        handle = register_optimizer_step_post_hook(_snapshot_recorder(snapshots)) if rank == 0 else None
         try:
             result = train_on_rank(config)
         finally:
             if handle is not None:
                 handle.remove()
-        result["eval_curve"] = curve
+        since_start = [(t - result["started_at"], weights) for t, weights in snapshots]  # from the first step
+        result["eval_curve"] = _evaluate(config.model, config.seed, since_start) if rank == 0 else []
         result.pop("spans")
         results.append(result)
         if rank == 0:
@@ -103,6 +113,8 @@ def async_staleness(world_size: int | None = None, steps: int = 12, slow_ms: flo
     slow = replace(base, strategy="async", slow_rank=slow_rank, slow_ms=float(slow_ms))
     labelled = [("sync run 1", "sync", replace(base, strategy="bucketed")),
                 ("sync run 2", "sync", replace(base, strategy="bucketed")),
+                (f"sync, rank {slow_rank} slow", "sync_slow",
+                 replace(base, strategy="bucketed", slow_rank=slow_rank, slow_ms=float(slow_ms))),
                 (f"async, rank {slow_rank} slow", "slow", slow)]
     labelled += [(f"async run {i + 1} (equal workers)", "async", replace(base, strategy="async"))
                  for i in range(repeats)]
@@ -116,7 +128,7 @@ def async_staleness(world_size: int | None = None, steps: int = 12, slow_ms: flo
     for i, (label, kind, config) in enumerate(labelled):
         server = per_rank[0][i]
         runs.append({"label": label, "kind": kind, "eval_curve": server["eval_curve"],
-                     "samples_per_update": batch_per_rank * (world_size if kind == "sync" else 1),
+                     "samples_per_update": batch_per_rank * (world_size if kind.startswith("sync") else 1),
                      "final_eval_loss": server["eval_curve"][-1][1] if server["eval_curve"] else None,
                      "params": server["params"], "async": server.get("async")})
     syncs = [r for r in runs if r["kind"] == "sync"]

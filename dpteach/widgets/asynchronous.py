@@ -8,8 +8,8 @@ from IPython.display import display
 
 from .overlap import html_table, show
 
-RUN_STYLE = {"sync": ("#4C72B0", "-"), "slow": ("#8172B2", "-"), "async": ("#C44E52", "-"),
-             "bounded": ("#DD8452", "--")}
+RUN_STYLE = {"sync": ("#4C72B0", "-"), "sync_slow": ("#4C72B0", "--"), "slow": ("#8172B2", "-"),
+             "async": ("#C44E52", "-"), "bounded": ("#DD8452", "--")}
 
 
 def plot_staleness(result: dict):
@@ -42,8 +42,8 @@ def plot_loss_curves(result: dict):
     fig, ax = plt.subplots(figsize=(9, 4))
     drawn, repeat = set(), 0
     for run in result["runs"]:
-        if run["kind"] == "sync" and "sync" in drawn:
-            continue  # the second sync run is identical: drawing it would hide nothing but add clutter
+        if run["kind"] == "sync" and "sync" in drawn or run["kind"] == "sync_slow":
+            continue  # the other sync runs compute the same updates: drawing them would only add clutter
         drawn.add(run["kind"])
         color, style = RUN_STYLE[run["kind"]]
         if run["kind"] == "async":  # the repeats: same colour, one line style each
@@ -54,6 +54,25 @@ def plot_loss_curves(result: dict):
     ax.set_xlabel("training samples behind the weights (sync: B x W per step; async: B per push)")
     ax.set_ylabel("loss on a held-out batch")
     ax.set_title(f"Synchronous vs asynchronous training: {result['model']}, W={result['world_size']}", fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def plot_wall_clock(result: dict):
+    """Held-out loss against wall-clock seconds, with one slow worker: sync waits for it, async does not."""
+    fig, ax = plt.subplots(figsize=(9, 4))
+    for run in result["runs"]:
+        if run["kind"] not in ("sync_slow", "slow", "bounded"):
+            continue
+        color, style = RUN_STYLE[run["kind"]]
+        ax.plot([t for t, _ in run["eval_curve"]], [loss for _, loss in run["eval_curve"]], color=color,
+                linestyle=style, marker=".", label=run["label"])
+    ax.set_xlabel("wall-clock seconds since training started (evaluation done afterwards, off this clock)")
+    ax.set_ylabel("loss on a held-out batch")
+    ax.set_title(f"One worker {result['slow_ms']:g} ms slower per step: what waiting costs, and what staleness costs",
+                 fontsize=10)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -82,6 +101,7 @@ def bounded_table(result: dict):
 def render(result: dict) -> None:
     show(plot_staleness(result))
     show(plot_loss_curves(result))
+    show(plot_wall_clock(result))
     display(reproducibility_table(result))
     if result["bounded"] is not None:
         display(bounded_table(result))
