@@ -32,9 +32,11 @@ from .. import context
 from .. import scaling as simulator
 from ..backend import choose_placement
 from ..launcher import launch
+from ..link import resolve_link
 from ..models import build_model, check_model_name
 from ..timeline import busy_time
 from ..train import TrainConfig, train_interleaved_on_rank
+from .compare import link_report
 from .machine import link_on_rank
 
 PHASES = ("forward", "backward", "optimizer", "wait")
@@ -73,6 +75,7 @@ def _scaling_on_rank(configs: list[TrainConfig], repeats: int, threads: int | No
     for _ in range(repeats):  # local and the strategy side by side, step by step: same conditions for both
         for i, out in enumerate(train_interleaved_on_rank(configs)):
             runs[i].append({"median_step_s": out["median_step_s"], "final_loss": out["losses"][-1],
+                            "link": out["link"], "step_times": out["step_times"],
                             "breakdown": _breakdown(out["spans"], out["step_times"], configs[i].timing_warmup)})
         if rank == 0:
             context.report_progress(1)
@@ -84,20 +87,31 @@ def _best_pass(ranks: list[dict], index: int) -> dict:
     passes = range(len(ranks[0]["runs"][index]))
     best = min(passes, key=lambda p: statistics.mean(r["runs"][index][p]["median_step_s"] for r in ranks))
     keys = ranks[0]["runs"][index][best]["breakdown"]
+    account = link_report([r["runs"][index][best] for r in ranks]) or {}
     return {"median_step_s": statistics.mean(r["runs"][index][best]["median_step_s"] for r in ranks),
+            "time_set_by": account.get("time_set_by"),
             "final_loss": ranks[0]["runs"][index][best]["final_loss"],
             "breakdown": {k: statistics.mean(r["runs"][index][best]["breakdown"][k] for r in ranks) for k in keys}}
 
 
+SCALINGS = ("weak", "strong")
+
+
 def scaling_sweep(world_sizes=(1, 2, 3, 4), model: str = "mlp", steps: int = 10, strategy: str = "overlap",
-                  batch_per_rank: int = 32, bucket_mb: float = 1.0, repeats: int = 2, threads_per_rank: int | None = 1,
-                  backend: str = "auto",
-                  device: str = "auto") -> dict:
-    """Throughput and scaling efficiency at each W (fixed per-rank batch), with the overheads split out.
+                  batch_per_rank: int = 32, bucket_mb: float | None = None, repeats: int = 2,
+                  threads_per_rank: int | None = 1, scaling: str = "weak", global_batch: int | None = None,
+                  link=None, backend: str = "auto", device: str = "auto") -> dict:
+    """Throughput and scaling efficiency at each W, with the overheads split out.
+
+    ``scaling="weak"`` keeps ``batch_per_rank`` fixed, so the global batch grows with W;
+    ``scaling="strong"`` keeps the global batch fixed (``global_batch``, default ``batch_per_rank`` x
+    the largest W) and gives each of the W ranks ``global_batch / W`` samples: the same work, shared
+    by more ranks. ``link`` runs the strategy's collectives on an emulated network (``dpteach.link``).
 
     Returns plain data::
 
-        {"model", "strategy", "batch_per_rank", "cpus", "grad_bytes", "world_sizes",
+        {"model", "strategy", "scaling", "global_batch" (strong only), "link", "batch_per_rank", "cpus",
+         "grad_bytes", "world_sizes",
          "compute_s" (local step at W=1: the compute time the simulator starts from),
          "link": {"alpha_s", "beta_s_per_byte"} (from the largest W that has a link),
          "rows": [{"world_size", "step_time_s", "local_step_s", "samples_per_s", "speedup",
@@ -105,7 +119,7 @@ def scaling_sweep(world_sizes=(1, 2, 3, 4), model: str = "mlp", steps: int = 10,
                    the step computed), "overlap_fraction" (hidden / local step: the simulator's
                    ``overlap`` as this run achieved it), "breakdown": {forward, backward, optimizer,
                    wait, data_and_other, comm_busy}, "alpha_s", "beta_s_per_byte",
-                   "oversubscribed", "final_loss"}, ...]}
+                   "oversubscribed", "final_loss", "batch_per_rank" (this W's), "time_set_by"}, ...]}
     """
     check_model_name(model)
     sizes = sorted({int(w) for w in world_sizes})
@@ -121,16 +135,29 @@ def scaling_sweep(world_sizes=(1, 2, 3, 4), model: str = "mlp", steps: int = 10,
     if strategy in ("local", "async"):
         raise ValueError(f"strategy={strategy!r} is not allowed here: choose a synchronous data-parallel "
                          f"strategy (overlap, bucketed, naive, ddp, ...)")
+    if scaling not in SCALINGS:
+        raise ValueError(f"scaling={scaling!r} is not allowed: choose one of {', '.join(SCALINGS)}")
+    if scaling == "strong":
+        global_batch = batch_per_rank * sizes[-1] if global_batch is None else global_batch
+        uneven = [w for w in sizes if isinstance(global_batch, bool) or not isinstance(global_batch, int)
+                  or global_batch < w or global_batch % w]
+        if uneven:
+            raise ValueError(f"global_batch={global_batch!r} is not allowed: strong scaling splits it evenly, so it "
+                             f"must be an integer divisible by every W (not by {uneven})")
+    emulated = resolve_link(link)
     base = TrainConfig(model=model, steps=steps, batch_per_rank=batch_per_rank, bucket_mb=bucket_mb,
-                       timing_warmup=2)
-    configs = [replace(base, strategy="local"), replace(base, strategy=strategy)]
+                       timing_warmup=2, link=emulated)
+
+    def configs_for(w):
+        b = global_batch // w if scaling == "strong" else batch_per_rank
+        return [replace(base, strategy=name, batch_per_rank=b).check(w) for name in ("local", strategy)]
     for w in sizes:
-        for config in configs:
-            config.check(w)
+        configs_for(w)
     cpus = os.cpu_count() or 1
     rows = []
     for w in sizes:
         placement = choose_placement(w, backend, device)
+        configs = configs_for(w)
         ranks = launch(_scaling_on_rank, w, args=(configs, repeats, threads_per_rank), backend=placement.backend,
                        device=placement.device_type, timeout=600)
         local, run = _best_pass(ranks, 0), _best_pass(ranks, 1)
@@ -141,7 +168,8 @@ def scaling_sweep(world_sizes=(1, 2, 3, 4), model: str = "mlp", steps: int = 10,
         hidden = max(0.0, run["breakdown"]["comm_busy"] - exposed)
         rows.append({
             "world_size": w, "step_time_s": step, "local_step_s": local["median_step_s"],
-            "samples_per_s": w * batch_per_rank / step, "exposed_comm_s": exposed,
+            "samples_per_s": w * configs[1].batch_per_rank / step, "exposed_comm_s": exposed,
+            "batch_per_rank": configs[1].batch_per_rank, "time_set_by": run["time_set_by"],
             "hidden_comm_s": hidden, "overlap_fraction": min(1.0, hidden / local["median_step_s"]),
             "breakdown": run["breakdown"], "local_breakdown": local["breakdown"],
             "alpha_s": ranks[0]["link"]["alpha_s"], "beta_s_per_byte": ranks[0]["link"]["beta_s_per_byte"],
@@ -157,7 +185,10 @@ def scaling_sweep(world_sizes=(1, 2, 3, 4), model: str = "mlp", steps: int = 10,
     fair = [r for r in with_link if not r["oversubscribed"]]
     link = fair[-1] if fair else (with_link[0] if with_link else rows[0])
     grad_bytes = sum(p.numel() * p.element_size() for p in build_model(model).parameters() if p.requires_grad)
-    return {"model": model, "strategy": strategy, "batch_per_rank": batch_per_rank, "bucket_mb": bucket_mb,
+    return {"model": model, "strategy": strategy, "scaling": scaling,
+            "global_batch": global_batch if scaling == "strong" else None,
+            "link": None if emulated is None else emulated.as_dict(),
+            "batch_per_rank": batch_per_rank, "bucket_mb": base.bucket_mb,
             "cpus": cpus, "grad_bytes": grad_bytes, "world_sizes": sizes, "compute_s": rows[0]["local_step_s"],
             "link": {"alpha_s": link["alpha_s"], "beta_s_per_byte": link["beta_s_per_byte"],
                      "world_size": link["world_size"], "overlap_fraction": link.get("overlap_fraction", 0.0)},
