@@ -16,7 +16,7 @@ from .ddp_options import bucket_view_memory, unused_parameters
 from .scaling import scaling_simulation, scaling_sweep
 from .overlap import overlap_timeline
 from .accumulation import accumulation_sweep
-from .compression import compression_bytes, compression_tradeoff
+from .compression import compression_bytes, compression_on_links, compression_tradeoff
 from .asynchronous import async_staleness
 from .input_pipeline import input_pipeline
 from .data_sharding import sampler_sharding, uneven_inputs
@@ -27,5 +27,5 @@ __all__ = ["compare_strategies", "run_strategy",
            "collective_basics", "collective_trace", "allreduce_sweep", "collective_mismatch",
            "bucket_assignment", "bucket_size_sweep", "ddp_bucket_assignment", "unused_parameters", "bucket_view_memory",
            "scaling_sweep", "scaling_simulation",
-           "overlap_timeline", "accumulation_sweep", "compression_tradeoff", "compression_bytes", "async_staleness",
+           "overlap_timeline", "accumulation_sweep", "compression_tradeoff", "compression_bytes", "compression_on_links", "async_staleness",
            "input_pipeline", "sampler_sharding", "uneven_inputs"]

@@ -32,6 +32,7 @@ from .. import context
 from ..backend import resolve_world
 from ..data import global_batches, loss_fn, make_dataset, rank_microbatches, sample_batch
 from ..launcher import launch
+from ..link import resolve_link
 from ..models import build_model
 from ..reference import train_single_process
 from ..train import TrainConfig, exact_tolerance
@@ -121,11 +122,15 @@ def large_batch_gradient(model_name: str, dataset_size: int, indices, seed: int)
 
 
 def accumulation_sweep(world_size: int | None = None, accum_steps_list=(1, 2, 4), model: str = "mlp",
-                       steps: int = 6, batch_per_rank: int = 16, strategy: str = "bucketed", bucket_mb: float = 1.0,
-                       seed: int = 0, backend: str = "auto", device: str = "auto", timeout: float = 600.0) -> dict:
+                       steps: int = 6, batch_per_rank: int = 16, strategy: str = "bucketed",
+                       bucket_mb: float | None = None, seed: int = 0, link=None, backend: str = "auto",
+                       device: str = "auto", timeout: float = 600.0) -> dict:
     """Train with each K in ``accum_steps_list``; measure communication, time and equivalence; show the bugs.
 
-    Returns ``{"world_size", "backend", "device", "model", "strategy", "batch_per_rank", "steps",
+    ``link``: an emulated network for the training runs' collectives (``dpteach.link``); the two bug
+    demonstrations count bytes and calls, which no link changes, and run without one.
+
+    Returns ``{"world_size", "backend", "device", "model", "strategy", "link", "batch_per_rank", "steps",
     "tolerance", "rows": [one per K], "timelines": {K: {rank: spans of one typical step}},
     "no_sync": {...}, "loss_not_divided": {...}}`` - see the notebook for each field in use.
     """
@@ -135,8 +140,9 @@ def accumulation_sweep(world_size: int | None = None, accum_steps_list=(1, 2, 4)
         raise ValueError(f"accum_steps_list={accum_steps_list!r} is not allowed: give integers >= 1")
     if strategy not in ("naive", "bucketed", "overlap", "ddp"):
         raise ValueError(f"strategy={strategy!r} is not allowed: choose an exact one (naive, bucketed, overlap, ddp)")
+    emulated = resolve_link(link)
     base = TrainConfig(strategy=strategy, model=model, steps=steps, batch_per_rank=batch_per_rank,
-                       bucket_mb=bucket_mb, seed=seed)
+                       bucket_mb=bucket_mb, seed=seed, link=emulated)
     configs = []
     for k in ks:
         configs += [replace(base, strategy="local", accum_steps=k).check(world_size),
@@ -160,7 +166,7 @@ def accumulation_sweep(world_size: int | None = None, accum_steps_list=(1, 2, 4)
             "exposed_comm_s": exposed, "exposed_comm_per_sample_s": exposed / samples,
             "comm_after_last_forward": all(_comm_waits_for_last_micro_batch(r["spans"], s) for r in runs for s in timed),
             "max_abs_diff_vs_large_batch": (runs[0]["params"] - reference["params"]).abs().max().item(),
-            "replicas_identical": summary["replicas_identical"],
+            "replicas_identical": summary["replicas_identical"], "time_set_by": summary["time_set_by"],
         })
         shown = typical_step(runs[0]["step_times"], timed)
         timelines[k] = {r: [s for s in runs[r]["spans"] if s["step"] == shown] for r in range(world_size)}
@@ -180,7 +186,8 @@ def accumulation_sweep(world_size: int | None = None, accum_steps_list=(1, 2, 4)
                "after_forward": bugs["no_sync_after_forward"],
                "late_no_sync_grad_diff": max(per_rank[r]["bugs"]["late_no_sync_grad_diff"] for r in range(world_size))}
     return {"world_size": world_size, "backend": placement.backend, "device": placement.device_type,
-            "model": model, "strategy": strategy, "batch_per_rank": batch_per_rank, "steps": steps,
+            "model": model, "strategy": strategy, "link": None if emulated is None else emulated.as_dict(),
+            "batch_per_rank": batch_per_rank, "steps": steps,
             "tolerance": exact_tolerance(base), "rows": rows, "timelines": timelines,
             "no_sync": no_sync, "loss_not_divided": loss_bug}
 

@@ -32,11 +32,13 @@ from ..backend import resolve_world
 from ..buckets import build_buckets
 from ..costmodel import busbw_factor
 from ..launcher import launch
+from ..link import resolve_link
 from ..models import build_model
 from ..sync import make_strategy
 from ..timeline import Timeline
 from ..reference import train_single_process
-from ..train import TrainConfig, exact_tolerance, train_on_rank
+from ..train import TrainConfig, exact_tolerance, train_interleaved_on_rank, train_on_rank
+from .compare import link_report
 
 COMPRESSED = ("bucketed", "fp16", "bf16", "int8", "int8_ef")
 CODEC = {"bucketed": "fp32", "fp16": "fp16", "bf16": "bf16", "int8": "int8", "int8_ef": "int8"}
@@ -95,7 +97,7 @@ def _on_rank(configs: list[TrainConfig], reference_config: TrainConfig) -> dict:
 
 def compression_tradeoff(world_size: int | None = None, model: str = "mlp", steps: int = 10,
                          strategies=COMPRESSED, bucket_mb: float = 1.0, batch_per_rank: int = 32, seed: int = 0,
-                         backend: str = "auto", device: str = "auto", timeout: float = 600.0) -> dict:
+                         link=None, backend: str = "auto", device: str = "auto", timeout: float = 600.0) -> dict:
     """Train each strategy; return bytes, drift per step, losses and the single-process reference's losses.
 
     Returns ``{"world_size", "backend", "device", "model", "steps", "tolerance", "bucket_sizes",
@@ -108,8 +110,9 @@ def compression_tradeoff(world_size: int | None = None, model: str = "mlp", step
     unknown = [s for s in strategies if s not in CODEC]
     if unknown or not strategies:
         raise ValueError(f"strategies={strategies!r} is not allowed: choose from {', '.join(COMPRESSED)}")
+    emulated = resolve_link(link)
     base = TrainConfig(model=model, steps=steps, bucket_mb=bucket_mb, batch_per_rank=batch_per_rank, seed=seed)
-    configs = [replace(base, strategy=s).check(world_size) for s in strategies]
+    configs = [replace(base, strategy=s, link=emulated).check(world_size) for s in strategies]
     per_rank = launch(_on_rank, world_size, args=(configs, base), backend=placement.backend,
                       device=placement.device_type, timeout=timeout)
     sizes = bucket_sizes(model, bucket_mb)
@@ -126,11 +129,61 @@ def compression_tradeoff(world_size: int | None = None, model: str = "mlp", step
             "drift_per_step": drift, "max_abs_diff_vs_single": drift[-1],
             "losses": ranks[0]["losses"], "step_time_s": statistics.mean(r["median_step_s"] for r in ranks),
             "replicas_identical": all(r["replica_spread"] == 0.0 for r in ranks),
+            "time_set_by": (link_report(ranks) or {}).get("time_set_by"),
         })
     return {"world_size": world_size, "backend": placement.backend, "device": placement.device_type,
             "model": model, "steps": steps, "bucket_mb": bucket_mb, "tolerance": exact_tolerance(base),
+            "link": None if emulated is None else emulated.as_dict(),
             "bucket_sizes": sizes, "rows": rows, "reference_losses": per_rank[0]["reference_losses"],
             "half_range": half_precision_range(model, (world_size, 64), seed=seed)}
+
+
+def _timed_on_rank(configs: list[TrainConfig]) -> list[dict]:
+    """Every (strategy, link) run side by side, step by step: their step times meet the same load."""
+    if context.rank() == 0:
+        context.report_progress(0, total=1, desc="strategies on both links")
+    outs = train_interleaved_on_rank(configs)
+    if context.rank() == 0:
+        context.report_progress(1)
+    return [{k: out[k] for k in ("median_step_s", "step_times", "losses", "link", "wire_bytes_per_step")}
+            for out in outs]
+
+
+def compression_on_links(world_size: int | None = None, model: str = "transformer", links=("1gbe", "10gbe"),
+                         strategies=COMPRESSED, steps: int = 10, batch_per_rank: int = 32, seed: int = 0,
+                         backend: str = "auto", device: str = "auto", timeout: float = 600.0) -> dict:
+    """Where compression pays: each strategy on a slow and a fast emulated link, in one world.
+
+    The bytes a strategy saves are worth their time on the wire, which only a slow link makes large;
+    encoding and decoding cost compute on every link. Loss per step does not depend on the link (the
+    same arithmetic); time per step does. Returns ``{"world_size", "model", "links": [link dicts],
+    "steps", "rows": [{"strategy", "link", "step_time_s", "local_step_s", "bytes_per_step", "losses",
+    "time_set_by"}], "local_step_s"}``; ``local`` (no communication) is the compute floor.
+    """
+    world_size, placement = resolve_world(world_size, backend, device)
+    strategies = list(strategies)
+    if not strategies or any(s not in CODEC for s in strategies):
+        raise ValueError(f"strategies={strategies!r} is not allowed: choose from {', '.join(COMPRESSED)}")
+    emulated = [resolve_link(link) for link in links]
+    if not emulated or any(link is None for link in emulated):
+        raise ValueError(f"links={list(links)!r} is not allowed: give one or more emulated links (preset names "
+                         f"or {{'alpha_s', 'beta_s_per_byte'}})")
+    base = TrainConfig(model=model, steps=steps, batch_per_rank=batch_per_rank, seed=seed)
+    configs = [replace(base, strategy="local").check(world_size)]
+    configs += [replace(base, strategy=s, link=link).check(world_size) for link in emulated for s in strategies]
+    per_rank = launch(_timed_on_rank, world_size, args=(configs,), backend=placement.backend,
+                      device=placement.device_type, timeout=timeout)
+    local = statistics.mean(per_rank[r][0]["median_step_s"] for r in range(world_size))
+    rows = []
+    for i, config in enumerate(configs[1:], start=1):
+        ranks = [per_rank[r][i] for r in range(world_size)]
+        rows.append({"strategy": config.strategy, "link": config.link.name,
+                     "step_time_s": statistics.mean(r["median_step_s"] for r in ranks), "local_step_s": local,
+                     "bytes_per_step": statistics.mean(r["wire_bytes_per_step"] for r in ranks),
+                     "losses": ranks[0]["losses"], "time_set_by": (link_report(ranks) or {}).get("time_set_by")})
+    return {"world_size": world_size, "backend": placement.backend, "device": placement.device_type,
+            "model": model, "links": [link.as_dict() for link in emulated], "steps": steps,
+            "batch_per_rank": batch_per_rank, "local_step_s": local, "rows": rows}
 
 
 def half_precision_range(model: str = "mlp", world_sizes=(2, 64), samples: int = 128, seed: int = 0) -> dict:

@@ -18,10 +18,11 @@ step, no accumulation): the requirement of the question. Only the exact strategi
 float32 rounding of it (``dpteach.train.exact_tolerance``).
 
 Timings are what this machine measured. On a CPU with fewer cores than ranks, gloo's communication
-threads compete with backward for the same cores, so overlap hides less than on GPUs, where NCCL
-moves data while the SMs compute (Li et al., "PyTorch Distributed", VLDB 2020). The *structure*
-does not depend on the machine: ``naive`` and ``bucketed`` never start a transfer before backward
-ends; ``overlap`` and ``ddp`` launch their first bucket while backward is still running.
+threads compete with backward for the same cores, so overlap hides little; on GPUs NCCL's kernels
+share the SMs with backward but run beside it (lesson 04). With ``link`` (``dpteach/link.py``) every
+collective takes as long as that network would, and the CPU is no longer the network. The
+*structure* does not depend on the machine: ``naive`` and ``bucketed`` never start a transfer
+before backward ends; ``overlap`` and ``ddp`` launch their first bucket while backward is running.
 """
 from __future__ import annotations
 
@@ -30,11 +31,12 @@ from dataclasses import replace
 
 from ..backend import resolve_world
 from ..launcher import launch
+from ..link import resolve_link
 from ..sync import EXACT
 from ..timeline import busy_time
 from ..reference import train_single_process
 from ..train import TrainConfig, exact_tolerance
-from .compare import _train_each
+from .compare import _train_each, link_report
 
 TIMELINE_STRATEGIES = ("naive", "bucketed", "overlap", "ddp")
 
@@ -97,18 +99,22 @@ def summarise_run(ranks: list[dict], steps: range) -> dict:
         out[key] = statistics.mean(values) if values else None
     out["step_time_s"] = statistics.mean(r["median_step_s"] for r in ranks)
     out["bytes_per_step"] = statistics.mean(r["wire_bytes_per_step"] for r in ranks)
+    out["time_set_by"] = (link_report(ranks) or {}).get("time_set_by")  # None without an emulated link
     out["replicas_identical"] = all(r["replica_spread"] == 0.0 for r in ranks)
     out["starts_before_backward_ends"] = all(
         (step_structure(r["spans"], s)["launch_lead_s"] or 0.0) > 0 for r in ranks for s in steps)
     return out
 
 
-def overlap_timeline(world_size: int | None = None, model: str = "mlp", bucket_mb: float = 1.0, steps: int = 8,
-                     batch_per_rank: int = 32, seed: int = 0, backend: str = "auto", device: str = "auto",
+def overlap_timeline(world_size: int | None = None, model: str = "mlp", bucket_mb: float | None = None, steps: int = 8,
+                     batch_per_rank: int = 32, seed: int = 0, link=None, backend: str = "auto", device: str = "auto",
                      timeout: float = 600.0) -> dict:
     """Run the exact strategies and the question's candidate answers in one world; return plain data.
 
-    Returns ``{"world_size", "backend", "device", "model", "bucket_mb", "steps", "batch_per_rank",
+    ``link``: an emulated network for every collective (``dpteach.link``: a preset name, a ``Link`` or
+    ``{"alpha_s", "beta_s_per_byte"}``); None is this machine's own transfers.
+
+    Returns ``{"world_size", "backend", "device", "model", "bucket_mb", "link", "steps", "batch_per_rank",
     "tolerance", "timed_steps", "shown_steps": {strategy: step}, "strategies": [row per strategy],
     "timelines": {strategy: {rank: [spans of its typical step]}}, "candidates": [row per answer],
     "reference_losses"}``. Times are seconds; ``exposed_comm_s`` is step time minus ``local``'s.
@@ -116,7 +122,9 @@ def overlap_timeline(world_size: int | None = None, model: str = "mlp", bucket_m
     world_size, placement = resolve_world(world_size, backend, device)
     if world_size < 2:
         raise ValueError(f"world_size={world_size!r} is not allowed: overlap needs at least 2 ranks to talk")
-    base = TrainConfig(model=model, steps=steps, bucket_mb=bucket_mb, batch_per_rank=batch_per_rank, seed=seed)
+    emulated = resolve_link(link)
+    base = TrainConfig(model=model, steps=steps, bucket_mb=bucket_mb, batch_per_rank=batch_per_rank, seed=seed,
+                       link=emulated)
     half = max(1, batch_per_rank // 2)
     runs = {name: replace(base, strategy=name) for name in ("local", *TIMELINE_STRATEGIES, "int8")}
     runs.update({
@@ -163,7 +171,8 @@ def overlap_timeline(world_size: int | None = None, model: str = "mlp", bucket_m
     timelines = {name: {r: [s for s in results[name][r]["spans"] if s["step"] == shown[name]]
                         for r in range(world_size)} for name in shown}
     return {"world_size": world_size, "backend": placement.backend, "device": placement.device_type,
-            "model": model, "bucket_mb": bucket_mb, "steps": steps, "batch_per_rank": batch_per_rank,
+            "model": model, "bucket_mb": base.bucket_mb, "link": None if emulated is None else emulated.as_dict(),
+            "steps": steps, "batch_per_rank": batch_per_rank,
             "tolerance": tolerance, "timed_steps": list(timed), "shown_steps": shown,
             "strategies": strategies, "timelines": timelines, "candidates": candidates,
             "reference_losses": reference["losses"]}
