@@ -45,38 +45,50 @@ def render_assignment(plan: dict) -> None:
 
 
 def plot_sweep(result: dict):
-    """Per configuration: measured step time, measured all-reduce time, predicted all-reduce time."""
+    """Exposed communication per step against the bucket size, one line per strategy swept."""
     import matplotlib.pyplot as plt
-    rows = [r for r in result["rows"] if r["strategy"] != "local"]
-    labels = [f"{r['label']}\n{r['messages_per_step']} msg" for r in rows]
-    x = range(len(rows))
+    rows = result["rows"]
     fig, ax = plt.subplots(figsize=(9.5, 4.5))
-    ax.plot(x, [r["step_time_s"] * 1e3 for r in rows], "o-", color="#4C72B0", label="step time (measured)")
-    ax.plot(x, [r["comm_s"] * 1e3 for r in rows], "s-", color="#DD8452", label="time in all-reduces (measured)")
-    ax.plot(x, [r["predicted_comm_s"] * 1e3 for r in rows], "^--", color="#DD8452", alpha=0.7,
-            label="all-reduces predicted: messages x 2(W-1)alpha + bytes x beta")
-    ax.plot(x, [r["predicted_latency_s"] * 1e3 for r in rows], "v:", color="#C44E52",
-            label="of which latency: messages x 2(W-1)alpha")
-    ax.axhline(result["local_step_s"] * 1e3, color="grey", linestyle="--", label="local step (no communication)")
-    ax.set_xticks(list(x), labels)
-    ax.set_xlabel("per-parameter (naive), then bucketed with growing bucket_mb")
-    ax.set_ylabel("milliseconds per step")
+    colours = {"bucketed": "#4C72B0", "overlap": "#55A868"}
+    for strategy in result.get("strategies", ("bucketed",)):
+        mine = sorted((r for r in rows if r["strategy"] == strategy), key=lambda r: r["bucket_mb"])
+        ax.plot([r["bucket_mb"] for r in mine], [r["exposed_comm_s"] * 1e3 for r in mine], "o-",
+                color=colours.get(strategy), label=f"{strategy}: exposed communication (measured)")
+        for r in mine:
+            ax.annotate(f"{r['messages_per_step']}", (r["bucket_mb"], r["exposed_comm_s"] * 1e3),
+                        textcoords="offset points", xytext=(0, 7), ha="center", fontsize="x-small",
+                        color=colours.get(strategy))
+    sweep = sorted((r for r in rows if r["strategy"] == result.get("strategies", ("bucketed",))[0]),
+                   key=lambda r: r["bucket_mb"])
+    ax.plot([r["bucket_mb"] for r in sweep], [r["predicted_comm_s"] * 1e3 for r in sweep], "^--", color="#C44E52",
+            alpha=0.7, label="all-reduces predicted: messages x 2(W-1)alpha + bytes x beta")
+    naive = next(r for r in rows if r["strategy"] == "naive")
+    ax.axhline(naive["exposed_comm_s"] * 1e3, color="grey", linestyle=":",
+               label=f"naive: one all-reduce per tensor ({naive['messages_per_step']} messages)")
+    ax.set_xscale("log")
+    ax.set_xlabel("bucket size cap (MiB, log scale); the small numbers are messages per step")
+    ax.set_ylabel("milliseconds per step above local")
     ax.set_ylim(bottom=0)
-    ax.set_title(f"{result['model']}, W={result['world_size']} ({result['backend']}), {result['num_tensors']} "
-                 f"gradient tensors, {result['grad_bytes'] / 2**20:.1f} MiB")
-    ax.legend(fontsize="small", loc="upper right")
+    link = result.get("link")
+    where = f"emulated link {link['name']}" if link else "this machine's own transfers"
+    ax.set_title(f"{result['model']}, W={result['world_size']}, {where}: what communication adds to a step",
+                 fontsize="medium")
+    ax.legend(fontsize="small", loc="upper center")
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
 
 
 def render_sweep(result: dict) -> None:
-    print(f"measured in the same world: alpha = {result['alpha_s'] * 1e6:.0f} us per message, so each all-reduce "
-          f"pays about {result['latency_per_allreduce_s'] * 1e3:.2f} ms of latency at W={result['world_size']}\n")
-    table(["configuration", "messages/step", "step (ms)", "in all-reduce (ms)", "predicted latency (ms)",
-           "MB on wire/step", "max|dtheta| vs naive"],
-          [[r["label"], r["messages_per_step"], f"{r['step_time_s'] * 1e3:.1f}", f"{r['comm_s'] * 1e3:.1f}",
-            f"{r['predicted_latency_s'] * 1e3:.2f}", f"{r['bytes_per_step'] / 1e6:.2f}",
-            "-" if r["max_abs_diff_vs_naive"] is None else f"{r['max_abs_diff_vs_naive']:.1g}"]
+    link = result.get("link")
+    source = f"the emulated link {link['name']}" if link else "measured in the same world"
+    print(f"{source}: alpha = {result['alpha_s'] * 1e6:.0f} us per message, so each all-reduce pays about "
+          f"{result['latency_per_allreduce_s'] * 1e3:.2f} ms of latency at W={result['world_size']}\n")
+    table(["configuration", "messages/step", "step (ms)", "exposed (ms)", "predicted comm (ms)",
+           "MB on wire/step", "max|dtheta| vs naive", "time set by"],
+          [[r["label"], r["messages_per_step"], f"{r['step_time_s'] * 1e3:.1f}", f"{r['exposed_comm_s'] * 1e3:.1f}",
+            f"{r['predicted_comm_s'] * 1e3:.1f}", f"{r['bytes_per_step'] / 1e6:.2f}",
+            "-" if r["max_abs_diff_vs_naive"] is None else f"{r['max_abs_diff_vs_naive']:.1g}",
+            r.get("time_set_by") or "-"]
            for r in result["rows"]])
     show(plot_sweep(result))
