@@ -90,3 +90,43 @@ def show_half_range(half: dict) -> None:
     display(html_table(["divided by W", "format", "subnormal (fewer bits)", "rounded to zero"],
                        [[r["world_size"], r["format"], f"{r['subnormal']:.2%}", f"{r['underflow']:.3%}"]
                         for r in half["rows"]], align="rlrr"))
+
+
+def plot_on_links(result: dict):
+    """Left: loss per step (the same on every link). Right: time per step, per strategy and link."""
+    links = [link["name"] for link in result["links"]]
+    strategies = list(dict.fromkeys(r["strategy"] for r in result["rows"]))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for name in strategies:
+        row = next(r for r in result["rows"] if r["strategy"] == name)
+        left.plot(range(1, len(row["losses"]) + 1), row["losses"], marker=".", label=name)
+    left.set_xlabel("optimizer step")
+    left.set_ylabel("training loss")
+    left.set_title("Loss per step: the same on every link", fontsize=10)
+    left.legend(fontsize=8)
+    width = 0.8 / len(links)
+    for j, link in enumerate(links):
+        times = [next(r for r in result["rows"] if r["strategy"] == s and r["link"] == link)["step_time_s"] * 1e3
+                 for s in strategies]
+        right.bar([i + (j - (len(links) - 1) / 2) * width for i in range(len(strategies))], times, width,
+                  label=f"emulated {link}")
+    right.axhline(result["local_step_s"] * 1e3, color="grey", linestyle="--", label="local (no communication)")
+    right.set_xticks(range(len(strategies)), strategies)
+    right.set_ylabel("time per step (ms)")
+    right.set_title("Time per step: where the bytes saved are worth their cost", fontsize=10)
+    right.legend(fontsize=8)
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def links_table(result: dict):
+    rows = [[r["strategy"], r["link"], f"{r['bytes_per_step'] / 1e6:.2f}", f"{r['step_time_s'] * 1e3:.1f}",
+             r["time_set_by"] or "-"] for r in result["rows"]]
+    return html_table(["strategy", "link", "MB / step", "step (ms)", "time set by"], rows, align="llrrl")
+
+
+def render_on_links(result: dict) -> None:
+    show(plot_on_links(result))
+    display(links_table(result))
