@@ -41,7 +41,9 @@ def plot_measured(result: dict):
     right.set_xticks(ws)
     right.set_xlabel("ranks W")
     right.set_ylabel("milliseconds per step")
-    right.set_title(f"One step of {result['model']}, batch {result['batch_per_rank']} per rank")
+    batch = (f"global batch {result['global_batch']} shared by the W ranks" if result.get("scaling") == "strong"
+             else f"batch {result['batch_per_rank']} per rank")
+    right.set_title(f"One step of {result['model']}, {batch}", fontsize="medium")
     right.legend(fontsize="x-small", loc="upper left")
     right.set_ylim(0, max(bottom + [r["local_step_s"] * 1e3 for r in rows]) * 1.6)
     for ax in (left, right):
@@ -94,3 +96,24 @@ def render_simulation(result: dict) -> None:
                 f"{by_w[w]['step_s'] * 1e3:.2f}", f"{by_w[w]['efficiency']:.0%}", "+".join(by_w[w]["algorithms"])]
                for w in marks if w in by_w], title=f"\n{name}")
     show(plot_simulation(result["curves"], title=result["title"]))
+
+
+def plot_weak_and_strong(weak: dict, strong: dict):
+    """Speedup against W: weak scaling (batch per rank fixed) beside strong scaling (global batch fixed)."""
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ws = sorted({r["world_size"] for r in weak["rows"]} | {r["world_size"] for r in strong["rows"]})
+    ax.plot(ws, ws, "--", color="grey", label="ideal: W x")
+    for result, colour, label in ((weak, "#4C72B0", f"weak: {weak['batch_per_rank']} samples per rank"),
+                                  (strong, "#DD8452", f"strong: {strong['global_batch']} samples in all")):
+        ax.plot([r["world_size"] for r in result["rows"]], [r["speedup"] for r in result["rows"]], "o-",
+                color=colour, label=label)
+    ax.set_xticks(ws)
+    ax.set_xlabel("ranks W")
+    ax.set_ylabel("speedup: samples/s at W over samples/s at W=1")
+    ax.set_title("Weak and strong scaling on this machine", fontsize="medium")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize="small")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
