@@ -12,11 +12,20 @@ def result():
 
 def test_runs_and_curves(result):
     kinds = [r["kind"] for r in result["runs"]]
-    assert kinds == ["sync", "sync", "slow", "async", "async", "bounded"]
+    assert kinds == ["sync", "sync", "sync_slow", "slow", "async", "async", "bounded"]
     for run in result["runs"]:
-        expected = 6 if run["kind"] == "sync" else (run["async"]["applied"])
-        assert len(run["eval_curve"]) == expected
-        assert run["samples_per_update"] == (8 * 3 if run["kind"] == "sync" else 8)
+        synchronous = run["kind"].startswith("sync")
+        assert len(run["eval_curve"]) == (6 if synchronous else run["async"]["applied"])
+        assert run["samples_per_update"] == (8 * 3 if synchronous else 8)
+        times = [t for t, _ in run["eval_curve"]]
+        assert times == sorted(times) and times[0] > 0  # seconds since the first step, one per update
+
+
+def test_a_straggler_costs_the_synchronous_run_its_time(result):
+    by = {run["label"]: run for run in result["runs"]}
+    sync, straggling = by["sync run 2"], by["sync, rank 2 slow"]
+    assert straggling["eval_curve"][-1][0] - sync["eval_curve"][-1][0] >= 6 * 0.040 * 0.8  # ~40 ms per step waited
+    assert [loss for _, loss in straggling["eval_curve"]] == [loss for _, loss in sync["eval_curve"]]  # same maths
 
 
 def test_sync_is_reproducible_and_async_differences_come_from_the_order(result):

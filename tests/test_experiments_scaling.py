@@ -62,8 +62,28 @@ def test_sweep_reports_throughput_efficiency_and_breakdown():
     assert result["grad_bytes"] == 4 * 1089034 and result["compute_s"] > 0
 
 
+def test_strong_scaling_shares_one_global_batch():
+    result = scaling_sweep(world_sizes=(1, 2), model="mlp", steps=4, repeats=1, batch_per_rank=8, scaling="strong",
+                           backend="gloo", device="cpu")
+    assert result["scaling"] == "strong" and result["global_batch"] == 16
+    assert [(r["world_size"], r["batch_per_rank"]) for r in result["rows"]] == [(1, 16), (2, 8)]
+    for r in result["rows"]:
+        assert r["samples_per_s"] == pytest.approx(16 / r["step_time_s"])
+
+
+def test_a_sweep_on_an_emulated_link_reports_who_set_the_time():
+    result = scaling_sweep(world_sizes=(1, 2), model="mlp", steps=4, repeats=1, batch_per_rank=8,
+                           link={"alpha_s": 2e-3, "beta_s_per_byte": 1e-9}, backend="gloo", device="cpu")
+    assert result["emulated_link"]["alpha_s"] == 2e-3
+    assert result["rows"][1]["time_set_by"] in ("link", "machine")
+
+
 @pytest.mark.parametrize("kwargs, word", [({"world_sizes": (2, 4)}, "world_sizes"), ({"strategy": "async"}, "strategy"),
-                                          ({"repeats": 0}, "repeats"), ({"threads_per_rank": 0}, "threads_per_rank")])
+                                          ({"repeats": 0}, "repeats"), ({"threads_per_rank": 0}, "threads_per_rank"),
+                                          ({"scaling": "both"}, "scaling='both'"),
+                                          ({"scaling": "strong", "global_batch": 6, "world_sizes": (1, 4)},
+                                           "global_batch=6"),
+                                          ({"link": "5gbe"}, "link='5gbe'")])
 def test_bad_sweep_arguments_fail_before_any_rank_starts(kwargs, word):
     with pytest.raises(ValueError, match=word):
         scaling_sweep(**kwargs)

@@ -110,10 +110,13 @@ def scaling_sweep(world_sizes=(1, 2, 3, 4), model: str = "mlp", steps: int = 10,
 
     Returns plain data::
 
-        {"model", "strategy", "scaling", "global_batch" (strong only), "link", "batch_per_rank", "cpus",
+        {"model", "strategy", "scaling", "global_batch" (strong only), "batch_per_rank", "cpus",
          "grad_bytes", "world_sizes",
+         "emulated_link" (``Link.as_dict()`` of ``link``, or None when the collectives ran on this
+         machine's own transport),
          "compute_s" (local step at W=1: the compute time the simulator starts from),
-         "link": {"alpha_s", "beta_s_per_byte"} (from the largest W that has a link),
+         "link": {"alpha_s", "beta_s_per_byte"} (measured at the largest W that has a link: what the
+                  simulator extrapolates from),
          "rows": [{"world_size", "step_time_s", "local_step_s", "samples_per_s", "speedup",
                    "efficiency", "exposed_comm_s", "hidden_comm_s" (communication in flight while
                    the step computed), "overlap_fraction" (hidden / local step: the simulator's
@@ -187,7 +190,7 @@ def scaling_sweep(world_sizes=(1, 2, 3, 4), model: str = "mlp", steps: int = 10,
     grad_bytes = sum(p.numel() * p.element_size() for p in build_model(model).parameters() if p.requires_grad)
     return {"model": model, "strategy": strategy, "scaling": scaling,
             "global_batch": global_batch if scaling == "strong" else None,
-            "link": None if emulated is None else emulated.as_dict(),
+            "emulated_link": None if emulated is None else emulated.as_dict(),
             "batch_per_rank": batch_per_rank, "bucket_mb": base.bucket_mb,
             "cpus": cpus, "grad_bytes": grad_bytes, "world_sizes": sizes, "compute_s": rows[0]["local_step_s"],
             "link": {"alpha_s": link["alpha_s"], "beta_s_per_byte": link["beta_s_per_byte"],
