@@ -46,6 +46,33 @@ def compare_table(report: dict) -> list[str]:
     return out
 
 
+def link_lines(report: dict) -> list[str]:
+    """The emulated-link bars: never faster than the link; overlap hides part of it."""
+    link, rows = report["link"], {r["strategy"]: r for r in report["rows"]}
+    out = ["", f"Emulated link `{link['name']}`: alpha = {link['alpha_s'] * 1e6:.0f} us, "
+               f"beta = {link['beta_s_per_byte'] * 1e9:.2f} ns/byte."]
+    if {"bucketed", "overlap"} <= set(rows):
+        bucketed = rows["bucketed"]
+        wire = bucketed["bytes_per_step"] * link["beta_s_per_byte"]
+        out.append(f"bucketed exposed communication / link time for its bytes = "
+                   f"**{bucketed['exposed_comm_s'] / wire:.2f}**; overlap exposed / bucketed exposed = "
+                   f"**{rows['overlap']['exposed_comm_s'] / bucketed['exposed_comm_s']:.2f}**.")
+    set_by = [f"{r['strategy']}: {r['link_report']['time_set_by']}" for r in report["rows"] if r.get("link_report")]
+    out.append("Communication time set by (link or this machine): " + ", ".join(set_by) + ".")
+    return out
+
+
+def shaped_table(report: dict) -> list[str]:
+    delay = "netem" if report["with_delay"] else "the cable's own, measured"
+    out = [f"Rate {report['rate_bits'] / 1e6:g} Mbit/s (tc tbf), delay {delay}; emulated alpha "
+           f"{report['alpha_s'] * 1e6:.0f} us, beta {report['beta_s_per_byte'] * 1e9:.2f} ns/byte.", "",
+           "| strategy | shaped step (ms) | emulated step (ms) | emulated / shaped |", "|---|---:|---:|---:|"]
+    for r in report["rows"]:
+        out.append(f"| {r['strategy']} | {r['shaped_s'] * 1e3:.1f} | {r['emulated_s'] * 1e3:.1f} | "
+                   f"**{r['emulated_s'] / r['shaped_s']:.2f}** |")
+    return out
+
+
 def main() -> int:
     for path in sorted(RESULTS.glob("*.json")):
         data = json.loads(path.read_text())
@@ -53,7 +80,12 @@ def main() -> int:
         print(f"Command: `{data['command']}`  ")
         print(f"Machine: {data['machine']}\n")
         report = data["report"]
-        table = compare_table(report) if "strategy" in report["rows"][0] else allreduce_table(report)
+        if "rate_bits" in report:
+            table = shaped_table(report)
+        elif "strategy" in report["rows"][0]:
+            table = compare_table(report) + (link_lines(report) if report.get("link") else [])
+        else:
+            table = allreduce_table(report)
         print("\n".join(table) + "\n")
     return 0
 

@@ -23,7 +23,12 @@ RUNS = {
                               "--iters", "30", "--json"],
     "compare_w2_cpu.json": ["compare", "--world-size", "2", "--steps", "30", "--json"],
     "compare_w4_cpu.json": ["compare", "--world-size", "4", "--steps", "30", "--json"],
+    "compare_w2_transformer_1gbe.json": ["compare", "--world-size", "2", "--model", "transformer", "--link", "1gbe",
+                                         "--json"],
 }
+# Written by tests/test_link_shaped.py when DPTEACH_SHAPED_RESULTS names this folder (root only):
+#     sudo DPTEACH_SHAPED_RESULTS=benchmarks/results .venv/bin/python -m pytest -s tests/test_link_shaped.py
+SHAPED = ("link_vs_shaped_1gbit_cpu.json", "link_vs_shaped_200mbit_cpu.json")
 
 
 def machine() -> str:

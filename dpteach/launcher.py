@@ -183,6 +183,9 @@ class _World:
         # would trample each other (a user's OMP_NUM_THREADS still wins).
         if "OMP_NUM_THREADS" not in os.environ:
             env["DPTEACH_THREADS"] = str(max(1, cpus // self.world_size))
+        core = self._core_for(rank)
+        if core is not None:
+            env["DPTEACH_CORE"] = str(core)
         proc = subprocess.Popen([sys.executable, "-u", "-m", "dpteach._worker"], env=env,
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True, cwd=os.getcwd())
@@ -190,6 +193,17 @@ class _World:
         reader = threading.Thread(target=self._read, args=(rank, proc.stdout), daemon=True)
         reader.start()
         self.readers.append(reader)
+
+    def _core_for(self, rank: int) -> int | None:
+        """The core a CPU rank runs on when each can have its own (Linux), as a GPU rank has its GPU.
+
+        Left free, the scheduler wakes a rank's gloo threads on its peer's core and stalls the peer's
+        backward, and the overlap strategies lose much of what they hide (``benchmarks/README.md``).
+        """
+        if self.placement.device_type != "cpu" or not hasattr(os, "sched_getaffinity"):
+            return None
+        allowed = sorted(os.sched_getaffinity(0))
+        return allowed[rank] if self.world_size <= len(allowed) else None
 
     def _read(self, rank, stream) -> None:
         for raw in iter(stream.readline, b""):

@@ -25,11 +25,11 @@ lesson 04). If the real collective finishes *after* its deadline, this machine, 
 that message's time - a link faster than the machine's own transfers cannot be emulated - and
 the message is counted as ``machine_bound``; runs report the share, and lessons say so.
 
-A network card moves bytes without the CPU; gloo's threads need it. On a laptop whose cores are all
-busy computing, they would wait their turn for milliseconds, and a bucket would arrive late because
-of the scheduler, not the link. So a rank that emulates a link runs its compute thread at the lowest
-priority (``nice`` 19, Linux): whenever gloo has bytes to move it runs at once, and the CPU the copy
-takes is still taken from compute, as measured.
+A network card moves bytes without the CPU; gloo's threads need it. Each CPU rank therefore runs on
+a core of its own (``dpteach.launcher`` pins it, as a GPU rank owns its GPU): the rank's gloo threads
+then preempt its own compute the moment bytes arrive, instead of waking on the peer's core and
+stalling the peer. The CPU the real copy takes is still taken from compute, as measured; only the
+waiting is free.
 
 What it leaves out: congestion between several links, the skew between ranks (each rank starts its
 link clock when *it* launches), and TCP's own dynamics.
@@ -40,8 +40,6 @@ from __future__ import annotations
 
 import heapq
 import math
-import os
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -171,20 +169,10 @@ class _LinkWork:
         return self.future
 
 
-def _give_way_to_transfers() -> None:
-    """Lowest priority for the calling (compute) thread, so that gloo's threads run the moment they can."""
-    if hasattr(os, "setpriority") and sys.platform.startswith("linux"):
-        try:
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)  # one thread on Linux
-        except OSError:
-            pass
-
-
 class EmulatedLink:
     """This rank's side of an emulated link: when each message may complete, and what set its time."""
 
     def __init__(self, link: Link, world_size: int):
-        _give_way_to_transfers()
         self.link, self.world = link, world_size
         self.busy_until = 0.0
         self.messages = 0

@@ -376,3 +376,27 @@ def test_nccl_world_of_one_on_the_gpu():
 def test_gloo_ranks_compute_on_the_one_gpu():
     results = dpteach.launch(_sum_of_ranks, 2, args=(0,), backend="gloo", device="cuda")
     assert all(r["backend"] == "gloo" and r["device"].startswith("cuda") for r in results)
+
+
+def _cores_and_gloo_threads_cores():
+    tensor = torch.ones(4)
+    dist.all_reduce(tensor)  # gloo's threads exist now: they must have inherited the rank's core
+    threads = os.listdir(f"/proc/{os.getpid()}/task")
+    return sorted(os.sched_getaffinity(0)), sorted({c for t in threads for c in os.sched_getaffinity(int(t))})
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="pinning needs Linux and at least two cores")
+def test_cpu_ranks_each_get_a_core_of_their_own_when_there_are_enough():
+    allowed = sorted(os.sched_getaffinity(0))
+    out = dpteach.launch(_cores_and_gloo_threads_cores, 2, backend="gloo", device="cpu")
+    assert [cores for cores, _ in out] == [[allowed[0]], [allowed[1]]]
+    assert [threads for _, threads in out] == [[allowed[0]], [allowed[1]]]
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="affinity is Linux-only")
+def test_more_ranks_than_cores_share_them_all():
+    allowed = sorted(os.sched_getaffinity(0))
+    world = len(allowed) + 1
+    out = dpteach.launch(_cores_and_gloo_threads_cores, world, backend="gloo", device="cpu", timeout=120)
+    assert all(cores == allowed for cores, _ in out)

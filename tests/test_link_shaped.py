@@ -70,9 +70,11 @@ def _one_way_latency(hosts) -> float:
 def _compare_over_the_cable(hosts) -> dict:
     endpoint = f"{hosts['a'][1]}:29400"
     nodes = {}
-    for node, (namespace, address, interface) in hosts.items():
-        # one compute thread per rank, as the launcher gives each of the emulated run's ranks on 2 cores
-        command = ["ip", "netns", "exec", namespace, "env", f"GLOO_SOCKET_IFNAME={interface}",
+    cores = sorted(os.sched_getaffinity(0))
+    for index, (node, (namespace, address, interface)) in enumerate(hosts.items()):
+        # one core and one compute thread per rank, as the launcher gives the emulated run's ranks
+        pin = ["taskset", "-c", str(cores[index])] if len(cores) >= 2 and shutil.which("taskset") else []
+        command = ["ip", "netns", "exec", namespace, *pin, "env", f"GLOO_SOCKET_IFNAME={interface}",
                    f"OMP_NUM_THREADS={max(1, (os.cpu_count() or 1) // 2)}",
                    sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
                    "--rdzv-id", "shaped-link-test", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
@@ -94,6 +96,25 @@ def _compare_emulated(alpha_s: float, beta_s_per_byte: float) -> dict:
     return json.loads(out.stdout)
 
 
+def _keep_for_benchmarks(rate_bits, alpha, beta, with_delay, shaped, emulated) -> None:
+    """With DPTEACH_SHAPED_RESULTS=folder, store the table for benchmarks/report.py (atomically)."""
+    folder = os.environ.get("DPTEACH_SHAPED_RESULTS")
+    if not folder:
+        return
+    sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+    from run import machine
+    report = {"rate_bits": rate_bits, "alpha_s": alpha, "beta_s_per_byte": beta, "with_delay": with_delay,
+              "rows": [{"strategy": n, "shaped_s": shaped[n]["step_time_s"], "emulated_s": emulated[n]["step_time_s"]}
+                       for n in STRATEGIES]}
+    record = {"command": "DPTEACH_SHAPED_RESULTS=benchmarks/results python -m pytest -s tests/test_link_shaped.py "
+                         "(as root)", "machine": machine(), "report": report}
+    rate = "1gbit" if rate_bits == 1_000_000_000 else f"{rate_bits // 1_000_000}mbit"
+    path = os.path.join(folder, f"link_vs_shaped_{rate}_cpu.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(record, f, indent=2)
+    os.replace(path + ".tmp", path)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("rate_bits", [1_000_000_000, 200_000_000], ids=["1gbit", "200mbit"])
 def test_emulated_link_matches_a_link_the_kernel_shapes(two_hosts, rate_bits):
@@ -113,6 +134,7 @@ def test_emulated_link_matches_a_link_the_kernel_shapes(two_hosts, rate_bits):
         lines.append(f"{name}: shaped {real * 1e3:.1f} ms, emulated {emu * 1e3:.1f} ms, ratio {emu / real:.2f}")
     print(f"\nrate {rate_bits / 1e6:g} Mbit/s, delay {'netem ' + str(delay_us) + ' us' if with_delay else 'the cable own'}"
           f", emulated alpha {alpha * 1e6:.0f} us\n" + "\n".join(lines))
+    _keep_for_benchmarks(rate_bits, alpha, beta, with_delay, shaped, emulated)
     for name in STRATEGIES:
         real, emu = shaped[name]["step_time_s"], emulated[name]["step_time_s"]
         assert abs(emu - real) <= 0.25 * real, "\n".join(lines)
