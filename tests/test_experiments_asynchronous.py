@@ -24,7 +24,10 @@ def test_runs_and_curves(result):
 def test_a_straggler_costs_the_synchronous_run_its_time(result):
     by = {run["label"]: run for run in result["runs"]}
     sync, straggling = by["sync run 2"], by["sync, rank 2 slow"]
-    assert straggling["eval_curve"][-1][0] - sync["eval_curve"][-1][0] >= 6 * 0.040 * 0.8  # ~40 ms per step waited
+    # Not a timing comparison (load can slow either run): a lower bound no load can overturn. Every
+    # step of a synchronous run waits for the rank that sleeps 40 ms, so six steps take at least six
+    # sleeps (less a little for the moment the ranks leave the starting barrier apart).
+    assert straggling["eval_curve"][-1][0] >= 6 * 0.040 * 0.95
     assert [loss for _, loss in straggling["eval_curve"]] == [loss for _, loss in sync["eval_curve"]]  # same maths
 
 
