@@ -43,12 +43,38 @@ class Placement:
             return f"cuda:{local_rank % self.gpus}"
         return "cpu"
 
+    def oversubscribed(self, local_ranks: int) -> bool:
+        """True when ``local_ranks`` ranks on one machine must share its devices: more ranks than
+        GPUs (they time-slice each GPU) or, on CPU, more ranks than cores. Their step times then
+        measure the sharing as much as the communication, and the lessons say so."""
+        if self.device_type == "cuda":
+            return local_ranks > self.gpus
+        return local_ranks > cores_available()
+
+    def describe_sharing(self, local_ranks: int) -> str | None:
+        """One sentence for a learner when ranks share devices; None when each has its own."""
+        if not self.oversubscribed(local_ranks):
+            return None
+        if self.device_type == "cuda":
+            per = -(-local_ranks // self.gpus)
+            return (f"{local_ranks} ranks share {self.gpus} GPU(s), up to {per} per GPU: the GPU runs one rank's "
+                    f"kernels at a time (time-slicing), so a step time measures the ranks taking turns, not "
+                    f"W GPUs working at once; the results (weights, losses, bytes sent) are unaffected")
+        return (f"{local_ranks} ranks share {cores_available()} CPU core(s): the ranks take turns, so a step time "
+                f"measures the sharing as much as the communication; the results are unaffected")
+
 
 def backend_for(device_type: str, group=None) -> str:
     """Inside a world: the backend that moves ``device_type`` tensors ("gloo" or "nccl")."""
-    config = dist.get_backend_config(group)  # e.g. "cpu:gloo,cuda:nccl"; plain "gloo" reads "cpu:gloo,cuda:gloo"
-    pairs = dict(item.split(":") for item in config.split(",")) if ":" in config else {}
-    return pairs.get(device_type, config)
+    return backend_in(dist.get_backend_config(group), device_type)
+
+
+def backend_in(config: str, device_type: str) -> str | None:
+    """The backend a backend config (``"cpu:gloo,cuda:nccl"``; plain "gloo" reads "cpu:gloo,cuda:gloo")
+    names for ``device_type``, or None when it names none."""
+    if ":" not in config:
+        return config
+    return dict(item.split(":") for item in config.split(",")).get(device_type)
 
 
 def use_device(device: str) -> None:
@@ -79,7 +105,28 @@ def open_nccl_communicator(device: str) -> None:
 
 
 def visible_gpus() -> int:
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    """The GPUs the course may use: those torch sees, capped by ``DPTEACH_GPUS`` when it is set.
+
+    ``DPTEACH_GPUS=0`` runs the whole course on CPU ranks on a machine with GPUs (the test suite
+    does this for every test not marked ``gpu``, so that its results do not depend on the machine);
+    ``DPTEACH_GPUS=2`` keeps worlds to two of eight GPUs. It can only lower the count: to hide GPUs
+    from torch itself, set ``CUDA_VISIBLE_DEVICES`` before Python starts.
+    """
+    found = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    cap = os.environ.get("DPTEACH_GPUS", "").strip()
+    if not cap:
+        return found
+    if not cap.isdigit():
+        raise ValueError(f"DPTEACH_GPUS={cap!r} is not allowed: it must be a whole number of GPUs >= 0 "
+                         f"(0 runs every rank on the CPU), or unset")
+    return min(found, int(cap))
+
+
+def cores_available() -> int:
+    """The CPU cores this process may run on (its affinity mask where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def nccl_available() -> bool:
@@ -143,12 +190,18 @@ def resolve_world(world_size: int | None, backend: str = "auto", device: str = "
     (None: :func:`dpteach.context.default_world_size`).
     """
     if under_torchrun():
-        world = int(os.environ["WORLD_SIZE"])
-        if world_size is not None and world_size != world:
-            raise ValueError(f"world_size={world_size!r} does not match torchrun's WORLD_SIZE={world}: "
-                             f"pass world_size={world} (or None) when running under torchrun")
+        world = torchrun_world_size(world_size)
         return world, choose_placement(int(os.environ.get("LOCAL_WORLD_SIZE", world)), backend, device)
     if world_size is None:
         from .context import default_world_size
         world_size = default_world_size()
     return world_size, choose_placement(check_world_size(world_size), backend, device)
+
+
+def torchrun_world_size(world_size: int | None) -> int:
+    """torchrun's ``WORLD_SIZE``, after checking that ``world_size`` (None or a number) agrees with it."""
+    world = int(os.environ["WORLD_SIZE"])
+    if world_size is not None and world_size != world:
+        raise ValueError(f"world_size={world_size!r} does not match torchrun's WORLD_SIZE={world}: "
+                         f"pass world_size={world} (or None) when running under torchrun")
+    return world

@@ -40,14 +40,24 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     selected = next((a for a in argv if not a.startswith("-")), "")
     args = build_parser(selected).parse_args(argv)
+    from .torchrun import in_torchrun_world, leave_torchrun_world, mark_failed
+    code = 1  # until the command returns: an exception anywhere below is a failure
     try:
-        return int(args._run(args) or 0)
+        code = int(args._run(args) or 0)
+        return code
     except ValueError as exc:  # bad input: one clear line, no traceback
         print(f"dpteach {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        code = 2
+        return code
     finally:
-        from .torchrun import leave_torchrun_world
-        leave_torchrun_world()  # a no-op unless the command joined a torchrun world
+        # A no-op unless the command joined a torchrun world. There, after a failure, the rank exits
+        # at once with status 1, so its traceback (still on its way up) is printed here first.
+        if code != 0:
+            mark_failed()
+            if in_torchrun_world() and sys.exc_info()[0] is not None:
+                import traceback
+                traceback.print_exc()
+        leave_torchrun_world()
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import os
 import torch
 import torch.distributed as dist
 
-from .backend import backend_for
+from .backend import backend_for, visible_gpus
 
 _progress_store = None
 
@@ -37,7 +37,7 @@ def default_world_size(limit: int = 4) -> int:
         return int(os.environ["DPTEACH_WORLD_SIZE"])
     if "WORLD_SIZE" in os.environ and "RANK" in os.environ:
         return int(os.environ["WORLD_SIZE"])
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    gpus = visible_gpus()
     if gpus >= 2:
         return min(gpus, limit)
     return max(2, min(limit, os.cpu_count() or 1))

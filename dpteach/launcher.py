@@ -102,7 +102,7 @@ def launch(fn, world_size: int | None, args=(), kwargs=None, backend: str = "aut
         if missing:
             raise ValueError(f"env={missing!r} cannot be applied under torchrun: its ranks are already running; "
                              f"set these variables in the environment torchrun starts from")
-        return run_in_torchrun_world(fn, world_size, args, kwargs, backend, device)
+        return run_in_torchrun_world(fn, world_size, args, kwargs, backend, device, timeout)
     if "DPTEACH_PARENT_PID" in os.environ:
         raise RuntimeError("launch() was called inside a rank: ranks cannot start worlds of their own")
     world_size, placement = resolve_world(world_size, backend, device)

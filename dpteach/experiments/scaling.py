@@ -14,15 +14,16 @@ Each world also measures its link (``machine.link_on_rank``) so that ``dpteach.s
 extrapolate from this machine's own alpha, beta and compute time.
 
 On a laptop the ranks share the CPU cores: once W exceeds the cores, ranks take turns, and the
-"scaling" measured is the machine running out of cores, not the algorithm failing. The result
-says so (``oversubscribed``) and the notebook explains it. Each rank computes with one thread by
+"scaling" measured is the machine running out of cores, not the algorithm failing. The same holds
+on a machine with fewer GPUs than the largest W: the sweep then runs every W with gloo (one
+placement for the whole sweep, so that it compares world sizes, not transports) and the ranks
+time-slice the GPUs. The result says so (``oversubscribed``, ``sharing``) and the notebook explains it. Each rank computes with one thread by
 default (``threads_per_rank=1``), so that W ranks ask for W cores, as W GPUs would be W devices: if
 the single rank of W=1 used every core, W=2 would start by halving each rank's compute, and a
 multi-threaded rank on a busy machine can stall badly when one of its threads loses its core.
 """
 from __future__ import annotations
 
-import os
 import statistics
 from dataclasses import replace
 
@@ -30,7 +31,7 @@ import torch
 
 from .. import context
 from .. import scaling as simulator
-from ..backend import choose_placement
+from ..backend import choose_placement, cores_available
 from ..launcher import launch
 from ..link import resolve_link
 from ..models import build_model, check_model_name
@@ -110,7 +111,8 @@ def scaling_sweep(world_sizes=(1, 2, 3, 4), model: str = "mlp", steps: int = 10,
 
     Returns plain data::
 
-        {"model", "strategy", "scaling", "global_batch" (strong only), "batch_per_rank", "cpus",
+        {"model", "strategy", "scaling", "backend", "device", "gpus" (one placement for every W: the
+         largest world's), "global_batch" (strong only), "batch_per_rank", "cpus",
          "grad_bytes", "world_sizes",
          "emulated_link" (``Link.as_dict()`` of ``link``, or None when the collectives ran on this
          machine's own transport),
@@ -122,7 +124,8 @@ def scaling_sweep(world_sizes=(1, 2, 3, 4), model: str = "mlp", steps: int = 10,
                    the step computed), "overlap_fraction" (hidden / local step: the simulator's
                    ``overlap`` as this run achieved it), "breakdown": {forward, backward, optimizer,
                    wait, data_and_other, comm_busy}, "alpha_s", "beta_s_per_byte",
-                   "oversubscribed", "final_loss", "batch_per_rank" (this W's), "time_set_by"}, ...]}
+                   "oversubscribed" (more ranks than GPUs, or than cores on CPU), "sharing" (a
+                   sentence saying how they share, or None), "final_loss", "batch_per_rank" (this W's), "time_set_by"}, ...]}
     """
     check_model_name(model)
     sizes = sorted({int(w) for w in world_sizes})
@@ -156,10 +159,12 @@ def scaling_sweep(world_sizes=(1, 2, 3, 4), model: str = "mlp", steps: int = 10,
         return [replace(base, strategy=name, batch_per_rank=b).check(w) for name in ("local", strategy)]
     for w in sizes:
         configs_for(w)
-    cpus = os.cpu_count() or 1
+    # One placement for the whole sweep, chosen for its largest world: a sweep that switched from
+    # NCCL to gloo when W outgrew the GPUs would compare two transports, not two world sizes.
+    placement = choose_placement(sizes[-1], backend, device)
+    cpus = cores_available()
     rows = []
     for w in sizes:
-        placement = choose_placement(w, backend, device)
         configs = configs_for(w)
         ranks = launch(_scaling_on_rank, w, args=(configs, repeats, threads_per_rank), backend=placement.backend,
                        device=placement.device_type, timeout=600)
@@ -176,7 +181,7 @@ def scaling_sweep(world_sizes=(1, 2, 3, 4), model: str = "mlp", steps: int = 10,
             "hidden_comm_s": hidden, "overlap_fraction": min(1.0, hidden / local["median_step_s"]),
             "breakdown": run["breakdown"], "local_breakdown": local["breakdown"],
             "alpha_s": ranks[0]["link"]["alpha_s"], "beta_s_per_byte": ranks[0]["link"]["beta_s_per_byte"],
-            "oversubscribed": placement.device_type == "cpu" and w > cpus,
+            "oversubscribed": placement.oversubscribed(w), "sharing": placement.describe_sharing(w),
             "final_loss": run["final_loss"], "backend": placement.backend, "device": placement.device_type,
         })
     one = rows[0]["samples_per_s"]
@@ -188,7 +193,8 @@ def scaling_sweep(world_sizes=(1, 2, 3, 4), model: str = "mlp", steps: int = 10,
     fair = [r for r in with_link if not r["oversubscribed"]]
     link = fair[-1] if fair else (with_link[0] if with_link else rows[0])
     grad_bytes = sum(p.numel() * p.element_size() for p in build_model(model).parameters() if p.requires_grad)
-    return {"model": model, "strategy": strategy, "scaling": scaling,
+    return {"model": model, "strategy": strategy, "scaling": scaling, "backend": placement.backend,
+            "device": placement.device_type, "gpus": placement.gpus,
             "global_batch": global_batch if scaling == "strong" else None,
             "emulated_link": None if emulated is None else emulated.as_dict(),
             "batch_per_rank": batch_per_rank, "bucket_mb": base.bucket_mb,

@@ -26,7 +26,8 @@ def plot_measured(result: dict):
         if r["oversubscribed"]:
             left.axvspan(r["world_size"] - 0.4, r["world_size"] + 0.4, color="#C44E52", alpha=0.08)
     left.set_xticks(ws)
-    left.set_xlabel("ranks W (shaded: more ranks than CPU cores)")
+    shared = "GPUs" if result.get("device") == "cuda" else "CPU cores"
+    left.set_xlabel(f"ranks W (shaded: more ranks than {shared})")
     left.set_ylabel("samples per second (all ranks)")
     left.set_title("Throughput; labels = scaling efficiency")
     left.set_ylim(bottom=0)
@@ -54,11 +55,14 @@ def plot_measured(result: dict):
 
 def render_measured(result: dict) -> None:
     table(["W", "step (ms)", "local (ms)", "exposed comm (ms)", "wait (ms)", "fetch+other (ms)", "samples/s",
-           "speedup", "efficiency", "cores enough?"],
+           "speedup", "efficiency", "a device per rank?"],
           [[r["world_size"], f"{r['step_time_s'] * 1e3:.1f}", f"{r['local_step_s'] * 1e3:.1f}",
             f"{r['exposed_comm_s'] * 1e3:.1f}", f"{r['breakdown']['wait'] * 1e3:.1f}",
             f"{r['breakdown']['data_and_other'] * 1e3:.1f}", f"{r['samples_per_s']:,.0f}", f"{r['speedup']:.2f}x",
             f"{r['efficiency']:.0%}", "no" if r["oversubscribed"] else "yes"] for r in result["rows"]])
+    shared = [r for r in result["rows"] if r.get("sharing")]
+    if shared:
+        print(f"Note: {shared[0]['sharing']}.")
     show(plot_measured(result))
 
 
