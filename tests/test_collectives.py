@@ -10,9 +10,11 @@ import torch.distributed as dist
 import dpteach
 from dpteach.collectives import (ALL_REDUCE, chunk_bounds, ring_all_gather, ring_all_reduce,
                                  ring_reduce_scatter)
+from dpteach.collectives._p2p import on_the_wire
 
 LENGTHS = (1, 3, 7, 64, 1001)           # fewer elements than ranks, not divisible by W, larger
-DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.int8)
+DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.int16,
+          torch.int8)
 
 
 def _data(rank, n, dtype, salt):
@@ -178,7 +180,29 @@ def _cuda_cases():
     dist.all_reduce(expected)
     ring_all_reduce(x, pieces=3)  # pipelined: NCCL hangs unless each batch pairs a send with a receive
     out.append(("ring pieces=3", x.is_cuda, torch.equal(x, expected)))
+    x = torch.arange(7, dtype=torch.int16, device=device) * (dist.get_rank() + 1)  # no such type in NCCL
+    expected = x.to(torch.int64)
+    dist.all_reduce(expected)
+    ring_all_reduce(x)
+    out.append(("ring int16", x.is_cuda, torch.equal(x.to(torch.int64), expected)))
     return out
+
+
+def test_a_type_nccl_lacks_travels_as_its_own_bytes():
+    """Point-to-point copies bytes: an int16 tensor goes over NCCL as a uint8 view of the same memory,
+    so a receive writes straight into the caller's tensor and nothing is rounded or converted."""
+    x = torch.arange(-3, 4, dtype=torch.int16) * 1000
+    wire = on_the_wire(x, backend="nccl")
+    assert wire.dtype == torch.uint8 and wire.numel() == 2 * x.numel()
+    assert wire.data_ptr() == x.data_ptr()
+    wire.copy_(on_the_wire(x.flip(0).contiguous(), backend="nccl"))  # what a receive does
+    assert torch.equal(x, torch.arange(3, -4, -1, dtype=torch.int16) * 1000)
+    for kept in (torch.float16, torch.int8, torch.int64):
+        y = torch.zeros(3, dtype=kept)
+        assert on_the_wire(y, backend="nccl") is y
+    assert on_the_wire(x, backend="gloo") is x  # gloo moves any type
+    with pytest.raises(ValueError, match="must be contiguous"):
+        on_the_wire(torch.zeros(4, 4, dtype=torch.int16).t(), backend="nccl")
 
 
 @pytest.mark.gpu

@@ -40,12 +40,38 @@ def post(send: torch.Tensor | None, dst: int | None, recv: torch.Tensor | None, 
     has nothing to send, and its neighbour knows, from the same chunk sizes, to expect nothing).
     """
     ops, has_recv, has_send = [], recv is not None and recv.numel() > 0, send is not None and send.numel() > 0
+    if has_recv and has_send and recv.device.type != send.device.type:
+        raise ValueError(f"send is on {send.device} and recv on {recv.device}: one exchange moves tensors of one "
+                         f"device type (the world may move each type with a different backend)")
     if has_recv:
-        ops.append(dist.P2POp(dist.irecv, recv, src, group))
+        ops.append(dist.P2POp(dist.irecv, on_the_wire(recv, group), src, group))
     if has_send:
-        ops.append(dist.P2POp(dist.isend, send, dst, group))
+        ops.append(dist.P2POp(dist.isend, on_the_wire(send, group), dst, group))
     requests = dist.batch_isend_irecv(ops) if ops else []
     return (requests[0] if has_recv else None), (requests[-1] if has_send else None)
+
+
+# What ProcessGroupNCCL can name as an NCCL data type (its ``ncclDataType`` table): no 16-bit integer.
+NCCL_DTYPES = (torch.int8, torch.uint8, torch.bool, torch.int32, torch.int64,
+               torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def on_the_wire(tensor: torch.Tensor, group=None, backend: str | None = None) -> torch.Tensor:
+    """The tensor a send or receive hands to the backend: ``tensor`` itself, or its bytes.
+
+    NCCL has no 16-bit integer type, and asking it to move an int16 tensor fails *inside*
+    ``batch_isend_irecv``'s NCCL group, which is then never closed, so the next NCCL call can hang.
+    A send or receive is a plain copy, though - no arithmetic on the values - so the same bytes can
+    travel as ``uint8``: a view of the same memory (nothing copied, exact), into which a receive
+    writes directly. ``backend`` overrides the world's backend for this tensor's device (for tests).
+    """
+    backend = backend or backend_for(tensor.device.type, group)
+    if backend != "nccl" or tensor.dtype in NCCL_DTYPES:
+        return tensor
+    if not tensor.is_contiguous():
+        raise ValueError(f"a {str(tensor.dtype).replace('torch.', '')} tensor sent over NCCL must be contiguous "
+                         f"(it travels as a byte view of its memory); pass tensor.contiguous()")
+    return tensor.view(torch.uint8)
 
 
 def chunk_bounds(numel: int, parts: int) -> list[tuple[int, int]]:

@@ -1,0 +1,246 @@
+"""Which backend and device every entry point chooses on machines with 0, 1, 2, 4 and 8 GPUs.
+
+This machine need not have any GPU: the tests make torch report ``gpus`` CUDA devices and an NCCL
+build (the three functions every placement decision reads), then call the real entry points. The
+launcher's process start is replaced by a recorder that keeps the world it was asked for and stops
+there, so nothing tries to start CUDA ranks; everything before it - argument checks, world
+resolution, the experiment's own set-up - runs as it would on that machine.
+"""
+import json
+import os
+import threading
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import dpteach
+import dpteach.launcher
+from dpteach import experiments as ex
+from dpteach.backend import Placement, choose_placement, cores_available, resolve_world, visible_gpus
+from dpteach.bench import allreduce_benchmark
+from dpteach.context import default_world_size
+from dpteach.torchrun import agree_on_placement, check_joined_world, decide_placement, propose_placement
+from dpteach.train import TrainConfig
+
+GPU_COUNTS = (0, 1, 2, 4, 8)
+
+
+class Recorded(Exception):
+    """Raised by the stand-in for the process start, carrying what launch() was about to start."""
+
+    def __init__(self, world_size, placement):
+        super().__init__(f"{world_size} ranks on {placement}")
+        self.world_size, self.placement = world_size, placement
+
+
+class RecordingWorld:
+    def __init__(self, world_size, placement, *rest):
+        self.world_size, self.placement = world_size, placement
+
+    def run(self):
+        raise Recorded(self.world_size, self.placement)
+
+
+@pytest.fixture
+def machine(monkeypatch):
+    """``machine(gpus)`` makes torch report that many GPUs (and NCCL); launches are recorded, not started."""
+    monkeypatch.delenv("DPTEACH_GPUS", raising=False)
+    monkeypatch.setattr(dpteach.launcher, "_World", RecordingWorld)
+    monkeypatch.setattr(dpteach.launcher, "check_memory_for_ranks", lambda world_size: None)
+
+    def simulate(gpus):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+        monkeypatch.setattr(dist, "is_nccl_available", lambda: True)
+        return gpus
+    return simulate
+
+
+def expected(gpus: int, world_size: int) -> tuple[str, str]:
+    """The course's rule: NCCL when every rank has its own GPU, else gloo on the GPUs if any, else CPU."""
+    if gpus >= world_size:
+        return "nccl", "cuda"
+    return "gloo", "cuda" if gpus else "cpu"
+
+
+def recorded(call) -> Recorded:
+    with pytest.raises(Recorded) as info:
+        call()
+    return info.value
+
+
+@pytest.mark.parametrize("gpus", GPU_COUNTS)
+@pytest.mark.parametrize("world_size", (1, 2, 3, 4, 8))
+def test_the_placement_rule(machine, gpus, world_size):
+    machine(gpus)
+    placement = choose_placement(world_size)
+    assert (placement.backend, placement.device_type) == expected(gpus, world_size)
+    assert choose_placement(world_size, device="cpu") == Placement("gloo", "cpu", gpus)
+    if gpus < world_size:
+        with pytest.raises(ValueError, match="backend='nccl'"):
+            choose_placement(world_size, backend="nccl")
+    # ranks take turns on a device when there are more of them than devices
+    devices = gpus if placement.device_type == "cuda" else cores_available()
+    assert placement.oversubscribed(world_size) == (world_size > devices)
+
+
+@pytest.mark.parametrize("gpus", GPU_COUNTS)
+def test_launch_starts_the_world_the_rule_chooses_with_a_device_per_rank(machine, gpus):
+    machine(gpus)
+    for world_size in (1, 2, 4, 8):
+        world = recorded(lambda: dpteach.launch(abs, world_size))
+        assert world.world_size == world_size
+        assert (world.placement.backend, world.placement.device_type) == expected(gpus, world_size)
+        devices = [world.placement.device_for(r) for r in range(world_size)]
+        if world.placement.backend == "nccl":
+            assert devices == [f"cuda:{r}" for r in range(world_size)]  # one GPU each, never shared
+            assert world.placement.process_group_backend == "cpu:gloo,cuda:nccl"
+        elif gpus:
+            assert devices == [f"cuda:{r % gpus}" for r in range(world_size)]
+        else:
+            assert devices == ["cpu"] * world_size
+
+
+@pytest.mark.parametrize("gpus, world", [(0, None), (1, None), (2, 2), (4, 4), (8, 4)])
+def test_the_default_world_follows_the_gpus(machine, gpus, world):
+    machine(gpus)
+    assert default_world_size() == (world if gpus >= 2 else max(2, min(4, os.cpu_count())))
+
+
+EXPERIMENTS = {  # name -> a call with world_size W that reaches its launch
+    "compare_strategies": lambda w: ex.compare_strategies(w, steps=2),
+    "run_strategy": lambda w: ex.run_strategy(w, TrainConfig(strategy="naive", steps=2)),
+    "gradient_equivalence": lambda w: ex.gradient_equivalence(w),
+    "bitwise_reproducibility": lambda w: ex.bitwise_reproducibility(w, steps=2),
+    "collective_basics": lambda w: ex.collective_basics(w),
+    "collective_trace": lambda w: ex.collective_trace(w),
+    "allreduce_sweep": lambda w: ex.allreduce_sweep(w),
+    "collective_mismatch": lambda w: ex.collective_mismatch(w),
+    "machine_profile": lambda w: ex.machine_profile(w),
+    "bucket_size_sweep": lambda w: ex.bucket_size_sweep(w),
+    "ddp_bucket_assignment": lambda w: ex.ddp_bucket_assignment(world_size=w),
+    "unused_parameters": lambda w: ex.unused_parameters(w),
+    "bucket_view_memory": lambda w: ex.bucket_view_memory(w),
+    "overlap_timeline": lambda w: ex.overlap_timeline(w),
+    "accumulation_sweep": lambda w: ex.accumulation_sweep(w),
+    "compression_tradeoff": lambda w: ex.compression_tradeoff(w),
+    "compression_on_links": lambda w: ex.compression_on_links(w),
+    "compression_bytes": lambda w: ex.compression_bytes(world_sizes=(w,)),
+    "async_staleness": lambda w: ex.async_staleness(w),
+    "input_pipeline": lambda w: ex.input_pipeline(w),
+    "sampler_sharding": lambda w: ex.sampler_sharding(w),
+    "uneven_inputs": lambda w: ex.uneven_inputs(w),
+    "bench": lambda w: allreduce_benchmark(w, ("4KiB",)),
+}
+
+
+def test_every_experiment_that_launches_is_listed():
+    launching = {name for name in ex.__all__} - {"memory_per_replica", "measure_model_memory", "bucket_assignment",
+                                                 "scaling_simulation", "scaling_sweep"}  # no ranks, or its own test
+    assert launching <= set(EXPERIMENTS), sorted(launching - set(EXPERIMENTS))
+
+
+@pytest.mark.parametrize("gpus", GPU_COUNTS)
+@pytest.mark.parametrize("name", sorted(EXPERIMENTS))
+def test_each_experiment_and_bench_launch_where_the_rule_says(machine, gpus, name):
+    machine(gpus)
+    for world_size in (3, 4) if name == "async_staleness" else (2, 4):
+        world = recorded(lambda: EXPERIMENTS[name](world_size))
+        assert world.world_size == world_size
+        assert (world.placement.backend, world.placement.device_type) == expected(gpus, world_size), name
+
+
+@pytest.mark.parametrize("gpus", GPU_COUNTS)
+def test_a_scaling_sweep_uses_one_placement_for_every_world_size(machine, gpus):
+    """Its first world (W=1) is started with the placement of its largest (W=4): a sweep never
+    switches from NCCL to gloo half-way, and flags the worlds whose ranks share devices."""
+    machine(gpus)
+    world = recorded(lambda: ex.scaling_sweep(world_sizes=(1, 2, 4), steps=2))
+    assert world.world_size == 1
+    assert (world.placement.backend, world.placement.device_type) == expected(gpus, 4)
+    if gpus:
+        assert [world.placement.oversubscribed(w) for w in (1, 2, 4)] == [w > gpus for w in (1, 2, 4)]
+        if gpus < 4:
+            assert "time-slicing" in world.placement.describe_sharing(4)
+
+
+@pytest.mark.parametrize("gpus, local_ranks", [(8, 8), (4, 8), (2, 2), (0, 4), (1, 1)])
+def test_torchrun_worlds_choose_from_the_ranks_on_this_node(machine, monkeypatch, gpus, local_ranks):
+    machine(gpus)
+    monkeypatch.delenv("DPTEACH_PARENT_PID", raising=False)
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", str(2 * local_ranks))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(local_ranks))
+    world_size, placement = resolve_world(None)
+    assert world_size == 2 * local_ranks
+    assert (placement.backend, placement.device_type) == expected(gpus, local_ranks)
+    assert propose_placement(local_ranks, "auto", "auto")["backend"] == expected(gpus, local_ranks)[0]
+    if gpus < local_ranks:
+        assert "error" in propose_placement(local_ranks, "nccl", "auto")
+
+
+def node(host, gpus, local_ranks, backend):
+    return {"host": host, "gpus": gpus, "local_ranks": local_ranks, "backend": backend,
+            "device": "cuda" if gpus else "cpu"}
+
+
+def test_ranks_that_disagree_all_fall_back_to_gloo_and_say_why():
+    table = [node("a", 8, 8, "nccl")] * 8 + [node("b", 4, 8, "gloo")] * 8
+    decision = decide_placement(table)
+    assert decision["backend"] == "gloo"
+    assert "b (4 GPU(s) for 8 ranks)" in decision["note"]
+    assert decide_placement([node("a", 8, 8, "nccl")] * 8) == {"backend": "nccl"}
+    assert decide_placement([node("a", 0, 2, "gloo")] * 2) == {"backend": "gloo"}
+
+
+def test_a_rank_that_cannot_join_is_everyones_error():
+    table = [node("a", 8, 8, "nccl")] * 3 + [{"host": "b", "local_ranks": 8, "error": "backend='nccl' ... 4 GPU(s)"}]
+    with pytest.raises(ValueError, match=r"rank 3 on b cannot join this world: backend='nccl' \.\.\. 4 GPU\(s\)"):
+        decide_placement(table)
+
+
+def test_ranks_agree_through_a_real_store():
+    """Four threads stand for four ranks on two nodes, one short of GPUs; each posts its proposal to a
+    real TCPStore and reads everyone's: all four reach the same decision."""
+    server = dist.TCPStore("127.0.0.1", 0, 5, True, wait_for_workers=False)
+    proposals = [node("a", 2, 2, "nccl"), node("a", 2, 2, "nccl"), node("b", 1, 2, "gloo"), node("b", 1, 2, "gloo")]
+    decisions = [None] * 4
+
+    def rank(r):
+        client = dist.TCPStore("127.0.0.1", server.port, 5, False)
+        decisions[r] = agree_on_placement(dist.PrefixStore("t", client), r, 4, proposals[r])
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert decisions[0]["backend"] == "gloo" and all(d == decisions[0] for d in decisions)
+    assert json.loads(server.get("t/2").decode())["host"] == "b"
+
+
+def test_a_world_initialised_with_nccl_alone_gets_a_clear_error():
+    with pytest.raises(ValueError, match=r"backend for CUDA tensors only \('cuda:nccl'\).*cpu:gloo,cuda:nccl"):
+        check_joined_world("cuda:nccl", "auto", "auto", "cuda")
+    check_joined_world("cpu:gloo,cuda:nccl", "auto", "auto", "cuda")  # the course's own NCCL world is fine
+    with pytest.raises(ValueError, match="backend='gloo' differs .* with 'nccl'"):
+        check_joined_world("cpu:gloo,cuda:nccl", "gloo", "auto", "cuda")
+    with pytest.raises(ValueError, match="device='cpu' differs .* on 'cuda'"):
+        check_joined_world("cpu:gloo,cuda:nccl", "auto", "cpu", "cuda")
+
+
+def test_dpteach_gpus_caps_the_gpus_and_refuses_nonsense(machine, monkeypatch):
+    machine(8)
+    monkeypatch.setenv("DPTEACH_GPUS", "2")
+    assert visible_gpus() == 2 and choose_placement(4).backend == "gloo"
+    monkeypatch.setenv("DPTEACH_GPUS", "0")
+    assert choose_placement(4) == Placement("gloo", "cpu", 0)
+    monkeypatch.setenv("DPTEACH_GPUS", "many")
+    with pytest.raises(ValueError, match="DPTEACH_GPUS='many' is not allowed"):
+        visible_gpus()
+
+
+def test_tests_not_marked_gpu_see_no_gpu():
+    """What makes the rest of the suite machine-independent (the root conftest.py)."""
+    assert os.environ["DPTEACH_GPUS"] == "0" and os.environ["CUDA_VISIBLE_DEVICES"] == ""
+    assert visible_gpus() == 0
