@@ -13,6 +13,7 @@ names the argument, its value and what is allowed.
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -89,6 +90,21 @@ def use_device(device: str) -> None:
         torch.cuda.set_device(torch.device(device))
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
+
+
+@contextmanager
+def plain_fp32(device: str):
+    """TF32 off inside the block, as in every GPU rank (:func:`use_device`), and put back afterwards:
+    for a reference computed in the learner's own process, whose settings are the learner's."""
+    if not str(device).startswith("cuda"):
+        yield
+        return
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
 def open_nccl_communicator(device: str) -> None:

@@ -14,10 +14,17 @@ from __future__ import annotations
 
 import torch
 
+from .backend import plain_fp32
 from .data import loss_fn, make_dataset, rank_microbatches, sample_batch
 from .models import build_model
 from .sync.deterministic import flat_gradient, set_gradients, sum_in_rank_order
 from .train import TrainConfig, flat_weights, make_optimizer, step_batches
+
+
+def reference_device(placement) -> str:
+    """Where the reference for ranks with ``placement`` trains: on their kind of device (``cuda:0`` for
+    GPU ranks), so that the comparison measures the data-parallel arithmetic, not CPU against GPU kernels."""
+    return placement.device_for(0) if placement.device_type == "cuda" else "cpu"
 
 
 def train_single_process(config: TrainConfig, world_size: int, fixed_order: bool = False,
@@ -29,6 +36,11 @@ def train_single_process(config: TrainConfig, world_size: int, fixed_order: bool
     added in rank order. A ``deterministic`` run equals this bit for bit when both use the same
     device and thread count (``experiments/determinism.py`` runs it on rank 0 for that reason).
     """
+    with plain_fp32(device):
+        return _train(config, world_size, fixed_order, device)
+
+
+def _train(config: TrainConfig, world_size: int, fixed_order: bool, device: str) -> dict:
     torch.manual_seed(config.seed)
     model = build_model(config.model, seed=config.seed).to(device)
     dataset = make_dataset(config.model, config.dataset_size(world_size), seed=config.seed)

@@ -15,6 +15,7 @@ import time
 from contextlib import contextmanager
 
 import torch
+import torch.distributed as dist
 
 COLORS = {"forward": "#4C72B0", "backward": "#55A868", "optimizer": "#8172B2", "wait": "#C44E52",
           "comm": "#DD8452", "data": "#937860", "compress": "#DA8BC3", "idle": "#CCCCCC"}
@@ -32,7 +33,7 @@ class Timeline:
         self.restart()
 
     def restart(self) -> None:
-        """Make 'now' the origin (call right after a barrier, on every rank)."""
+        """Make 'now' the origin (on every rank, together: see :func:`start_together`)."""
         if self.cuda:  # let queued GPU work finish, so the host clock and the GPU's events start together
             torch.cuda.synchronize(self.device)
         self.origin = time.perf_counter()
@@ -75,6 +76,22 @@ class Timeline:
             span["start"] = self.origin_event.elapsed_time(start) / 1e3
             span["end"] = self.origin_event.elapsed_time(end) / 1e3
         self._pending.clear()
+
+
+def start_together(*timelines: Timeline) -> None:
+    """Start the clocks of every rank at one moment: this rank's device idle, then a barrier, then origin.
+
+    The order matters on a GPU. A rank's host reaches the barrier while its GPU may still be busy with
+    queued work (the model's set-up, a broadcast). Synchronising *after* the barrier would start each
+    rank's clock once its own queue drained - at different moments on different ranks, so their lanes
+    would not line up. Synchronising first makes every rank arrive at the barrier idle; all leave it
+    together and take 'now' as zero.
+    """
+    for device in {t.device for t in timelines if t.cuda}:
+        torch.cuda.synchronize(device)
+    dist.barrier()
+    for timeline in timelines:
+        timeline.restart()
 
 
 def busy_time(spans: list[dict], lane: str) -> float:

@@ -29,17 +29,17 @@ GPU_COUNTS = (0, 1, 2, 4, 8)
 class Recorded(Exception):
     """Raised by the stand-in for the process start, carrying what launch() was about to start."""
 
-    def __init__(self, world_size, placement):
+    def __init__(self, world_size, placement, env):
         super().__init__(f"{world_size} ranks on {placement}")
-        self.world_size, self.placement = world_size, placement
+        self.world_size, self.placement, self.env = world_size, placement, env
 
 
 class RecordingWorld:
-    def __init__(self, world_size, placement, *rest):
-        self.world_size, self.placement = world_size, placement
+    def __init__(self, world_size, placement, payload, timeout, show_output, progress, env):
+        self.world_size, self.placement, self.env = world_size, placement, env
 
     def run(self):
-        raise Recorded(self.world_size, self.placement)
+        raise Recorded(self.world_size, self.placement, self.env)
 
 
 @pytest.fixture
@@ -244,3 +244,36 @@ def test_tests_not_marked_gpu_see_no_gpu():
     """What makes the rest of the suite machine-independent (the root conftest.py)."""
     assert os.environ["DPTEACH_GPUS"] == "0" and os.environ["CUDA_VISIBLE_DEVICES"] == ""
     assert visible_gpus() == 0
+
+
+@pytest.mark.parametrize("gpus", (0, 1, 4))
+def test_cublas_determinism_is_given_to_gpu_ranks_at_start_up_only(machine, gpus):
+    """cuBLAS reads CUBLAS_WORKSPACE_CONFIG when a process first uses it, so GPU ranks get it in their
+    start-up environment; CPU ranks, which have no cuBLAS, get nothing."""
+    machine(gpus)
+    world = recorded(lambda: ex.bitwise_reproducibility(2, steps=2))
+    assert world.env == ({"CUBLAS_WORKSPACE_CONFIG": ":4096:8"} if gpus else {})
+
+
+def test_deterministic_kernels_are_asked_for_on_a_gpu_and_the_setting_is_put_back():
+    from dpteach.experiments.determinism import deterministic_kernels
+    assert not torch.are_deterministic_algorithms_enabled()
+    with deterministic_kernels(torch.device("cuda", 0)):  # sets a flag only; no CUDA call is made
+        assert torch.are_deterministic_algorithms_enabled()
+    assert not torch.are_deterministic_algorithms_enabled()
+    with deterministic_kernels(torch.device("cpu")):
+        assert not torch.are_deterministic_algorithms_enabled()
+
+
+def test_the_reference_trains_on_the_ranks_kind_of_device_with_tf32_off_only_inside():
+    from dpteach.backend import plain_fp32
+    from dpteach.reference import reference_device
+    assert reference_device(Placement("nccl", "cuda", 8)) == "cuda:0"
+    assert reference_device(Placement("gloo", "cuda", 1)) == "cuda:0"
+    assert reference_device(Placement("gloo", "cpu", 0)) == "cpu"
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = True
+    with plain_fp32("cuda:0"):  # flags only: no CUDA call is made
+        assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+    assert torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before

@@ -34,7 +34,7 @@ from ..data import global_batches, loss_fn, make_dataset, rank_microbatches, sam
 from ..launcher import launch
 from ..link import resolve_link
 from ..models import build_model
-from ..reference import train_single_process
+from ..reference import reference_device, train_single_process
 from ..train import TrainConfig, exact_tolerance
 from .compare import _train_each
 from .overlap import summarise_run, typical_step
@@ -156,7 +156,7 @@ def accumulation_sweep(world_size: int | None = None, accum_steps_list=(1, 2, 4)
         floor = [per_rank[r]["runs"][2 * i] for r in range(world_size)]
         runs = [per_rank[r]["runs"][2 * i + 1] for r in range(world_size)]
         summary, floor_summary = summarise_run(runs, timed), summarise_run(floor, timed)
-        reference = train_single_process(configs[2 * i + 1], world_size)
+        reference = train_single_process(configs[2 * i + 1], world_size, device=reference_device(placement))
         samples = configs[2 * i + 1].global_batch(world_size)
         exposed = max(0.0, summary["step_time_s"] - floor_summary["step_time_s"])
         rows.append({

@@ -21,7 +21,7 @@ from ..backend import resolve_world
 from ..launcher import launch
 from ..link import resolve_link
 from ..sync import EXACT
-from ..reference import train_single_process
+from ..reference import reference_device, train_single_process
 from ..train import TrainConfig, train_interleaved_on_rank, train_on_rank
 
 DEFAULT_STRATEGIES = ("local", "naive", "bucketed", "overlap", "ddp", "int8", "int8_ef", "fp16", "async")
@@ -93,9 +93,10 @@ def compare_strategies(world_size: int | None = None, model: str = "mlp", steps:
     per_rank = launch(_train_each, world_size, args=(configs, interleave), backend=placement.backend,
                       device=placement.device_type, timeout=timeout)
     runs = {s: [per_rank[r][i] for r in range(world_size)] for i, s in enumerate(strategies)}
-    references = {world_size: train_single_process(base, world_size)}
+    on = reference_device(placement)  # the ranks' kind of device: see train.py on tolerances
+    references = {world_size: train_single_process(base, world_size, device=on)}
     if "async" in strategies:  # its global batch is shared by the W-1 workers
-        references[world_size - 1] = train_single_process(base, world_size - 1)
+        references[world_size - 1] = train_single_process(base, world_size - 1, device=on)
     local_step = statistics.mean(r["median_step_s"] for r in runs["local"]) if "local" in runs else None
     rows = [_row(s, runs[s], references[world_size - 1 if s == "async" else world_size], local_step)
             for s in strategies]
@@ -113,4 +114,4 @@ def run_strategy(world_size: int | None, config: TrainConfig, backend: str = "au
     ranks = launch(train_on_rank, world_size, args=(config,), backend=placement.backend,
                    device=placement.device_type, timeout=timeout)
     workers = world_size - 1 if config.strategy == "async" else world_size
-    return {"ranks": ranks, "reference": train_single_process(config, workers)}
+    return {"ranks": ranks, "reference": train_single_process(config, workers, device=reference_device(placement))}

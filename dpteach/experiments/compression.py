@@ -71,7 +71,7 @@ def _on_rank(configs: list[TrainConfig], reference_config: TrainConfig) -> dict:
         context.report_progress(0, total=len(configs) + 1, desc="reference + strategies")
         handle = register_optimizer_step_post_hook(lambda opt, args, kwargs: reference.append(_snapshot(opt)))
         try:
-            reference_losses = train_single_process(reference_config, world)["losses"]
+            reference_losses = train_single_process(reference_config, world, device=str(context.device()))["losses"]
         finally:
             handle.remove()
         context.report_progress(1)

@@ -21,13 +21,14 @@ bucketed,deterministic``: the same bytes as a ring all-reduce, but no overlap wi
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import replace
 
 import torch
 import torch.distributed as dist
 
 from .. import context
-from ..backend import resolve_world
+from ..backend import resolve_world, under_torchrun
 from ..launcher import launch
 from ..reference import train_single_process
 from ..sync import EXACT
@@ -36,11 +37,38 @@ from ..train import TrainConfig, exact_tolerance, train_on_rank
 REFERENCES = {"global batch": False, "fixed order": True}  # name -> fixed_order
 
 
+# cuBLAS reads this when a process creates its first cuBLAS handle; only then does it make matrix
+# multiplies deterministic (CUDA's cuBLAS docs, "Results reproducibility"; torch's
+# ``use_deterministic_algorithms`` docstring). Set later in a running process it does nothing, so it is
+# given to the ranks at start-up (``launch(env=...)``), never set from inside a rank.
+CUBLAS_DETERMINISTIC = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
+
+
+@contextmanager
+def deterministic_kernels(device: torch.device):
+    """On a GPU, ask torch for deterministic kernels inside the block and put its setting back after.
+
+    Some CUDA backward kernels add with atomics, in arrival order; this makes torch pick
+    deterministic ones (warning where it has none). On the CPU every kernel used here already is.
+    """
+    if device.type != "cuda":
+        yield
+        return
+    was, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(was, warn_only=warn_only)
+
+
 def _rank_run(configs: list[TrainConfig]) -> dict | None:
     device = context.device()
-    if device.type == "cuda":  # some CUDA kernels add with atomics, in arrival order
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(True, warn_only=True)
+    with deterministic_kernels(device):
+        return _train_and_refer(configs, device)
+
+
+def _train_and_refer(configs: list[TrainConfig], device: torch.device) -> dict | None:
     rank0 = dist.get_rank() == 0
     if rank0:
         context.report_progress(0, total=len(configs) + len(REFERENCES), desc="training")
@@ -57,7 +85,8 @@ def _rank_run(configs: list[TrainConfig]) -> dict | None:
         references[name] = train_single_process(configs[0], dist.get_world_size(), fixed_order=fixed_order,
                                                 device=str(device))["params"]
         context.report_progress(1)
-    return {"runs": runs, "references": references}
+    return {"runs": runs, "references": references,
+            "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG")}
 
 
 def bitwise_reproducibility(world_size: int | None = 3, model: str = "mlp", steps: int = 10,
@@ -70,6 +99,8 @@ def bitwise_reproducibility(world_size: int | None = 3, model: str = "mlp", step
 
         {"world_size", "model", "steps", "accum_steps", "optimizer", "num_params", "backend", "device",
          "tolerance" (how far an exact strategy may be from the global-batch reference),
+         "cublas_workspace_config" (on a GPU: cuBLAS's setting the ranks started with; None means their
+                                    matrix multiplies were free to be nondeterministic),
          "rows": [{"strategy", "reference", "max_abs_diff", "differing" (how many weights differ),
                    "bitwise_equal", "replicas_identical"}]}
     """
@@ -80,8 +111,11 @@ def bitwise_reproducibility(world_size: int | None = 3, model: str = "mlp", step
     base = TrainConfig(strategy="deterministic", model=model, steps=steps, batch_per_rank=batch_per_rank,
                        accum_steps=accum_steps, optimizer=optimizer, seed=seed, timing_warmup=0).check(world_size)
     configs = [base, replace(base, strategy=contrast)]
+    # On a GPU the ranks need cuBLAS's setting from their first instant; under torchrun they are
+    # already running, so it counts only if it was in their environment (reported below).
+    env = CUBLAS_DETERMINISTIC if placement.device_type == "cuda" and not under_torchrun() else None
     result = launch(_rank_run, world_size, args=(configs,), backend=placement.backend,
-                    device=placement.device_type)[0]
+                    device=placement.device_type, env=env)[0]
     rows = []
     for strategy, run in result["runs"].items():
         for name, params in result["references"].items():
@@ -92,4 +126,5 @@ def bitwise_reproducibility(world_size: int | None = 3, model: str = "mlp", step
     return {"world_size": world_size, "model": model, "steps": steps, "accum_steps": accum_steps,
             "optimizer": optimizer, "num_params": result["references"]["global batch"].numel(), "rows": rows,
             "tolerance": exact_tolerance(base),
+            "cublas_workspace_config": result["cublas_workspace_config"] if placement.device_type == "cuda" else None,
             "backend": placement.backend, "device": placement.device_type}

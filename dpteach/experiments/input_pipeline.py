@@ -46,7 +46,7 @@ from ..data import ShardedSampler, loss_fn, make_dataset
 from ..launcher import launch
 from ..models import build_model
 from ..sync import make_strategy
-from ..timeline import Timeline
+from ..timeline import Timeline, start_together
 
 
 def standard_loader_configs(num_workers: int = 2, prefetch_factor: int = 2, thread_prefetch: int = 2) -> list[dict]:
@@ -164,8 +164,7 @@ def _train_with_loader(config: dict, model_name: str, steps_per_epoch: int, epoc
     module, criterion = strategy.wrap(), loss_fn(model_name)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     waits, computes, orders, step = [], [], [], 0
-    dist.barrier()
-    timeline.restart()
+    start_together(timeline)
     for epoch in range(epochs):
         if config["set_epoch"]:
             sampler.set_epoch(epoch)

@@ -34,7 +34,7 @@ from ..launcher import launch
 from ..link import resolve_link
 from ..sync import EXACT
 from ..timeline import busy_time
-from ..reference import train_single_process
+from ..reference import reference_device, train_single_process
 from ..train import TrainConfig, exact_tolerance
 from .compare import _train_each, link_report
 
@@ -140,7 +140,7 @@ def overlap_timeline(world_size: int | None = None, model: str = "mlp", bucket_m
     per_rank = launch(_train_each, world_size, args=(configs, True), backend=placement.backend,
                       device=placement.device_type, timeout=timeout)
     results = {n: [per_rank[r][i] for r in range(world_size)] for i, n in enumerate(names)}
-    reference = train_single_process(base, world_size)
+    reference = train_single_process(base, world_size, device=reference_device(placement))
     timed = range(min(base.timing_warmup, steps - 1), steps)
 
     summaries = {name: summarise_run(results[name], timed) for name in names}
