@@ -28,7 +28,10 @@ TRY_TEXT = """\
 ## Try it
 
 The cell below runs your code on a small world of real ranks (each a separate process) and prints what
-each rank got. Change it as you like - print inside your function, try other sizes - it is not graded."""
+each rank got. Change it as you like - print inside your function, try other sizes - it is not graded.
+It runs gloo ranks on the CPU, as `check()` does, whatever GPUs this machine has: the exercise is about
+the messages, and on a machine with one GPU, W ranks on it would each open a CUDA context of their own
+and take turns on it."""
 
 LOCAL_TRY_TEXT = """\
 ## Try it

@@ -277,3 +277,27 @@ def test_the_reference_trains_on_the_ranks_kind_of_device_with_tf32_off_only_ins
         assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
     assert torch.backends.cudnn.allow_tf32
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
+@pytest.mark.parametrize("gpus, world_size, shares", [(1, 2, True), (1, 1, False), (2, 4, True), (4, 4, False)])
+def test_a_panel_says_when_ranks_time_slice_a_gpu(machine, capsys, gpus, world_size, shares):
+    from dpteach.widgets.panel import ExperimentPanel
+    machine(gpus)
+    backend = "nccl" if gpus >= world_size else "gloo"
+    panel = ExperimentPanel("t", lambda: {"device": "cuda", "backend": backend, "world_size": world_size},
+                            render=lambda result: None)
+    panel.run()
+    said = capsys.readouterr().out
+    assert ("time-slicing" in said) == shares
+    if shares:
+        assert f"{world_size} ranks share {gpus} GPU(s)" in said
+
+
+def test_exercise_try_cells_use_cpu_ranks_whatever_the_gpus():
+    """On a one-GPU laptop W try-cell ranks would each open a CUDA context on the same GPU; they run on
+    CPU with gloo, as the grader's checks do."""
+    from dpteach.grading.spec import all_exercises
+    launching = [e for e in all_exercises() if "dpteach.launch(" in e.try_code]
+    assert len(launching) >= 5
+    for exercise in launching:
+        assert 'backend="gloo", device="cpu"' in exercise.try_code, exercise.id

@@ -20,6 +20,17 @@ import time
 import ipywidgets as widgets
 from IPython.display import display
 
+from ..backend import Placement, visible_gpus
+
+
+def sharing_note(result) -> str | None:
+    """For a run whose ranks took turns on fewer GPUs than ranks, the sentence that says what its
+    timings then measure (every lesson shows it under the results); None otherwise."""
+    if not isinstance(result, dict) or result.get("device") != "cuda" or not isinstance(result.get("world_size"), int):
+        return None
+    gpus = visible_gpus()
+    return Placement(result.get("backend", "gloo"), "cuda", gpus).describe_sharing(result["world_size"]) if gpus else None
+
 
 class ExperimentPanel:
     def __init__(self, title: str, experiment, render, controls: dict | None = None, fixed: dict | None = None,
@@ -56,6 +67,9 @@ class ExperimentPanel:
             with self.output:
                 self.result = self.experiment(**values)
                 self.render(self.result)
+                note = sharing_note(self.result)
+                if note:
+                    print(f"Note: {note}.")
             self.error = None
             self.status.value = f"done in {time.perf_counter() - start:.1f} s"
             self.history.append({"values": values, "result": self.result})

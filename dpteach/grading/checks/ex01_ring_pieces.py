@@ -92,7 +92,7 @@ def try_it():
 
 
 with explain_failures():  # if a rank fails, two lines say which and why
-    for rank, (mine, everything) in enumerate(dpteach.launch(try_it, world_size=3, timeout=60)):
+    for rank, (mine, everything) in enumerate(dpteach.launch(try_it, world_size=3, timeout=60, backend="gloo", device="cpu")):
         print(f"rank {rank}: my chunk {mine}\\n        all-gathered {everything}")
 '''
 

@@ -99,7 +99,7 @@ def try_it():
 
 
 with explain_failures():  # if a rank fails, two lines say which and why
-    for rank, grad in enumerate(dpteach.launch(try_it, world_size=2, timeout=60)):
+    for rank, grad in enumerate(dpteach.launch(try_it, world_size=2, timeout=60, backend="gloo", device="cpu")):
         print(f"rank {rank}: last bias gradient {grad}")
 '''
 

@@ -80,7 +80,7 @@ def try_it(k=4):
 
 
 try:
-    for rank, (loss, weight) in enumerate(dpteach.launch(try_it, world_size=2, timeout=60)):
+    for rank, (loss, weight) in enumerate(dpteach.launch(try_it, world_size=2, timeout=60, backend="gloo", device="cpu")):
         print(f"rank {rank}: loss {loss:.4f}, weights after the step {weight}")   # same weights on both
 except dpteach.RankError as err:
     print(f"Not working yet: rank {err.rank} raised {err.exc_type}.")

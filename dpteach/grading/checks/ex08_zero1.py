@@ -89,7 +89,7 @@ def try_it():
 
 
 try:
-    for rank, (state, bias) in enumerate(dpteach.launch(try_it, world_size=3, timeout=60)):
+    for rank, (state, bias) in enumerate(dpteach.launch(try_it, world_size=3, timeout=60, backend="gloo", device="cpu")):
         print(f"rank {rank}: keeps {state} momentum values; bias {bias}")   # 6 each; the same bias everywhere
 except dpteach.RankError as err:
     print(f"Not working yet: rank {err.rank} raised {err.exc_type}.")
