@@ -30,6 +30,7 @@ class Placement:
     backend: str
     device_type: str  # "cpu" or "cuda"
     gpus: int
+    shared_gpu: bool = False  # NCCL ranks sharing GPUs, for correctness checks only (nccl_may_share_gpus)
 
     @property
     def process_group_backend(self) -> str:
@@ -43,6 +44,16 @@ class Placement:
         if self.device_type == "cuda":
             return f"cuda:{local_rank % self.gpus}"
         return "cpu"
+
+    def rank_env(self, rank: int, world_tag: str) -> dict:
+        """Environment variables rank ``rank`` needs beyond the usual ones (only shared-GPU NCCL has any)."""
+        if not self.shared_gpu:
+            return {}
+        # A host id of its own per rank (NCCL's getHostHash reads NCCL_HOSTID): NCCL then takes the
+        # ranks for separate machines, skips its "same GPU on one host" refusal, and connects them
+        # with its socket transport over the loopback interface, as it would connect two nodes.
+        return {"NCCL_HOSTID": f"dpteach-{world_tag}-rank{rank}", "NCCL_NET": "Socket", "NCCL_SOCKET_IFNAME": "lo",
+                "NCCL_IB_DISABLE": "1"}
 
     def oversubscribed(self, local_ranks: int) -> bool:
         """True when ``local_ranks`` ranks on one machine must share its devices: more ranks than
@@ -179,6 +190,8 @@ def choose_placement(world_size: int, backend: str = "auto", device: str = "auto
         if not nccl_available() or gpus == 0:
             raise ValueError("backend='nccl' is not allowed here: NCCL needs CUDA GPUs and this machine "
                              "has none (use backend='gloo' or 'auto')")
+        if world_size > gpus and nccl_may_share_gpus():
+            return Placement("nccl", "cuda", gpus, shared_gpu=True)
         if world_size > gpus:
             raise ValueError(f"backend='nccl' with world_size={world_size} is not allowed: NCCL needs one "
                              f"GPU per rank and {gpus} GPU(s) are visible (use world_size <= {gpus}, "
@@ -189,6 +202,24 @@ def choose_placement(world_size: int, backend: str = "auto", device: str = "auto
     if device == "auto":
         device = "cuda" if gpus else "cpu"
     return Placement("gloo", device, gpus)
+
+
+SHARED_GPU_SWITCH = "DPTEACH_NCCL_SHARED_GPU"
+
+
+def nccl_may_share_gpus() -> bool:
+    """True when ``DPTEACH_NCCL_SHARED_GPU=1``: NCCL worlds that ``launch`` starts may put several ranks
+    on one GPU - for checking correctness on one GPU, never for timing (``dpteach doctor --gpu`` sets it
+    for its shared-GPU worlds).
+
+    NCCL refuses two ranks of one machine on one GPU (its ``init.cc`` compares host hashes and GPU
+    ids). Given a host id of its own (``NCCL_HOSTID``, read by NCCL's ``getHostHash``), each rank
+    looks like a separate machine, and NCCL connects them with its socket transport over the loopback
+    interface, as it would connect two nodes. Every NCCL code path - batched point-to-point,
+    collectives launched from autograd hooks, every dtype - then runs for real; the timings mean
+    nothing (the ranks take turns on the GPU and talk over sockets, not NVLink).
+    """
+    return os.environ.get(SHARED_GPU_SWITCH, "") == "1"
 
 
 def under_torchrun() -> bool:

@@ -1,38 +1,56 @@
 """Exercise every CUDA path that one GPU allows, in a few minutes, and say what was measured.
 
-One GPU cannot hold two NCCL ranks, so multi-rank NCCL waits for a multi-GPU machine (the tests
-marked ``multigpu``). What one GPU can do, this runs, as two worlds:
+On a machine with one GPU this runs four worlds:
 
-1. NCCL with one rank (``cuda``): the launcher's NCCL path and CUDA collectives.
-2. Two gloo ranks sharing the GPU: every hand-written collective on CUDA tensors, which gloo's
-   point-to-point calls force through host memory (see ``collectives/_p2p.py``).
+1. NCCL with one rank (``nccl_w1``): the launcher's NCCL path and CUDA collectives - but with one
+   rank there is no peer, so no point-to-point message ever crosses NCCL here.
+2. Two gloo ranks sharing the GPU (``gloo_w2``): every hand-written collective on CUDA tensors, which
+   gloo's point-to-point calls force through host memory (see ``collectives/_p2p.py``).
+3. Two NCCL ranks sharing the GPU (``nccl_shared_w2``), and 4. three (``nccl_shared_w3``, collectives
+   only): NCCL refuses two ranks on one GPU of one machine, but gives each rank its own host id
+   (``NCCL_HOSTID``) and it connects them like two machines, over sockets on the loopback interface
+   (``backend.nccl_may_share_gpus``). That is what lets one GPU check the multi-rank NCCL paths:
+   batched point-to-point (every hand-written collective, int16 included, which NCCL has no type
+   for), overlap hooks launching NCCL work from autograd, the compressed strategies, the parameter
+   server in an NCCL world, and a failing rank's error coming home. **Correctness only: these
+   timings mean nothing** (the ranks take turns on the GPU and talk over sockets, not NVLink). Where
+   the trick does not work (an NCCL that refuses it), the world fails within a minute, and the report
+   says so and goes on.
 
-In each world it checks every all-reduce we wrote, in four dtypes and four sizes (1 element, an odd
+In each world it checks every all-reduce we wrote, in five dtypes and four sizes (1 element, an odd
 count, a small and a 4 MiB buffer), against ``dist.all_reduce`` bit for bit; runs the benchmark;
-and trains every strategy, plus gradient accumulation, with CUDA-event timelines, then the CNN
-and the transformer with the exact strategies. The exact strategies must still end where
-single-process training ends, and ``deterministic`` (with deterministic kernels on a GPU) must equal
+trains every strategy, plus gradient accumulation, with CUDA-event timelines, then the CNN and the
+transformer with the exact strategies; and, with two ranks or more, makes one rank fail while its
+peer waits in a collective. The exact strategies must still end where single-process training ends
+(computed on the same GPU), and ``deterministic`` (with deterministic kernels on a GPU) must equal
 the fixed-order reference bit for bit.
 
 The same sequence runs on the CPU (``run_device_checks("cpu")``: two gloo worlds), which is how
 the test suite keeps this script honest on machines without a GPU: only CUDA itself goes untested
-there. Run it as ``dpteach doctor --gpu`` (``--json`` for the raw report).
+there. Run it as ``dpteach doctor --gpu`` (``--json`` for the raw report), or ``scripts/gpu_check.sh``
+for the report files and the GPU tests too.
 """
 from __future__ import annotations
 
+import os
 import time
+from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
 
 from . import context
-from .backend import visible_gpus
+from .backend import SHARED_GPU_SWITCH, visible_gpus
 
-# device -> the worlds one such device can hold: (label, backend, ranks, benchmark sizes)
+# device -> the worlds one such device can hold: (label, backend, ranks, benchmark sizes, what runs)
+FULL, COLLECTIVES_ONLY = "full", "collectives"
 WORLDS = {
-    "cuda": (("nccl_w1", "nccl", 1, ("1MiB", "64MiB")), ("gloo_w2", "gloo", 2, ("1MiB", "16MiB"))),
-    "cpu": (("gloo_w1", "gloo", 1, ("64KiB", "1MiB")), ("gloo_w2", "gloo", 2, ("64KiB", "1MiB"))),
+    "cuda": (("nccl_w1", "nccl", 1, ("1MiB", "64MiB"), FULL), ("gloo_w2", "gloo", 2, ("1MiB", "16MiB"), FULL),
+             ("nccl_shared_w2", "nccl", 2, ("64KiB", "1MiB"), FULL),
+             ("nccl_shared_w3", "nccl", 3, ("64KiB",), COLLECTIVES_ONLY)),
+    "cpu": (("gloo_w1", "gloo", 1, ("64KiB", "1MiB"), FULL), ("gloo_w2", "gloo", 2, ("64KiB", "1MiB"), FULL)),
 }
+SHARED_GPU_JOIN_TIMEOUT = 60  # seconds: a shared-GPU world that cannot form says so within this
 STRATEGIES = ("local", "naive", "bucketed", "overlap", "ddp", "deterministic",
               "int8", "int8_ef", "fp16", "bf16", "async")
 OTHER_MODELS = ("cnn", "transformer")  # convolutions and attention take other kernels than the MLP's
@@ -45,7 +63,7 @@ def _collectives() -> dict:
     device, rank = context.device(), dist.get_rank()
     out = {"device": str(device)}
     for n in (1, 7, 1000, 1 << 20):  # one element, an odd count, small, 4 MiB of float32
-        for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.int64):
+        for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int16):
             x = (torch.arange(n, device=device) % 13 + rank).to(dtype)  # small integers: exact in every dtype
             expected = x.clone().to(torch.float64)
             dist.all_reduce(expected)
@@ -77,12 +95,43 @@ def training_tables(world: dict) -> dict:
     return {"compare": world["compare"], "accumulation": world["accumulation"], **world.get("models", {})}
 
 
+def _fail_on_one_rank() -> None:
+    """Rank 1 raises while rank 0 waits in an all-reduce on its device: the error must come home."""
+    if dist.get_rank() == 1:
+        raise RuntimeError("a deliberate failure on rank 1")
+    x = torch.ones(4, device=context.device())
+    dist.all_reduce(x)  # rank 1 never joins: rank 0 waits here until the launcher stops it
+    context.synchronize()
+
+
+def _failure_comes_home(ranks: int, backend: str, device: str, timeout: float = 60.0) -> dict:
+    """Launch :func:`_fail_on_one_rank`; report which rank the launcher blamed, for what, and how fast."""
+    from .launcher import RankError, launch
+    start = time.perf_counter()
+    try:
+        launch(_fail_on_one_rank, ranks, backend=backend, device=device, timeout=timeout, show_output=False)
+    except RankError as err:
+        return {"rank": err.rank, "reported": "a deliberate failure on rank 1" in str(err),
+                "seconds": time.perf_counter() - start, "timeout": timeout}
+    except TimeoutError:
+        return {"rank": None, "reported": False, "seconds": time.perf_counter() - start, "timeout": timeout}
+    return {"rank": None, "reported": False, "seconds": time.perf_counter() - start, "timeout": timeout}
+
+
 def all_checks(report: dict) -> list[tuple[str, bool]]:
-    """Every check the report holds, as (name, passed)."""
+    """Every check the report holds, as (name, passed). A world that could not form has none."""
     checks = []
     for world in report["worlds"]:
+        if world.get("unavailable"):
+            continue
         label, device = world["label"], world["device"]
         checks += [(f"{label}: {k}", ok) for k, ok in world["collectives"].items() if k != "device"]
+        if "failure" in world:
+            f = world["failure"]
+            checks.append((f"{label}: rank 1's error came home while rank 0 waited ({f['seconds']:.1f} s)",
+                           f["rank"] == 1 and f["reported"] and f["seconds"] < f["timeout"]))
+        if world.get("scope", FULL) != FULL:
+            continue
         checks.append((f"{label}: bench ran on {world['bench']['device']}", world["bench"]["device"] == device))
         for key, table in training_tables(world).items():
             checks.append((f"{label}: {key} ran on {table['device']}", table["device"] == device))
@@ -103,28 +152,47 @@ def all_checks(report: dict) -> list[tuple[str, bool]]:
     return checks
 
 
-def run_device_checks(device: str = "cuda", steps: int = 10) -> dict:
-    """Run the checks above on ``device`` ("cuda" or "cpu"); return the report.
+@contextmanager
+def _nccl_sharing_gpus(on: bool):
+    """Let NCCL worlds put several ranks on one GPU for the block (``backend.nccl_may_share_gpus``)."""
+    if not on:
+        yield
+        return
+    saved = os.environ.get(SHARED_GPU_SWITCH)
+    os.environ[SHARED_GPU_SWITCH] = "1"
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(SHARED_GPU_SWITCH, None)
+        else:
+            os.environ[SHARED_GPU_SWITCH] = saved
 
-    The report holds ``ok`` (every check passed), ``failed`` (the names of those that did not),
-    ``checks``, ``seconds`` and, per world, the raw collectives, benchmark and training tables.
-    """
+
+def _check_world(label, backend, ranks, sizes, scope, device, steps) -> dict:
     from .bench import allreduce_benchmark
     from .experiments.compare import compare_strategies
     from .experiments.determinism import bitwise_reproducibility
     from .launcher import launch
-    if device not in WORLDS:
-        raise ValueError(f"device={device!r} is not checkable; choose one of {sorted(WORLDS)}")
-    if device == "cuda" and visible_gpus() == 0:
-        raise ValueError("--gpu needs a CUDA GPU and this machine has none visible "
-                         "(nothing was checked; run it where torch.cuda.is_available() is True)")
-    start = time.perf_counter()
-    report = {"device": device, "torch": torch.__version__,
-              "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None, "worlds": []}
-    for label, backend, ranks, sizes in WORLDS[device]:
-        world = {"label": label, "backend": backend, "world_size": ranks, "device": device}
-        world["collectives"] = launch(_collectives, ranks, backend=backend, device=device,
-                                      timeout=300, show_output=False)[0]
+    shared = device == "cuda" and backend == "nccl" and ranks > visible_gpus()
+    world = {"label": label, "backend": backend, "world_size": ranks, "device": device, "scope": scope,
+             "shares_gpu": shared, "timings_meaningful": not shared}
+    with _nccl_sharing_gpus(shared):
+        try:  # the first launch is the one that finds out whether this world can form at all
+            world["collectives"] = launch(_collectives, ranks, backend=backend, device=device,
+                                          timeout=SHARED_GPU_JOIN_TIMEOUT if shared else 300, show_output=False)[0]
+        except Exception as exc:
+            if not shared:
+                raise
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            world["unavailable"] = (f"{ranks} NCCL ranks could not share this GPU ({type(exc).__name__}: {first}); "
+                                    f"multi-rank NCCL was not covered - run the multigpu tests on a machine with "
+                                    f"two GPUs or more")
+            return world
+        if ranks > 1:
+            world["failure"] = _failure_comes_home(ranks, backend, device)
+        if scope != FULL:
+            return world
         world["bench"] = allreduce_benchmark(ranks, sizes, iters=10, backend=backend, device=device)
         world["compare"] = _strip(compare_strategies(ranks, steps=steps, strategies=STRATEGIES,
                                                      backend=backend, device=device))
@@ -136,9 +204,31 @@ def run_device_checks(device: str = "cuda", steps: int = 10) -> dict:
                                                             backend=backend, device=device))
                            for model in OTHER_MODELS}
         world["bitwise"] = bitwise_reproducibility(ranks, model="cnn", steps=4, backend=backend, device=device)
-        report["worlds"].append(world)
+    return world
+
+
+def run_device_checks(device: str = "cuda", steps: int = 10) -> dict:
+    """Run the checks above on ``device`` ("cuda" or "cpu"); return the report.
+
+    The report holds ``ok`` (every check passed), ``failed`` (the names of those that did not),
+    ``unavailable`` (worlds that could not form, with the reason), ``checks``, ``seconds`` and, per
+    world, the raw collectives, failure, benchmark and training tables.
+    """
+    if device not in WORLDS:
+        raise ValueError(f"device={device!r} is not checkable; choose one of {sorted(WORLDS)}")
+    if device == "cuda" and visible_gpus() == 0:
+        raise ValueError("--gpu needs a CUDA GPU and this machine has none visible "
+                         "(nothing was checked; run it where torch.cuda.is_available() is True)")
+    start = time.perf_counter()
+    report = {"device": device, "torch": torch.__version__, "cuda": torch.version.cuda,
+              "nccl": ".".join(map(str, torch.cuda.nccl.version())) if device == "cuda" else None,
+              "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None, "gpus": visible_gpus(),
+              "worlds": []}
+    for label, backend, ranks, sizes, scope in WORLDS[device]:
+        report["worlds"].append(_check_world(label, backend, ranks, sizes, scope, device, steps))
     checks = all_checks(report)
     report["failed"] = [name for name, ok in checks if not ok]
+    report["unavailable"] = [f"{w['label']}: {w['unavailable']}" for w in report["worlds"] if w.get("unavailable")]
     report["ok"] = not report["failed"]
     report["checks"] = len(checks)
     report["seconds"] = time.perf_counter() - start

@@ -179,6 +179,7 @@ class _World:
             "DPTEACH_TIMEOUT": str(self.timeout), "DPTEACH_SYS_PATH": json.dumps(sys.path),
             "PYTHONUNBUFFERED": "1",
         })
+        env.update(self.placement.rank_env(rank, str(self.store.port)))
         # W ranks share the cores: without this each would start one thread per core and they
         # would trample each other (a user's OMP_NUM_THREADS still wins).
         if "OMP_NUM_THREADS" not in os.environ:

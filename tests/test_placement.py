@@ -301,3 +301,20 @@ def test_exercise_try_cells_use_cpu_ranks_whatever_the_gpus():
     assert len(launching) >= 5
     for exercise in launching:
         assert 'backend="gloo", device="cpu"' in exercise.try_code, exercise.id
+
+
+def test_nccl_ranks_share_a_gpu_only_when_asked_and_each_gets_a_host_id_of_its_own(machine, monkeypatch):
+    machine(1)
+    with pytest.raises(ValueError, match="NCCL needs one GPU per rank"):
+        choose_placement(2, backend="nccl")
+    assert choose_placement(2).backend == "gloo"  # never chosen by "auto"
+    monkeypatch.setenv("DPTEACH_NCCL_SHARED_GPU", "1")
+    placement = choose_placement(3, backend="nccl")
+    assert placement == Placement("nccl", "cuda", 1, shared_gpu=True)
+    assert placement.device_for(2) == "cuda:0" and placement.oversubscribed(3)
+    envs = [placement.rank_env(r, "4242") for r in range(3)]
+    assert len({e["NCCL_HOSTID"] for e in envs}) == 3
+    assert all(e["NCCL_SOCKET_IFNAME"] == "lo" and e["NCCL_NET"] == "Socket" for e in envs)
+    assert Placement("nccl", "cuda", 2).rank_env(0, "4242") == {}
+    world = recorded(lambda: dpteach.launch(abs, 2, backend="nccl"))
+    assert world.placement.shared_gpu

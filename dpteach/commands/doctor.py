@@ -64,9 +64,21 @@ def _print_device_report(report: dict) -> None:
     print(f"{where}, torch {report['torch']}: {report['checks']} checks, {verdict} in {report['seconds']:.0f} s")
     for name in report["failed"]:
         print(f"  FAILED {name}")
+    for line in report.get("unavailable", []):
+        print(f"  NOT COVERED {line}")
     for world in report["worlds"]:
         head = f"  {world['label']} ({world['backend']}, {world['world_size']} rank(s) on {world['device']})"
-        print(f"{head}: {len(world['collectives']) - 1} collective checks")
+        if world.get("unavailable"):
+            print(f"{head}: could not form - see above")
+            continue
+        caveat = "  [correctness only: these timings mean nothing]" if not world.get("timings_meaningful", True) else ""
+        print(f"{head}: {len(world['collectives']) - 1} collective checks{caveat}")
+        if "failure" in world:
+            f = world["failure"]
+            print(f"    a failing rank: rank {f['rank']} reported {'with' if f['reported'] else 'WITHOUT'} its error "
+                  f"after {f['seconds']:.1f} s")
+        if world.get("scope", "full") != "full":
+            continue
         for row in world["bench"]["rows"]:
             print(f"    all-reduce {row['algorithm']:>8} {row['bytes']:>10} B  {row['time_s'] * 1e6:9.1f} us  "
                   f"busbw {row['busbw_GBps']:.2f} GB/s")
