@@ -4,10 +4,13 @@ import copy
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from dpteach.gpucheck import OTHER_MODELS, STRATEGIES, WORLDS, all_checks, run_device_checks
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
@@ -86,3 +89,29 @@ def test_gpu_check_passes_on_cuda():
     report = run_device_checks("cuda")
     assert report["ok"], report["failed"]
     assert [w["label"] for w in report["worlds"]] == [label for label, *_ in WORLDS["cuda"]]
+
+
+def test_gpu_check_writes_its_report_as_json_and_markdown(cpu_report, tmp_path):
+    """scripts/gpu_report.py, fed the CPU run of the same check and a real pytest JUnit file."""
+    doctor = copy.deepcopy(cpu_report)
+    doctor["worlds"].append({"label": "nccl_shared_w2", "unavailable": "2 NCCL ranks could not share this GPU"})
+    doctor["unavailable"] = ["nccl_shared_w2: 2 NCCL ranks could not share this GPU"]
+    (tmp_path / "doctor.json").write_text(json.dumps(doctor))
+    (tmp_path / "test_tiny.py").write_text("import pytest\ndef test_ok():\n    pass\n"
+                                           "@pytest.mark.skip(reason='no GPU')\ndef test_gpu():\n    pass\n")
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path / "test_tiny.py"),
+                    "--junitxml", str(tmp_path / "junit.xml")], capture_output=True, timeout=120, cwd=tmp_path)
+    out = subprocess.run([sys.executable, "scripts/gpu_report.py", "--doctor", str(tmp_path / "doctor.json"),
+                          "--junit", str(tmp_path / "junit.xml"), "--seconds", "12", "--out", str(tmp_path / "r")],
+                         capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert out.returncode == 0, out.stdout + out.stderr
+    report = json.loads((tmp_path / "r" / "gpu_check_cpu.json").read_text())
+    assert report["ok"] and report["tests"]["passed"] == 1 and len(report["tests"]["skipped"]) == 1
+    text = (tmp_path / "r" / "gpu_check_cpu.md").read_text()
+    assert "**all passed**" in text and "| nccl_shared_w2 | nccl | - | could not form | - |" in text
+    assert "not covered: nccl_shared_w2" in text and "| gloo_w2 | compare | overlap |" in text
+    missing = subprocess.run([sys.executable, "scripts/gpu_report.py", "--doctor", str(tmp_path / "none.json"),
+                              "--junit", str(tmp_path / "junit.xml"), "--seconds", "1", "--out", str(tmp_path / "r2")],
+                             capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert missing.returncode == 1
+    assert "did not finish" in (tmp_path / "r2" / "gpu_check_unknown_gpu.md").read_text()

@@ -399,3 +399,22 @@ def test_more_ranks_than_cores_share_them_all():
     world = len(allowed) + 1
     out = dpteach.launch(_cores_and_gloo_threads_cores, world, backend="gloo", device="cpu", timeout=120)
     assert all(cores == allowed for cores, _ in out)
+
+
+def _clock_origins_after_queued_gpu_work():
+    from dpteach.timeline import Timeline, start_together
+    if dist.get_rank() == 0:
+        torch.cuda._sleep(2_000_000_000)  # about a second of GPU cycles, queued and not yet run
+    timeline = Timeline(dpteach.device())
+    start_together(timeline)
+    origins = [None] * dist.get_world_size()
+    dist.all_gather_object(origins, timeline.origin)
+    return origins
+
+
+@pytest.mark.gpu
+def test_ranks_start_their_clocks_together_even_with_gpu_work_queued():
+    """The device is synchronised *before* the barrier: had rank 0 drained its queue after it, its
+    clock would start about a second after rank 1's and the Gantt lanes would not line up."""
+    origins = dpteach.launch(_clock_origins_after_queued_gpu_work, 2, backend="gloo", device="cuda")[0]
+    assert abs(origins[0] - origins[1]) < 0.25, origins
