@@ -130,19 +130,30 @@ class _LinkWork:
     def __init__(self, work, deadline: float, emulator: "EmulatedLink", async_op: bool):
         self.work, self.deadline, self.emulator = work, deadline, emulator
         self.future = torch.futures.Future() if async_op else None
+        self.arrived_at = None  # when the real transfer finished (asynchronous collectives)
         if async_op:
+            # Stamped by the thread that completes the real work, the moment it does: whether the bytes
+            # beat the deadline must not depend on when the release thread happens to look (on a loaded
+            # machine it can wake late, and a late look would make a late transfer seem on time).
+            work.get_future().then(self._arrived)
             emulator.release_at(deadline, self)
+
+    def _arrived(self, real) -> None:
+        self.arrived_at = time.perf_counter()
+
+    def _was_late(self) -> bool:
+        return (self.arrived_at or time.perf_counter()) > self.deadline + SLACK_S
 
     def release(self) -> None:
         """At the deadline, on the release thread: were the bytes there in time?"""
-        if self.work.is_completed():  # the link set the time: no callback on gloo's thread needed
-            self.emulator._finished(late=False)
+        if self.arrived_at is not None:  # arrived: complete now, and say whether the link set the time
+            self.emulator._finished(late=self._was_late())
             self._complete(self.work.get_future())
         else:  # this machine is slower than the link: complete when the real transfer does
             self.work.get_future().then(self._late)
 
     def _late(self, real) -> None:
-        self.emulator._finished(late=True)
+        self.emulator._finished(late=self._was_late())
         self._complete(real)
 
     def _complete(self, real) -> None:
