@@ -89,6 +89,8 @@ for kwargs in ({"backend": "nccl"}, {"device": "cuda"}):
         dpteach.launch(lambda: 0, None, **kwargs)
     except ValueError as exc:
         print("refused:", exc, flush=True)
+dist.barrier()  # the user's world, the user's to end: together, then torn down
+dist.destroy_process_group()
 """
     out, _ = run_script(tmp_path, body)
     assert out.returncode == 0, out.stderr[-3000:]
