@@ -60,6 +60,7 @@ class Guard:
         self.methods = tuple(methods)
         self.calls: list[str] = []       # forbidden calls seen, in order ("torch.distributed.all_reduce")
         self.sent_elements = 0           # elements sent point-to-point while active
+        self._sending = 0                # depth of send calls in progress (send calls isend: count once)
         self.active = False
         self._paused = 0
         self._codes: dict = {}           # code object -> forbidden name
@@ -173,7 +174,14 @@ class Guard:
             callback(event, frame, arg)
 
     def _count_send(self, event, frame, arg) -> None:
+        """Count each message once, whatever the call path: ``send`` is built on ``isend`` in this torch
+        (and ``batch_isend_irecv`` calls ``isend`` for each ``P2POp``), so only the outermost send of a
+        nest counts - a blocking ``send`` is one message, not two."""
         if event == "call":
-            tensor = frame.f_locals.get("tensor")
-            if isinstance(tensor, torch.Tensor):
-                self.sent_elements += tensor.numel()
+            if self._sending == 0:
+                tensor = frame.f_locals.get("tensor")
+                if isinstance(tensor, torch.Tensor):
+                    self.sent_elements += tensor.numel()
+            self._sending += 1
+        elif event == "return":
+            self._sending = max(0, self._sending - 1)
