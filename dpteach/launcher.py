@@ -127,6 +127,13 @@ def launch(fn, world_size: int | None, args=(), kwargs=None, backend: str = "aut
         return _World(world_size, placement, payload, timeout, show_output, progress, env).run()
 
 
+def _signal_name(number: int) -> str:
+    try:
+        return f"{signal.Signals(number).name} (signal {number})"
+    except ValueError:
+        return f"signal {number}"
+
+
 class _World:
     """The processes of one launch, from start to clean-up."""
 
@@ -217,7 +224,9 @@ class _World:
             self._drain_output()
             self._update_progress()
             codes = [p.poll() for p in self.procs]
-            failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
+            # Exit code 0 without a result is a failure too: the rank ended its own process (os._exit(0),
+            # or a library that exits) before fn returned - its peers would otherwise wait for it forever.
+            failed = [r for r, c in enumerate(codes) if c not in (None, 0) or (c == 0 and not self._has_result(r))]
             if failed:
                 self._raise_failure(failed)
             if all(c == 0 for c in codes):
@@ -238,7 +247,7 @@ class _World:
         end = time.monotonic() + 1.0
         while time.monotonic() < end and any(p.poll() is None for p in self.procs):
             for r, p in enumerate(self.procs):
-                if r not in observed and p.poll() not in (None, 0):
+                if r not in observed and p.poll() is not None and (p.poll() != 0 or not self._has_result(r)):
                     observed[r] = time.time()
             time.sleep(0.02)
         self._stop_all()
@@ -249,9 +258,11 @@ class _World:
         rank = (died or raised or crashed_after)[0][1]
         outcome, code = outcomes[rank], self.procs[rank].returncode
         others = "; the other ranks were stopped" if self.world_size > 1 else ""
-        how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        how = f"killed by {_signal_name(-code)}" if code < 0 else f"exited with code {code}"
+        if code == 0:
+            how = "ended its own process (exit code 0)"
         if code == -signal.SIGKILL:  # nobody here sent it: almost always the out-of-memory killer
-            how += " (SIGKILL: usually the out-of-memory killer - try fewer ranks or a smaller model)"
+            how += ": usually the out-of-memory killer - try fewer ranks or a smaller model"
         if outcome is None:
             self.readers[rank].join(timeout=1.0)  # its last lines may still be in the pipe
             self._drain_output()
@@ -262,6 +273,9 @@ class _World:
         err = RankError(rank, f"raised {outcome['type']}: {outcome['message']}{others}",
                         outcome["traceback"], code, outcome["type"], outcome.get("while_joining", False))
         raise err from outcome.get("exception")
+
+    def _has_result(self, rank: int) -> bool:
+        return os.path.exists(os.path.join(self.tmp, f"rank{rank}.pkl"))
 
     def _outcome(self, rank: int):
         path = os.path.join(self.tmp, f"rank{rank}.pkl")

@@ -3,6 +3,8 @@ tampering with the libraries the checks use, and code that ends its own process.
 import pytest
 
 from dpteach.grading import get_exercise, grade_sources
+from learners.exits import EXITS
+from learners.exits import solution as exit_solution
 from learners.styles import SWAPS, solution
 
 
@@ -15,3 +17,15 @@ def test_a_correct_ring_scores_full_marks_in_every_call_style(exercise):
     for style, report in zip(styles, reports):
         lost = [(row.name, row.message) for row in report.checks if not row.passed]
         assert report.score == get_exercise(exercise).max_score, (style, lost)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(EXITS))
+def test_a_rank_that_ends_its_own_process_is_reported_as_that_within_seconds(name):
+    """Not as "timed out: an endless loop, or a deadlock" after the whole time limit: the launcher sees the
+    process end (exit code 0 without a result is a failure too) and the grader names the rank and check."""
+    (report,) = grade_sources("02", [(exit_solution(name), [1])])  # W=2, the first check with a peer
+    row = report.checks[1]
+    # "error", not "timed_out": the end was seen when it happened, not inferred at the time limit
+    assert row.outcome == "error" and EXITS[name][1] in row.message, row.message
+    assert f"during the check '{get_exercise('02').checks[1].name}'" in row.message

@@ -153,7 +153,7 @@ def _abort_after_returning():
 def test_a_rank_that_crashes_after_returning_is_reported_as_such():
     with pytest.raises(dpteach.RankError) as info:
         dpteach.launch(_abort_after_returning, 2, timeout=120)
-    assert "returned its result, then killed by signal 6 while shutting down" in str(info.value)
+    assert "returned its result, then killed by SIGABRT (signal 6) while shutting down" in str(info.value)
 
 
 def _killed_like_the_oom_killer_does():
@@ -166,7 +166,7 @@ def test_a_rank_killed_with_sigkill_points_at_memory():
     with pytest.raises(dpteach.RankError) as info:
         dpteach.launch(_killed_like_the_oom_killer_does, 2, timeout=120)
     assert info.value.rank == 1 and info.value.exit_code == -signal.SIGKILL
-    assert "killed by signal 9 (SIGKILL: usually the out-of-memory killer" in str(info.value)
+    assert "killed by SIGKILL (signal 9): usually the out-of-memory killer" in str(info.value)
 
 
 def _hang_with_a_child(pid_dir):
@@ -418,3 +418,16 @@ def test_ranks_start_their_clocks_together_even_with_gpu_work_queued():
     clock would start about a second after rank 1's and the Gantt lanes would not line up."""
     origins = dpteach.launch(_clock_origins_after_queued_gpu_work, 2, backend="gloo", device="cuda")[0]
     assert abs(origins[0] - origins[1]) < 0.25, origins
+
+
+def _ends_itself_on_rank_one():
+    if dist.get_rank() == 1:
+        os._exit(0)  # no exception, no result, exit code 0
+    t = torch.ones(1)
+    dist.all_reduce(t)  # rank 1 never comes
+    return t.item()
+
+
+def test_a_rank_that_exits_with_code_zero_without_a_result_is_a_failure_not_a_wait():
+    with pytest.raises(dpteach.RankError, match=r"rank 1 ended its own process \(exit code 0\) without returning"):
+        dpteach.launch(_ends_itself_on_rank_one, 2, timeout=120)

@@ -248,19 +248,24 @@ def _blame(row: CheckResult, check, per_rank: dict, timeout: dict | None, failur
     raised = [per_rank[r] for r in sorted(per_rank) if per_rank[r]["outcome"] in ("error", "forbidden")
               and (timeout is None or per_rank[r].get("at", 0.0) < timeout.get("at", float("inf")))]
     timed_out = timeout is not None
+    # A rank that died outright, with no Python exception: it ended its own process (os._exit, a signal) or
+    # crashed in native code. The launcher notices at once, and the others' errors are its echo.
     crashed = (isinstance(failure, RankError) and failure.rank not in per_rank and not failure.exc_type
-               and failure.exit_code not in (WATCHDOG_EXIT_CODE, 0, 1, None))
-    if crashed:  # a rank died outright; the others' errors ("connection reset by peer") are its echo
+               and failure.exit_code not in (WATCHDOG_EXIT_CODE, None))
+    if crashed:
         code = failure.exit_code
-        how = f"exited with code {code}"
+        how = f"ended its own process with exit code {code} (os._exit or sys.exit outside the main thread?)"
         if code < 0:
             name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
             how = f"was killed by {name}"
             if -code == signal.SIGABRT:
                 how += (" (the C++ side aborted; with gloo that is typically a message whose size does not "
                         "match the receive posted for it - check which chunk each rank sends and receives)")
+            elif -code in (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE):
+                how += " (a crash in native code: for example a tensor used after its memory was freed)"
         row.outcome = "error"
-        row.message = f"rank {failure.rank} {how} during this check; the other ranks lost their connection to it"
+        row.message = (f"rank {failure.rank} {how} during the check '{check.name}'; the other ranks lost their "
+                       f"connection to it and were stopped")
     elif raised:
         first = _first_raised(raised)
         row.outcome = first["outcome"]
