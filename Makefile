@@ -6,6 +6,8 @@ VENV   ?= .venv
 # The torch build the course is tested with; override, e.g. `make lab TORCH="torch>=2.3"` to keep a CUDA build.
 TORCH  ?= torch==2.13.0
 BIN     = $(VENV)/bin
+# Extra arguments for `dpteach lab`, e.g. `make lab LAB_ARGS="--no-browser --port 8890"`.
+LAB_ARGS ?=
 
 .PHONY: lab test install browser bench clean
 
@@ -20,7 +22,7 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 install: $(VENV)/.installed
 
 lab: install
-	$(BIN)/dpteach lab
+	$(BIN)/dpteach lab $(LAB_ARGS)
 
 # The browser test drives Debian's Chromium; install it where we can (root with apt), else it skips.
 browser:

@@ -1,7 +1,10 @@
 """The command line: the benchmark's JSON, the doctor's report, and errors before any rank starts."""
+import os
+import signal
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -72,3 +75,31 @@ def test_doctor_reports_the_backend_and_passes_its_smoke_test():
     assert report["smoke"]["ok"] is True
     for rank in report["smoke"]["per_rank"]:
         assert rank["builtin"]["ok"] and rank["ring"]["ok"]
+
+
+def test_dpteach_lab_starts_a_server_that_answers_as_this_user(tmp_path):
+    """The README's first command, run as whoever runs the tests (root in CI and in most containers,
+    where JupyterLab refuses to start unless told it may)."""
+    import socket
+    import urllib.request
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"), "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg")}
+    server = subprocess.Popen([sys.executable, "-m", "dpteach", "lab", "--no-browser", "--port", str(port),
+                               "--", "--ServerApp.ip=127.0.0.1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              env=env, start_new_session=True)
+    try:
+        deadline, answer = time.monotonic() + 90, None
+        while time.monotonic() < deadline and server.poll() is None and answer is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api", timeout=2) as response:
+                    answer = json.loads(response.read())
+            except OSError:
+                time.sleep(0.5)
+        output = "" if server.poll() is None else server.stdout.read().decode(errors="replace")
+        assert answer is not None and "version" in answer, f"no answer from dpteach lab; it said:\n{output[-3000:]}"
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)

@@ -1,4 +1,9 @@
-"""``dpteach lab``: open JupyterLab on the course's first notebook."""
+"""``dpteach lab``: open JupyterLab on the course's first notebook.
+
+JupyterLab prints the address to open, with its token. On a remote GPU machine, start it with
+``--no-browser`` and forward its port over SSH from your own computer (``ssh -N -L 8888:localhost:8888
+you@gpu-machine``), then open the printed ``http://localhost:8888/lab?token=...`` address locally.
+"""
 from __future__ import annotations
 
 import os
@@ -34,5 +39,9 @@ def run(args) -> int:
         command.append(f"--port={args.port}")
     if args.no_browser:
         command.append("--no-browser")
+    if hasattr(os, "geteuid") and os.geteuid() == 0 and not any("allow_root" in a or "allow-root" in a for a in args.extra):
+        # Containers and rented GPU machines often log you in as root, where JupyterLab refuses to start
+        # unless told that this is intended ("Running as root is not recommended").
+        command.append("--allow-root")
     command += args.extra
     return subprocess.call(command, cwd=root)
