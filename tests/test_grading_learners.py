@@ -6,6 +6,7 @@ from dpteach.grading import get_exercise, grade_sources
 from learners.exits import EXITS
 from learners.exits import solution as exit_solution
 from learners.styles import SWAPS, solution
+from learners.tampering import TAMPERING
 
 
 @pytest.mark.slow
@@ -29,3 +30,13 @@ def test_a_rank_that_ends_its_own_process_is_reported_as_that_within_seconds(nam
     # "error", not "timed_out": the end was seen when it happened, not inferred at the time limit
     assert row.outcome == "error" and EXITS[name][1] in row.message, row.message
     assert f"during the check '{get_exercise('02').checks[1].name}'" in row.message
+
+
+def test_rewiring_the_libraries_the_checks_use_scores_zero_and_says_so():
+    names = sorted(TAMPERING)
+    reports = grade_sources("02", [(TAMPERING[name][0], None) for name in names])
+    for name, report in zip(names, reports):
+        assert report.score == 0, (name, report.score)
+        assert report.tampered and TAMPERING[name][1] in " ".join(report.tampered), (name, report.tampered)
+        assert "SCORE 0: the checks could not be trusted" in report.text()
+        assert any(row.outcome == "tampered" for row in report.checks)

@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 
 from .guard import ForbiddenCall, Guard
+from .seal import Seal
 from .spec import Fail, get_exercise
 
 WATCHDOG_EXIT_CODE = 75
@@ -149,6 +150,7 @@ def rank_main(plan: dict) -> None:
                           timeout=PROCESS_GROUP_TIMEOUT)
     nonce = plan["nonce"]
     guard = Guard(exercise.forbidden, exercise.forbidden_methods).install()
+    seal = Seal()  # after the guard's own wrappers, before any learner code: see seal.py
     dist.destroy_process_group()  # from here on, every check brings its own world
     warm = False
     for job, submission, order in plan["jobs"]:
@@ -167,14 +169,14 @@ def rank_main(plan: dict) -> None:
             warm = True
         watchdog.disarm()
         for index in order if namespace is not None else []:
-            _run_check(plan, job, index, exercise, rank, store, namespace, guard, submission, results, watchdog)
+            _run_check(plan, job, index, exercise, rank, store, namespace, guard, seal, submission, results, watchdog)
 
     # The launcher's worker tears down a default process group when we return: leave one in place.
     dist.init_process_group("gloo", store=dist.PrefixStore(f"{nonce}/end", store), rank=rank, world_size=size,
                             timeout=PROCESS_GROUP_TIMEOUT)
 
 
-def _run_check(plan, job, index, exercise, rank, store, namespace, guard, submission, results, watchdog):
+def _run_check(plan, job, index, exercise, rank, store, namespace, guard, seal, submission, results, watchdog):
     check = exercise.checks[index]
     if rank >= check.world:
         return  # not part of this check's world; the next check's rendezvous waits for us
@@ -186,11 +188,20 @@ def _run_check(plan, job, index, exercise, rank, store, namespace, guard, submis
     watchdog.arm([job, index], check.limit * plan.get("limit_scale", 1.0))
     started = time.perf_counter()
     outcome = _run_one(check, rank, namespace, guard, submission.files)
+    replaced = seal.broken()
+    if replaced:  # whatever the check concluded, it concluded with tools the learner's code had replaced
+        outcome.update(outcome="tampered", replaced=replaced,
+                       message=f"your code replaced {_listing(replaced)}, which the checks use to judge it")
     results.write(event="check", job=job, check=index, seconds=round(time.perf_counter() - started, 3),
                   at=time.time(), **outcome)
     _wait_for_peers(store, prefix + "/done", check.world)
     dist.destroy_process_group()
     watchdog.disarm()
+
+
+def _listing(names: list[str], most: int = 4) -> str:
+    shown = ", ".join(names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
 def _run_one(check, rank: int, namespace: dict, guard: Guard, learner_files) -> dict:

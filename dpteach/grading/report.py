@@ -14,12 +14,14 @@ JSON (``dpteach grade --json``)::
 
     {"exercise": "01", "title": ..., "status": "passed" | "failed" | "not_attempted" | "error",
      "score": 17, "max_score": 20, "visible": {"score", "max_score"}, "hidden": {"score", "max_score"},
-     "forbidden": ["torch.distributed.all_reduce (cell 1, line 9; found ...)"], "error": null | "...",
+     "forbidden": ["torch.distributed.all_reduce (cell 1, line 9; found ...)"],
+     "tampered": ["your code replaced torch.equal, which the checks use to judge it"], "error": null | "...",
      "elapsed_s": 8.1,
      "checks": [{"name", "passed", "points", "earned", "hidden", "outcome", "message", "hint"}]}
 
 ``points`` is what a check is worth, ``earned`` what it gave (0 when the exercise is zeroed); ``outcome``
-is one of passed, failed, error (the learner's code raised), timed_out, not_run, forbidden.
+is one of passed, failed, error (the learner's code raised), timed_out, not_run, forbidden, tampered (the
+learner's code replaced a function the checks judge with: ``seal.py``; the exercise then scores 0).
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ import textwrap
 from dataclasses import dataclass, field
 
 OUTCOME_LABEL = {"passed": "  ok", "failed": "FAIL", "error": " ERR", "timed_out": "TIME",
-                 "not_run": "SKIP", "forbidden": "FORB", "grader_error": "BUG!"}
+                 "not_run": "SKIP", "forbidden": "FORB", "grader_error": "BUG!", "tampered": "TAMP"}
 
 
 @dataclass
@@ -51,6 +53,7 @@ class Report:
     max_score: int
     checks: list = field(default_factory=list)
     forbidden: list = field(default_factory=list)
+    tampered: list = field(default_factory=list)  # what the learner's code replaced in the checks' tools
     error: str | None = None
     elapsed_s: float = 0.0
     rule: str = ""
@@ -62,7 +65,7 @@ class Report:
     def to_json(self) -> dict:
         return {"exercise": self.exercise, "title": self.title, "status": self.status, "score": self.score,
                 "max_score": self.max_score, "visible": self.part(False), "hidden": self.part(True),
-                "forbidden": list(self.forbidden), "error": self.error, "elapsed_s": round(self.elapsed_s, 2),
+                "forbidden": list(self.forbidden), "tampered": list(self.tampered), "error": self.error, "elapsed_s": round(self.elapsed_s, 2),
                 "checks": [{"name": c.name, "passed": c.passed, "points": c.points, "earned": c.earned,
                             "hidden": c.hidden, "outcome": c.outcome, "message": c.message, "hint": c.hint}
                            for c in self.checks]}
@@ -80,6 +83,10 @@ class Report:
             out.append(textwrap.indent(self.error, "    "))
             out.append(f"  (none of the {len(self.checks)} checks, worth {self.max_score} points, could run)")
             return "\n".join(out)
+        if self.tampered:
+            out.append("  SCORE 0: the checks could not be trusted - the code under test changed the libraries "
+                       "they judge with:")
+            out += [f"    - {line}" for line in self.tampered]
         if self.forbidden:
             out.append(f"  SCORE 0: {self.rule}".rstrip())
             out += [f"    - uses {offense}" for offense in self.forbidden]

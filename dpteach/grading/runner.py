@@ -94,7 +94,10 @@ def grade_many(exercise: Exercise, submissions: list, *, record: bool = False, n
 
 def _score(report: Report) -> None:
     for row in report.checks:
-        row.earned = row.points if row.passed and not report.forbidden else 0
+        if row.outcome == "tampered" and row.message not in report.tampered:
+            report.tampered.append(row.message)
+    for row in report.checks:
+        row.earned = row.points if row.passed and not report.forbidden and not report.tampered else 0
     report.score = sum(row.earned for row in report.checks)
     if report.status != "error":
         report.status = "passed" if report.score == report.max_score else "failed"
@@ -213,7 +216,7 @@ def _first_raised(records: list) -> dict:
     return min(records, key=lambda r: (r.get("at", 0.0), r["rank"]))
 
 
-SEVERITY = ("forbidden", "error", "grader_error", "failed")
+SEVERITY = ("tampered", "forbidden", "error", "grader_error", "failed")
 
 
 def _merge(row: CheckResult, per_rank: dict) -> None:
