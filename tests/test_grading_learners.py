@@ -6,7 +6,7 @@ from dpteach.grading import get_exercise, grade_sources
 from learners.exits import EXITS
 from learners.exits import solution as exit_solution
 from learners.styles import SWAPS, solution
-from learners.tampering import TAMPERING
+from learners.tampering import CODE_SWAP, TAMPERING
 
 
 @pytest.mark.slow
@@ -40,3 +40,16 @@ def test_rewiring_the_libraries_the_checks_use_scores_zero_and_says_so():
         assert report.tampered and TAMPERING[name][1] in " ".join(report.tampered), (name, report.tampered)
         assert "SCORE 0: the checks could not be trusted" in report.text()
         assert any(row.outcome == "tampered" for row in report.checks)
+
+
+def test_tampering_the_seal_misses_is_caught_by_the_replay_outside_the_ranks():
+    """The helper that computes the expected sum keeps its identity but gets new code: the seal sees
+    nothing, the rank's checks pass; the clean process that replays them does not, and says so."""
+    report = grade_sources("02", [(CODE_SWAP, None)])[0]  # alone: rank processes are shared within a batch
+    assert report.score == 0, report.text()
+    assert report.tampered and all("judged again outside them" in text for text in report.tampered)
+    swapped = [row for row in report.checks if row.outcome == "tampered"]
+    assert swapped and all("judged again outside them" in row.message and "left waiting" not in row.message
+                           for row in swapped), report.text()
+    # the traffic checks failed in the rank already (nothing was sent): those stay plain failures
+    assert [row.outcome for row in report.checks if "traffic" in row.name or "sends" in row.name] == ["failed"] * 2

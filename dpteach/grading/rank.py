@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 
 from .guard import ForbiddenCall, Guard
+from .replay import encode, record_call
 from .seal import Seal
 from .spec import Fail, get_exercise
 
@@ -61,14 +62,31 @@ class Context:
     def __init__(self, rank: int, world: int, namespace: dict, guard: Guard, learner_files):
         self.rank, self.world = rank, world
         self.namespace, self.guard, self.learner_files = namespace, guard, learner_files
+        self.recording: list[dict] = []  # what the replay outside the ranks needs (replay.py)
 
     def learner(self, name: str):
         return self.namespace[name]
 
     def call(self, name: str, *args, **kwargs):
-        """Run the learner's ``name(*args, **kwargs)`` with the guard watching."""
+        """Run the learner's ``name(*args, **kwargs)`` with the guard watching; record what it left."""
         with self.running_learner_code():
-            return self.namespace[name](*args, **kwargs)
+            result = self.namespace[name](*args, **kwargs)
+        self.recording.append(record_call(name, args, result))
+        return result
+
+    def sent_elements(self) -> int:
+        """Elements this rank's learner code has sent so far (the guard's count), recorded for the replay."""
+        count = self.guard.sent_elements
+        self.recording.append({"sent": count})
+        return count
+
+    def all_gather(self, tensor: torch.Tensor) -> list:
+        """The grader's own all-gather (never counted as the learner's traffic), recorded for the replay."""
+        gathered = [torch.empty_like(tensor) for _ in range(self.world)]
+        with self.allow():
+            dist.all_gather(gathered, tensor)
+        self.recording.append({"gathered": encode(gathered)})
+        return gathered
 
     @contextmanager
     def running_learner_code(self):
@@ -221,4 +239,5 @@ def _run_one(check, rank: int, namespace: dict, guard: Guard, learner_files) -> 
         outcome, message = "grader_error", traceback.format_exc()
     finally:
         guard.clear_watches()
-    return {"outcome": outcome, "message": message, "forbidden": guard.calls[seen:]}
+    recorded = {"recording": ctx.recording} if check.replay and outcome in ("passed", "failed") else {}
+    return {"outcome": outcome, "message": message, "forbidden": guard.calls[seen:], **recorded}

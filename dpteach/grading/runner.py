@@ -36,6 +36,7 @@ from ..progress import ProgressStore
 from . import forbidden as static
 from .notebook import Submission, attempted, syntax_problem
 from .rank import WATCHDOG_EXIT_CODE
+from .replay import Judge, rejudge
 from .report import CheckResult, Report, not_attempted
 from .spec import Exercise
 
@@ -120,6 +121,24 @@ def _run_checks(exercise: Exercise, jobs: list, limit_scale: float) -> dict:
     load_errors: dict[int, str] = {}
     retried: set = set()  # checks whose world broke down outside anyone's code once already
     called: dict[int, set] = {}  # job -> forbidden functions the guard saw called
+    finished: dict[tuple, dict] = {}  # (job, check) -> {rank: record}, merged once the judge has spoken
+    judge = Judge() if any(checks[i].replay for _, i in pending) else None
+    try:
+        _run_worlds(exercise, jobs, pending, limit_scale, deadline, load_errors, retried, called, finished)
+        rejudge(exercise.id, finished, judge)
+    finally:
+        if judge is not None:
+            judge.close()
+    for (job, i), per_rank in finished.items():
+        _merge(jobs[job][1].checks[i], per_rank)
+    for job, names in called.items():
+        jobs[job][1].forbidden += [f"{name} (called while your code ran)" for name in sorted(names)]
+    return load_errors
+
+
+def _run_worlds(exercise, jobs, pending, limit_scale, deadline, load_errors, retried, called, finished) -> None:
+    """Launch worlds until every pending check has a result, a blame or a reason it was not run."""
+    checks = exercise.checks
     while pending:
         records, failure = _launch(exercise, jobs, pending, limit_scale)
         if isinstance(failure, TypeError):  # raised by launch() before any rank started
@@ -146,7 +165,7 @@ def _run_checks(exercise: Exercise, jobs: list, limit_scale: float) -> dict:
         pending = [(job, i) for job, i in pending if job not in load_errors]
         done = [key for key in pending if len(by_check.get(key, {})) == checks[key[1]].world]
         for job, i in done:
-            _merge(jobs[job][1].checks[i], by_check[(job, i)])
+            finished[(job, i)] = by_check[(job, i)]
         remaining = [key for key in pending if key not in done]
         if loading_hung and remaining:
             pending = remaining  # no check is to blame: a new world runs the other jobs' checks
@@ -178,9 +197,6 @@ def _run_checks(exercise: Exercise, jobs: list, limit_scale: float) -> dict:
             for j, i in pending:
                 jobs[j][1].checks[i].message = "not run: the grading time budget was spent on earlier time-outs"
             break
-    for job, names in called.items():
-        jobs[job][1].forbidden += [f"{name} (called while your code ran)" for name in sorted(names)]
-    return load_errors
 
 
 def _launch(exercise: Exercise, jobs: list, pending: list, limit_scale: float):
@@ -228,11 +244,12 @@ def _merge(row: CheckResult, per_rank: dict) -> None:
         return
     worst_kind = min(SEVERITY.index(r["outcome"]) for r in failing)
     same_kind = [r for r in failing if SEVERITY.index(r["outcome"]) == worst_kind]
-    worst = same_kind[0] if SEVERITY[worst_kind] == "failed" else _first_raised(same_kind)
+    verdicts = SEVERITY[worst_kind] in ("failed", "tampered")  # conclusions, not exceptions with echoes
+    worst = same_kind[0] if verdicts else _first_raised(same_kind)
     row.outcome = worst["outcome"]
     prefix = f"rank {worst['rank']}: " if len(per_rank) > 1 else ""
     row.message = prefix + worst["message"]
-    echoes = [r for r in same_kind if r is not worst] if SEVERITY[worst_kind] != "failed" else []
+    echoes = [r for r in same_kind if r is not worst] if not verdicts else []
     if echoes:  # peers that raised *after* it were waiting for it (e.g. "connection reset by peer")
         row.message += f"\n(the other ranks were left waiting for rank {worst['rank']} and failed after it)"
     if row.outcome == "grader_error":

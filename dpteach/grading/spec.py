@@ -63,6 +63,8 @@ class Check:
     ``uses`` names the learner's functions the check calls: when one of them hangs, the world has to be
     killed, and later checks of the same function are skipped rather than each waiting for its own
     time-out (the learner fixes the hang first either way). ``hint`` is shown when the check fails.
+    A check with ``replay`` talks to the learner only through ``ctx.call``, ``ctx.sent_elements()`` and
+    ``ctx.all_gather``, so that ``replay.py`` can reach its verdict again where no learner code ran.
     """
 
     name: str
@@ -73,6 +75,8 @@ class Check:
     uses: tuple = ()
     hint: str = ""
     limit: float = 6.0
+    replay: bool = True  # judged again outside the ranks from a recording (replay.py); False for checks
+    #                      that hand the learner live objects or communicate on their own
 
 
 @dataclass(frozen=True)

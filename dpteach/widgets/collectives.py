@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import costmodel
+from .capture import write_into
 from .start import ALGO_STYLE, human_bytes, log_axis, show, size_axis, table
 
 
@@ -75,13 +76,17 @@ def trace_player(result: dict):
     slider = widgets.IntSlider(value=0, min=0, max=last, description="step")
     widgets.jslink((play, "value"), (slider, "value"))
 
-    def draw(step):
-        fig, ax = plt.subplots(figsize=(9, 0.7 * result["world_size"] + 1.8))
-        draw_frame(result, step, ax)
-        fig.tight_layout()
-        show(fig)
+    out = widgets.Output()
 
-    out = widgets.interactive_output(draw, {"step": slider})
+    def draw(step):
+        with write_into(out):  # written by the kernel, not routed by the front end: see capture.py
+            fig, ax = plt.subplots(figsize=(9, 0.7 * result["world_size"] + 1.8))
+            draw_frame(result, step, ax)
+            fig.tight_layout()
+            show(fig)
+
+    draw(slider.value)
+    slider.observe(lambda change: draw(change["new"]), names="value")
     return widgets.VBox([widgets.HBox([play, slider]), out])
 
 

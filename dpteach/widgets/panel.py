@@ -9,7 +9,8 @@
     panel.result     # the last result, plain data
 
 The button and the output carry stable CSS classes (``dpteach-run``, ``dpteach-output``,
-``dpteach-status``) so that a browser test can find them. Errors from a run are shown in the
+``dpteach-status``) so that a browser test can find them. What a run prints and displays is written
+into the output area by the kernel (``capture.write_into``), so no front end has to answer for it. Errors from a run are shown in the
 output area in one readable line (with the rank's traceback for a ``RankError``) instead of
 breaking the panel, and the button is re-enabled whatever happens.
 """
@@ -21,6 +22,7 @@ import ipywidgets as widgets
 from IPython.display import display
 
 from ..backend import Placement, visible_gpus
+from .capture import write_into
 
 
 def sharing_note(result) -> str | None:
@@ -61,10 +63,9 @@ class ExperimentPanel:
         values = {**self.values(), **overrides}
         self.button.disabled = True
         self.status.value = "running..."
-        self.output.clear_output(wait=True)
         start = time.perf_counter()
         try:
-            with self.output:
+            with write_into(self.output):  # not `with self.output:` - see capture.py for why
                 self.result = self.experiment(**values)
                 self.render(self.result)
                 note = sharing_note(self.result)
@@ -76,7 +77,7 @@ class ExperimentPanel:
         except Exception as exc:  # shown to the learner, kept for code that wants to re-raise it
             self.error = exc
             self.status.value = f"<span style='color:#b00'>failed: {type(exc).__name__}</span>"
-            with self.output:
+            with write_into(self.output, clear=False):
                 print(f"{type(exc).__name__}: {exc}")
         finally:
             self.button.disabled = False

@@ -39,3 +39,22 @@ def ring_all_reduce(tensor):
 '''
 
 TAMPERING["disguised as a wrapper"] = (DISGUISED, "torch.equal")
+
+# Gets past the seal: the function object stays the same one, only its code changes. The grader's own helper
+# for the expected sum now returns this rank's data, so returning the input unchanged "matches" in the rank.
+# Only the replay outside the ranks (dpteach/grading/replay.py), where this code never ran, sees through it.
+CODE_SWAP = '''
+from dpteach.grading.checks import common
+
+
+def _own_data_only(seed, world, numel, dtype, shape=None):
+    import torch.distributed as dist
+    return rank_data(seed, dist.get_rank(), numel, dtype, shape)
+
+
+common.sum_over_ranks.__code__ = _own_data_only.__code__
+
+
+def ring_all_reduce(tensor):
+    return tensor
+'''

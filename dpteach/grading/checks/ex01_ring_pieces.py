@@ -107,9 +107,9 @@ HINT_TRAFFIC = ("A ring sends one chunk per step, W-1 steps per pass: (W-1)/W of
 def reduce_scatter_case(ctx, numel, dtype, seed, traffic=False):
     mine = rank_data(seed, ctx.rank, numel, dtype)
     before = mine.clone()
-    sent = ctx.guard.sent_elements
+    sent = ctx.sent_elements()
     out = expect_tensor(ctx.call("reduce_scatter", mine), "the result of reduce_scatter")
-    sent = ctx.guard.sent_elements - sent
+    sent = ctx.sent_elements() - sent
     total = sum_over_ranks(seed, ctx.world, numel, dtype)
     start, stop = chunk_bounds(numel, ctx.world)[ctx.rank]
     expect_dtype(out, dtype, "the returned chunk")
@@ -134,9 +134,9 @@ def all_gather_case(ctx, numel, dtype, seed, traffic=False):
     start, stop = chunk_bounds(numel, ctx.world)[ctx.rank]
     chunk = total[start:stop].clone()
     before = chunk.clone()
-    sent = ctx.guard.sent_elements
+    sent = ctx.sent_elements()
     out = expect_tensor(ctx.call("all_gather", chunk, numel), "the result of all_gather")
-    sent = ctx.guard.sent_elements - sent
+    sent = ctx.sent_elements() - sent
     expect_dtype(out, dtype, "the gathered tensor")
     if out.numel() != numel:
         raise Fail("the gathered tensor has the wrong number of elements: it must hold all `numel`")

@@ -89,9 +89,9 @@ def all_reduce_case(ctx, numel, dtype, seed, shape=None, traffic=False, repeat=1
         if transposed:
             mine, total = mine.t(), total.t()
         before = mine.clone()
-        sent = ctx.guard.sent_elements
+        sent = ctx.sent_elements()
         out = ctx.call("ring_all_reduce", mine)
-        sent = ctx.guard.sent_elements - sent
+        sent = ctx.sent_elements() - sent
         if not torch.equal(mine, total):
             if isinstance(out, torch.Tensor) and out.shape == total.shape and torch.equal(out, total):
                 raise Fail("the returned tensor holds the sum, but the tensor passed in does not: work in place")

@@ -215,13 +215,13 @@ CHECKS = (
           hint=HINT_ASSIGN),
     Check("flatten: one new 1-D buffer holding every gradient in order (float32)", 1, 1,
           partial(flatten_case, shapes=[(2, 3), (4,), (3, 1, 2)], dtype=torch.float32, seed=41), uses=USES_F,
-          hint=HINT_VIEWS),
+          hint=HINT_VIEWS, replay=False),
     Check("flatten: the views share the buffer's memory and have the gradients' shapes", 2, 1,
           partial(flatten_case, shapes=[(5,), (2, 2), (1,)], dtype=torch.float32, seed=42), uses=USES_F,
-          hint=HINT_VIEWS),
+          hint=HINT_VIEWS, replay=False),
     Check("W=2: all-reducing each bucket's flat buffer averages every gradient", 2, 2,
           partial(bucketed_sync_case, shapes=[(8, 4), (8,), (3, 8), (3,)], cap=100, first_cap=40, seed=43),
-          uses=BOTH, hint=HINT_VIEWS),
+          uses=BOTH, hint=HINT_VIEWS, replay=False),
     Check("hidden: assign_buckets, random sizes and caps", 2, 1,
           partial(assign_case, cases=random_cases(44, 12)), hidden=True, uses=USES_A, hint=HINT_ASSIGN),
     Check("hidden: assign_buckets, parameters larger than the cap", 1, 1,
@@ -231,11 +231,13 @@ CHECKS = (
           partial(assign_case, cases=[([4] * 8, 5, 20), ([], 8, 8)]), hidden=True, uses=USES_A, hint=HINT_ASSIGN),
     Check("hidden: flatten, float64 and 0-d tensors", 1, 1,
           partial(flatten_case, shapes=[(), (3, 2), (), (1, 1, 1)], dtype=torch.float64, seed=45), hidden=True,
-          uses=USES_F, hint=HINT_VIEWS),
+          uses=USES_F, hint=HINT_VIEWS, replay=False),
     Check("hidden: many buckets of mixed sizes, on real ranks", 1, 2,
           partial(bucketed_sync_case, shapes=[(6, 5), (6,), (5, 6), (5,), (2, 5), (2,)], cap=64, first_cap=16,
-                  seed=46), hidden=True, uses=BOTH, hint=HINT_VIEWS),
+                  seed=46), hidden=True, uses=BOTH, hint=HINT_VIEWS, replay=False),
 )
+# flatten's checks compare memory sharing (views into one buffer), which a recording of values cannot
+# carry; they and the bucketed all-reduce are judged in the ranks only, under the seal (grading/seal.py).
 
 EXERCISE = Exercise(
     id="03", stem="03_buckets", title="Buckets and flat buffers", names=("assign_buckets", "flatten"), stub=STUB,

@@ -1,0 +1,61 @@
+"""Every lesson under nbclient - the client behind ``jupyter execute`` and papermill - with a CPU hog beside it.
+
+nbval (the ``notebooks --nbval-lax`` run) drives the kernel with a blocking client, which never showed the
+stall that learners met under ``jupyter execute``: a cell finished in seconds and its reply then sat
+unread until the client's time-out (``dpteach/widgets/capture.py`` explains why, and how the panels avoid
+it). This test runs each notebook as nbclient does, one process busy-looping on one of the cores the
+whole time, and asks two things of every cell:
+
+* it raises nothing (nbclient raises ``CellExecutionError`` on an error output);
+* the client saw the kernel's reply when the kernel sent it. The kernel stamps its ``execute_reply``;
+  a cell whose reply reached the client more than ``STALL_S`` later sat in a stalled client. (A stall
+  lasted the whole client time-out - minutes - so the margin is there for a loaded machine, not for
+  the measurement.)
+
+The check cells' own statements about timing are what the hog tests too: none may assert what a busy
+machine can overturn.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
+NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
+STALL_S = 20.0
+CELL_TIMEOUT_S = 300
+
+
+@pytest.fixture(scope="module")
+def cpu_hog():
+    """One process spinning on a core for as long as the module's tests run."""
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    yield hog
+    hog.kill()
+    hog.wait()
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_the_notebook_runs_under_nbclient_beside_a_cpu_hog_without_a_stall(path, cpu_hog):
+    notebook = nbformat.read(path, as_version=4)
+    client = NotebookClient(notebook, timeout=CELL_TIMEOUT_S, kernel_name="python3", record_timing=True,
+                            resources={"metadata": {"path": str(NOTEBOOK_DIR)}})
+    late = []
+    with client.setup_kernel():
+        for index, cell in enumerate(notebook.cells):
+            if cell.cell_type != "code":
+                continue
+            client.execute_cell(cell, index)
+            seen = time.time()
+            replied = datetime.fromisoformat(cell.metadata["execution"]["shell.execute_reply"]).timestamp()
+            if seen - replied > STALL_S:
+                late.append(f"cell {index}: the kernel replied, and the client saw it {seen - replied:.0f} s later")
+    assert cpu_hog.poll() is None, "the CPU hog stopped early: this run was not under load"
+    assert not late, f"{path.name} stalled under nbclient:\n" + "\n".join(late)

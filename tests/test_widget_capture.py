@@ -1,0 +1,92 @@
+"""``write_into``: what a panel's run prints and displays lands in its ``Output`` as state written by the
+kernel, never by asking the front end to route messages (the round trip that stalls nbclient)."""
+import sys
+
+import ipywidgets as widgets
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.display import HTML, display
+
+from dpteach.widgets.capture import write_into
+from dpteach.widgets.panel import ExperimentPanel
+
+
+@pytest.fixture(scope="module", autouse=True)
+def shell():
+    return InteractiveShell.instance()
+
+
+def test_prints_and_displays_land_in_the_output_in_order():
+    out = widgets.Output()
+    with write_into(out):
+        print("first line")
+        print("second line")
+        print("a warning", file=sys.stderr)
+        display(HTML("<b>table</b>"))
+        print("after the table")
+    kinds = [(item["output_type"], item.get("name")) for item in out.outputs]
+    assert kinds == [("stream", "stdout"), ("stream", "stderr"), ("display_data", None), ("stream", "stdout")]
+    assert out.outputs[0]["text"] == "first line\nsecond line\n"
+    assert out.outputs[2]["data"]["text/html"] == "<b>table</b>"
+    assert out.msg_id == ""  # the front end was never asked to route anything
+
+
+def test_stdout_and_the_display_publisher_are_put_back():
+    shell = InteractiveShell.instance()
+    before = sys.stdout, sys.stderr, shell.display_pub
+    out = widgets.Output()
+    with pytest.raises(RuntimeError):
+        with write_into(out):
+            print("before the error")
+            raise RuntimeError("boom")
+    assert (sys.stdout, sys.stderr, shell.display_pub) == before
+    assert out.outputs[0]["text"] == "before the error\n"
+
+
+def test_clear_replaces_the_last_run_and_clear_false_appends():
+    out = widgets.Output()
+    with write_into(out):
+        print("run 1")
+    with write_into(out):
+        print("run 2")
+    assert [item["text"] for item in out.outputs] == ["run 2\n"]
+    with write_into(out, clear=False):
+        display(HTML("extra"))
+    assert len(out.outputs) == 2
+
+
+def test_a_progress_bar_that_closes_itself_leaves_nothing_behind():
+    out = widgets.Output()
+    with write_into(out):
+        kept, closed = widgets.IntProgress(value=1), widgets.IntProgress(value=2)
+        display(kept)
+        display(closed)
+        closed.close()  # what tqdm's notebook bar does with leave=False
+    views = [item["data"]["application/vnd.jupyter.widget-view+json"]["model_id"] for item in out.outputs]
+    assert views == [kept.model_id]
+
+
+def test_an_update_replaces_the_display_with_the_same_id():
+    out = widgets.Output()
+    with write_into(out):
+        display(HTML("0%"), display_id="bar")
+        display(HTML("100%"), display_id="bar", update=True)
+    assert [item["data"]["text/html"] for item in out.outputs] == ["100%"]
+
+
+def test_the_panel_writes_its_run_and_its_errors_into_its_output():
+    def experiment(n):
+        print(f"running with n={n}")
+        if n < 0:
+            raise ValueError(f"n must be >= 0, got {n}")
+        return {"n": n}
+
+    panel = ExperimentPanel("t", experiment=experiment, render=lambda result: display(HTML(f"n is {result['n']}")),
+                            controls={"n": widgets.IntSlider(value=3)})
+    assert panel.run() == {"n": 3}
+    assert [item["output_type"] for item in panel.output.outputs] == ["stream", "display_data"]
+    assert panel.output.outputs[1]["data"]["text/html"] == "n is 3"
+    panel.run(n=-1)
+    texts = "".join(item.get("text", "") for item in panel.output.outputs)
+    assert "ValueError: n must be >= 0, got -1" in texts and "running with n=-1" in texts
+    assert panel.output.msg_id == ""
