@@ -7,6 +7,7 @@ it). This test runs each notebook as nbclient does, one process busy-looping on 
 whole time, and asks two things of every cell:
 
 * it raises nothing (nbclient raises ``CellExecutionError`` on an error output);
+* nothing it shows (outputs, widget state) names the practice material's internal file ids;
 * the client saw the kernel's reply when the kernel sent it. The kernel stamps its ``execute_reply``;
   a cell whose reply reached the client more than ``STALL_S`` later sat in a stalled client. (A stall
   lasted the whole client time-out - minutes - so the margin is there for a loaded machine, not for
@@ -17,6 +18,8 @@ machine can overturn.
 """
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import sys
 import time
@@ -30,6 +33,7 @@ from nbclient import NotebookClient
 NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
 STALL_S = 20.0
+SEED_FILE_ID = re.compile(r"\d{3}_[0-9a-f]{16}\.txt")  # the practice material's file names: not for learners
 CELL_TIMEOUT_S = 300
 
 
@@ -59,3 +63,6 @@ def test_the_notebook_runs_under_nbclient_beside_a_cpu_hog_without_a_stall(path,
                 late.append(f"cell {index}: the kernel replied, and the client saw it {seen - replied:.0f} s later")
     assert cpu_hog.poll() is None, "the CPU hog stopped early: this run was not under load"
     assert not late, f"{path.name} stalled under nbclient:\n" + "\n".join(late)
+    shown = json.dumps([cell.get("outputs", []) for cell in notebook.cells]) + json.dumps(
+        notebook.metadata.get("widgets", {}))
+    assert not SEED_FILE_ID.search(shown), f"{path.name} shows an internal file id to learners"

@@ -54,7 +54,7 @@ def test_multiple_item_refuses_a_wrong_count_and_records_nothing(store_path):
 
     view.choose(view.item.expected)
     assert view.submit()["correct"] is True
-    assert view.message.value == "" and panel.score == 1
+    assert "Try again" in view.message.value and panel.score == 1
     assert ProgressStore(store_path).summary()["quiz"]["sync_async"] == {"answered": 1, "correct": 1, "attempts": 1}
 
 
@@ -93,3 +93,28 @@ def test_exam_and_css_classes_and_display(store_path):
     assert "dpteach-quiz-item" in view.widget._dom_classes
     bundle = panel._repr_mimebundle_()
     assert bundle["application/vnd.jupyter.widget-view+json"]["model_id"] == panel.widget.model_id
+
+
+@pytest.mark.parametrize("kind", ["single", "multiple"])
+def test_try_again_clears_the_answer_reshuffles_and_records_a_second_attempt(store_path, kind):
+    bank = load_bank()
+    item = next(i for i in bank.items if i.type == kind and len(i.options) >= 4)
+    panel = show([item.id], seed=3)
+    view = panel.items[0]
+    assert view.retry_button.layout.display == "none"  # nothing to retry before a first answer
+    view.choose([_wrong(item)] if kind == "single" else item.expected[:-1] + [_wrong(item)])
+    assert view.submit()["correct"] is False
+    first_order = list(view.order)
+    assert view.submit_button.disabled and view.retry_button.layout.display is None
+    view.retry_button.click()
+    assert view.result is None and view.chosen == [] and view.feedback.value == ""
+    assert not view.submit_button.disabled and view.retry_button.layout.display == "none"
+    assert view.order != first_order and sorted(view.order) == sorted(first_order)
+    shown = ([text for text, _ in view._radio.options] if kind == "single"
+             else [check.description for check in view._checks])
+    assert shown == [item.options[i].text for i in view.order]  # the widgets show the new order
+    assert (panel.score, len(panel.results)) == (0, 0)
+    view.choose(item.expected)
+    assert view.submit()["correct"] is True and panel.score == 1
+    stored = ProgressStore(store_path).load()["quiz"][item.id]
+    assert stored["attempts"] == 2 and stored["ever_correct"] is True and stored["last_correct"] is True

@@ -226,11 +226,12 @@ def _run_one(check, rank: int, namespace: dict, guard: Guard, learner_files) -> 
     seen = len(guard.calls)
     ctx = Context(rank, check.world, namespace, guard, learner_files)
     torch.manual_seed(1000 + rank)  # learner code that draws random numbers does so reproducibly
+    hint = None
     try:
         check.run(ctx)
         outcome, message = "passed", ""
     except Fail as failure:
-        outcome, message = "failed", str(failure)
+        outcome, message, hint = "failed", str(failure), failure.hint
     except ForbiddenCall as call:
         outcome, message = "forbidden", str(call)
     except LearnerError as error:
@@ -240,4 +241,5 @@ def _run_one(check, rank: int, namespace: dict, guard: Guard, learner_files) -> 
     finally:
         guard.clear_watches()
     recorded = {"recording": ctx.recording} if check.replay and outcome in ("passed", "failed") else {}
-    return {"outcome": outcome, "message": message, "forbidden": guard.calls[seen:], **recorded}
+    hinted = {"hint": hint} if hint else {}
+    return {"outcome": outcome, "message": message, "forbidden": guard.calls[seen:], **recorded, **hinted}

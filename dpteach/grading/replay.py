@@ -134,7 +134,7 @@ def judge(exercise_id: str, index: int, rank: int, world: int, recording: list) 
             check.run(ReplayContext(rank, world, recording))
             return {"outcome": "passed", "message": ""}
         except Fail as failure:
-            return {"outcome": "failed", "message": str(failure)}
+            return {"outcome": "failed", "message": str(failure), **({"hint": failure.hint} if failure.hint else {})}
         except NotReplayable as problem:
             return {"outcome": "not_replayable", "message": str(problem)}
 
@@ -199,12 +199,14 @@ def rejudge(exercise_id: str, finished: dict, judge: "Judge | None") -> None:
             record["message"] = (record["message"] + "\n" if record["message"] else "") + (
                 f"(this verdict could not be confirmed outside the ranks: {reason})")
         elif record["outcome"] == "passed" and verdict["outcome"] == "failed":
+            record.pop("hint", None)
             record.update(outcome="tampered", message=(
                 "inside your ranks this check passed, but judged again outside them, with a torch your code "
                 "never touched, it fails: " + verdict["message"] + ". Your code changed how its own process "
                 "compares results"))
         else:
-            record.update(outcome=verdict["outcome"], message=verdict["message"])
+            record.pop("hint", None)
+            record.update(verdict)
 
 
 def main() -> None:

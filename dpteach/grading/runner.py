@@ -7,8 +7,8 @@ The order of events, and why:
 2. **Syntax error?** Reported from here, with the line, before any process starts.
 3. **Static scan** for forbidden collectives (``forbidden.py``).
 4. **Checks on real ranks.** One ``dpteach.launch`` with as many ranks as the largest check needs; the
-   ranks run every check in turn, each in a fresh world of its own size (``rank.py``), smallest worlds
-   first. Starting ranks dominates the cost of grading (a fresh interpreter importing torch: about two
+   ranks run every check in turn, in the order the exercise declares them (and the report lists them),
+   each in a fresh world of its own size (``rank.py``). Starting ranks dominates the cost of grading (a fresh interpreter importing torch: about two
    seconds of CPU each, against milliseconds for a check), which is why all checks share one launch
    rather than one launch per world - and why ``grade_many`` lets several submissions share it too.
 5. **When a world dies** - a check ran past its limit, or a rank crashed, or the learner's code raised on
@@ -111,12 +111,12 @@ def _run_checks(exercise: Exercise, jobs: list, limit_scale: float) -> dict:
     not be loaded.
     """
     checks = exercise.checks
-    pending = []  # (job, check index) in the order the ranks run them: smallest worlds first
+    pending = []  # (job, check index) in the order the ranks run them
     for job, (_, report, only) in enumerate(jobs):
         chosen = range(len(checks)) if only is None else sorted(set(only))
         for i in set(range(len(checks))) - set(chosen):
             report.checks[i].message = "not run: this grading covered only some of the checks"
-        pending += [(job, i) for i in sorted(chosen, key=lambda i: checks[i].world)]
+        pending += [(job, i) for i in chosen]  # in the order declared, which is the order the report lists
     deadline = time.monotonic() + GRADING_BUDGET
     load_errors: dict[int, str] = {}
     retried: set = set()  # checks whose world broke down outside anyone's code once already
@@ -188,10 +188,11 @@ def _run_worlds(exercise, jobs, pending, limit_scale, deadline, load_errors, ret
                failure, limit_scale)
         after = [key for key in remaining if key != broken]
         skipped = [(j, i) for j, i in after if j == job and set(checks[index].uses) <= set(checks[i].uses)]
+        how = {"timed_out": "did not finish (timed out)"}.get(jobs[job][1].checks[index].outcome, "crashed")
         for j, i in skipped:
             jobs[j][1].checks[i].outcome = "not_run"
-            jobs[j][1].checks[i].message = (f"not run: {', '.join(checks[index].uses) or 'your code'} already "
-                                            f"failed to finish in an earlier check; fix that first")
+            jobs[j][1].checks[i].message = (f"not run: {', '.join(checks[index].uses) or 'your code'} {how} in "
+                                            f"the check '{checks[index].name}'; fix that first")
         pending = [key for key in after if key not in skipped]
         if pending and time.monotonic() > deadline:
             for j, i in pending:
@@ -247,6 +248,7 @@ def _merge(row: CheckResult, per_rank: dict) -> None:
     verdicts = SEVERITY[worst_kind] in ("failed", "tampered")  # conclusions, not exceptions with echoes
     worst = same_kind[0] if verdicts else _first_raised(same_kind)
     row.outcome = worst["outcome"]
+    row.hint = worst.get("hint") or row.hint  # the failure's own hint, when it has one
     prefix = f"rank {worst['rank']}: " if len(per_rank) > 1 else ""
     row.message = prefix + worst["message"]
     echoes = [r for r in same_kind if r is not worst] if not verdicts else []

@@ -53,7 +53,15 @@ ALL_COLLECTIVES = TORCH_COLLECTIVES + DPTEACH_COLLECTIVES
 
 
 class Fail(Exception):
-    """A checked property does not hold; the message says which, in words, without expected values."""
+    """A checked property does not hold; the message says which, in words, without expected values.
+
+    ``hint``, when given, is the hint for *this* failure and replaces the check's own: a check that can
+    fail in several ways (wrong chunks, nothing written back, too much traffic) points each at its cause.
+    """
+
+    def __init__(self, message: str, hint: str | None = None):
+        super().__init__(message)
+        self.hint = hint
 
 
 @dataclass(frozen=True)

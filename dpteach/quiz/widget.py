@@ -6,7 +6,7 @@ done from Python (``panel.items[0].choose([...]); panel.items[0].submit()``), wh
 tests drive it; the state the clicks change lives in the widgets themselves, so both paths agree.
 
 Stable CSS classes (``dpteach-quiz``, ``dpteach-quiz-item``, ``dpteach-quiz-choices``,
-``dpteach-quiz-submit``, ``dpteach-quiz-message``, ``dpteach-quiz-feedback``, ``dpteach-quiz-score``)
+``dpteach-quiz-submit``, ``dpteach-quiz-retry``, ``dpteach-quiz-message``, ``dpteach-quiz-feedback``, ``dpteach-quiz-score``)
 let a browser test find the parts without depending on widget internals.
 """
 from __future__ import annotations
@@ -67,6 +67,7 @@ class QuizItemView:
 
     def __init__(self, item: Item, number: int, seed: int, on_submitted):
         self.item = item
+        self.seed, self.attempt = seed, 0
         self.order = option_order(item, seed)
         self.result: dict | None = None
         self._on_submitted = on_submitted
@@ -88,12 +89,18 @@ class QuizItemView:
                                              layout=widgets.Layout(width="100%")) for text in shown]
             choices = widgets.VBox(self._checks)
         choices.add_class("dpteach-quiz-choices")
+        self._choices = choices
         self.submit_button = widgets.Button(description="Submit", button_style="primary")
         self.submit_button.add_class("dpteach-quiz-submit")
         self.submit_button.on_click(lambda _button: self.submit())
+        self.retry_button = widgets.Button(description="Try again", icon="refresh",
+                                           layout=widgets.Layout(display="none"))
+        self.retry_button.add_class("dpteach-quiz-retry")
+        self.retry_button.on_click(lambda _button: self.try_again())
         self.message = widgets.HTML("").add_class("dpteach-quiz-message")
         self.feedback = widgets.HTML("").add_class("dpteach-quiz-feedback")
-        self.widget = widgets.VBox([header, stem, choices, self.submit_button, self.message, self.feedback])
+        self.widget = widgets.VBox([header, stem, choices, widgets.HBox([self.submit_button, self.retry_button]),
+                                    self.message, self.feedback])
         self.widget.add_class("dpteach-quiz-item")
 
     @property
@@ -119,7 +126,7 @@ class QuizItemView:
     def submit(self) -> dict | None:
         """Judge the current choice; returns the result, or None when the submission is refused."""
         if self.result is not None:
-            self.message.value = "<i>Already submitted; run the cell again for a fresh attempt.</i>"
+            self.message.value = "<i>Already submitted: press <b>Try again</b> for a fresh attempt.</i>"
             return None
         chosen = self.chosen
         refusal = count_problem(self.item, chosen)
@@ -128,14 +135,40 @@ class QuizItemView:
             return None
         self.result = {"id": self.item.id, "topic": self.item.topic, "correct": is_correct(self.item, chosen),
                        "chosen": chosen, "expected": self.item.expected}
-        self.message.value = ""
+        self.message.value = ("<i>Submitted. <b>Try again</b> clears your answer and shows the options in a "
+                              "new order; every attempt is recorded.</i>")
         self.feedback.value = feedback_html(self.item, self.order, chosen)
-        self.submit_button.disabled = True
-        for control in [self._radio, *self._checks]:
-            if control is not None:
-                control.disabled = True
+        self._lock(True)
         self._on_submitted(self)
         return self.result
+
+    def try_again(self) -> None:
+        """A fresh attempt: the choice cleared, the options reshuffled, the feedback hidden."""
+        self.attempt += 1
+        previous = self.order
+        for offset in range(8):  # a new order when the item has one (two options have only two orders)
+            self.order = option_order(self.item, self.seed + 7919 * (self.attempt + offset))
+            if self.order != previous:
+                break
+        shown = [self.item.options[index].text for index in self.order]
+        if self._radio is not None:
+            self._radio.options = [(text, text) for text in shown]
+            self._radio.value = None
+        else:
+            self._checks = [widgets.Checkbox(value=False, description=text, indent=False,
+                                             layout=widgets.Layout(width="100%")) for text in shown]
+            self._choices.children = self._checks
+        self.result = None
+        self.message.value = self.feedback.value = ""
+        self._lock(False)
+        self._on_submitted(self)
+
+    def _lock(self, submitted: bool) -> None:
+        self.submit_button.disabled = submitted
+        self.retry_button.layout.display = None if submitted else "none"
+        for control in [self._radio, *self._checks]:
+            if control is not None:
+                control.disabled = submitted
 
 
 class QuizPanel:
@@ -169,7 +202,7 @@ class QuizPanel:
         return len(self.items)
 
     def _submitted(self, view: QuizItemView) -> None:
-        if self.store is not None:
+        if self.store is not None and view.result is not None:  # (None: the learner pressed Try again)
             result = view.result
             try:
                 self.store.record_quiz(result["id"], result["topic"], result["correct"], result["chosen"])

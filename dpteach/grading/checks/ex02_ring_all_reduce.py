@@ -72,13 +72,46 @@ with explain_failures():  # if a rank fails, two lines say which and why
         print(f"rank {rank}: {result}")
 '''
 
-HINT_VALUES = ("Check each pass separately: after the reduce-scatter, rank r should own the sum of chunk r; "
-               "the all-gather then only copies. An off-by-one chunk index shows up as some chunks right and "
-               "others wrong.")
-HINT_IN_PLACE = ("The caller's tensor must hold the sum afterwards. A flat buffer that is a view of it "
-                 "(tensor.view(-1)) changes it directly; a copy has to be copied back with tensor.copy_(...).")
+HINT_VALUES = ("Check each pass on its own: after the reduce-scatter every rank should own one fully summed "
+               "chunk (which one depends on your schedule), and the all-gather then only copies finished chunks "
+               "around the ring.")
+HINT_CHUNKS = ("Some chunks hold the sum and others do not: usually a chunk index that is off by one in one of "
+               "the passes. Write down, for W = 3, which chunk each rank sends and which it adds into (or "
+               "stores) at every step of each pass, and compare that table with your loop.")
+HINT_COPY_BACK = ("The sum was computed, but the caller's tensor did not change. If you work on a flat copy "
+                  "(reshape and contiguous() copy when they must), copy the result back with tensor.copy_(...); "
+                  "a view, tensor.view(-1), changes the caller's tensor directly.")
+HINT_NOTHING_ARRIVED = ("The tensor passed in came back as it went in: no sum reached it. Do both passes run "
+                        "(W-1 steps each), and does what arrives get added into (then stored in) the tensor "
+                        "the caller holds, or one of its views?")
+HINT_RETURN = "Return the tensor you were given (the one that now holds the sum)."
 HINT_TRAFFIC = ("A ring all-reduce sends 2(W-1) chunks per rank: (W-1) in the reduce-scatter and (W-1) in the "
                 "all-gather. Sending whole tensors, or everything to one rank, costs more.")
+
+
+def _chunk_listing(indices: list[int]) -> str:
+    names = [str(i) for i in indices]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _diagnose(mine, before, out, total, world: int) -> None:
+    """Why ``mine`` does not hold the sum, as precisely as its chunks tell; raises Fail."""
+    returned_sum = isinstance(out, torch.Tensor) and out.shape == total.shape and torch.equal(out, total)
+    if torch.equal(mine, before) and world > 1:
+        if returned_sum:
+            raise Fail("the returned tensor holds the sum, but the tensor passed in was not changed: the sum "
+                       "has to end up in it (in place)", hint=HINT_COPY_BACK)
+        raise Fail("the tensor passed in was not changed: the sum has to end up in it (in place)",
+                   hint=HINT_NOTHING_ARRIVED)
+    flat, want = mine.reshape(-1), total.reshape(-1)
+    bounds = chunk_bounds(flat.numel(), world)
+    wrong = [i for i, (a, b) in enumerate(bounds) if b > a and not torch.equal(flat[a:b], want[a:b])]
+    filled = [i for i, (a, b) in enumerate(bounds) if b > a]
+    if wrong and len(wrong) < len(filled):
+        raise Fail(f"on this rank, chunk{'s' if len(wrong) > 1 else ''} {_chunk_listing(wrong)} of {world} "
+                   f"(as chunk_bounds({flat.numel()}, {world}) cuts the tensor) differ from the sum; the other "
+                   f"chunks hold it", hint=HINT_CHUNKS)
+    raise Fail("the tensor's values differ from the sum over ranks in every chunk", hint=HINT_VALUES)
 
 
 def all_reduce_case(ctx, numel, dtype, seed, shape=None, traffic=False, repeat=1, transposed=False):
@@ -93,18 +126,11 @@ def all_reduce_case(ctx, numel, dtype, seed, shape=None, traffic=False, repeat=1
         out = ctx.call("ring_all_reduce", mine)
         sent = ctx.sent_elements() - sent
         if not torch.equal(mine, total):
-            if isinstance(out, torch.Tensor) and out.shape == total.shape and torch.equal(out, total):
-                raise Fail("the returned tensor holds the sum, but the tensor passed in does not: work in place")
-            if torch.equal(mine, before) and ctx.world > 1:
-                raise Fail("the tensor passed in was not changed: the sum has to end up in it (in place)")
-            right = [torch.equal(mine.reshape(-1)[a:b], total.reshape(-1)[a:b]) for a, b in
-                     chunk_bounds(numel, ctx.world)] if mine.is_contiguous() else []
-            if any(right) and not all(right):
-                raise Fail("some chunks hold the sum and others do not: a chunk index is off in one of the passes")
-            raise Fail("the tensor's values differ from the sum over ranks")
+            _diagnose(mine, before, out, total, ctx.world)
         if out is not None and not (isinstance(out, torch.Tensor) and out.shape == total.shape
                                     and torch.equal(out, total)):
-            raise Fail("the tensor passed in is right, but the returned value is not it: return `tensor`")
+            raise Fail("the tensor passed in is right, but the returned value is not it: return `tensor`",
+                       hint=HINT_RETURN)
         if traffic:
             _check_traffic(ctx, sent, numel, passes=2)
 
@@ -116,11 +142,11 @@ CHECKS = (
     Check("W=1, 7 elements, float32", 1, 1, partial(all_reduce_case, numel=7, dtype=f32, seed=21), uses=USES,
           hint=HINT_VALUES),
     Check("W=2, 8 elements, float32, in place", 2, 2, partial(all_reduce_case, numel=8, dtype=f32, seed=22),
-          uses=USES, hint=HINT_IN_PLACE),
+          uses=USES, hint=HINT_VALUES),
     Check("W=3, 10 elements (3 does not divide 10), float32", 2, 3,
           partial(all_reduce_case, numel=10, dtype=f32, seed=23), uses=USES, hint=HINT_VALUES),
     Check("W=2, a 3x4 matrix, float64", 1, 2, partial(all_reduce_case, numel=12, dtype=f64, seed=24, shape=(3, 4)),
-          uses=USES, hint=HINT_IN_PLACE),
+          uses=USES, hint=HINT_VALUES),
     Check("W=3, 300 elements: sends 2(W-1)/W of the tensor per rank, like a ring", 2, 3,
           partial(all_reduce_case, numel=300, dtype=f32, seed=25, traffic=True), uses=USES, hint=HINT_TRAFFIC),
     Check("hidden: larger world, odd length, integers", 2, 4, partial(all_reduce_case, numel=11, dtype=i64, seed=26),
@@ -129,7 +155,7 @@ CHECKS = (
           hidden=True, uses=USES, hint=HINT_VALUES),
     Check("hidden: a matrix in half precision", 1, 3,
           partial(all_reduce_case, numel=35, dtype=f16, seed=28, shape=(5, 7)), hidden=True, uses=USES,
-          hint=HINT_IN_PLACE),
+          hint=HINT_VALUES),
     Check("hidden: bfloat16, odd length", 1, 2, partial(all_reduce_case, numel=9, dtype=bf16, seed=29),
           hidden=True, uses=USES, hint=HINT_VALUES),
     Check("hidden: larger world, traffic of a ring", 2, 4,
@@ -140,7 +166,7 @@ CHECKS = (
           hint="Nothing may carry over from one call to the next (a buffer kept between calls, say)."),
     Check("hidden: a non-contiguous view (a transposed matrix)", 1, 3,
           partial(all_reduce_case, numel=20, dtype=f32, seed=32, shape=(4, 5), transposed=True), hidden=True,
-          uses=USES, hint=HINT_IN_PLACE),
+          uses=USES, hint=HINT_VALUES),
 )
 
 EXERCISE = Exercise(
