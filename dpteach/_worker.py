@@ -71,6 +71,7 @@ def main() -> int:
         dist.init_process_group(env["DPTEACH_BACKEND"], store=dist.PrefixStore("pg", store),
                                 rank=rank, world_size=world_size, timeout=timeout)
         open_nccl_communicator(device)
+        store.add("launch/joined", 1)  # the launcher's "starting N ranks" bar counts these
         joining = False
         value = fn(*args, **kwargs)
         dist.destroy_process_group()  # only on success: after an error, peers may never arrive

@@ -151,6 +151,7 @@ class _World:
         self.lines: queue.Queue = queue.Queue()
         self.readers: list[threading.Thread] = []
         self.bar = None
+        self.bar_phase = None  # None -> "starting" -> "joined" -> "run" (see _update_progress)
         self.store = None
 
     # -- life cycle ----------------------------------------------------------------------------
@@ -328,14 +329,32 @@ class _World:
                     print(f"[rank {rank}] {line}", flush=True)
 
     def _update_progress(self) -> None:
+        """Two phases: "starting N ranks" (ranks that have joined the world, out of N) - several seconds
+        on a laptop, each rank a fresh interpreter importing torch - then the run's own progress, when
+        rank 0 reports some (``dpteach.report_progress``)."""
         if not self.want_progress or self.store is None:
             return
-        if self.bar is None:
-            if not self.store.check(["progress/total"]):
-                return
-            from tqdm.auto import tqdm
+        from tqdm.auto import tqdm
+        if self.bar_phase is None:
+            self.bar = tqdm(total=self.world_size, desc=f"starting {self.world_size} ranks", unit="rank",
+                            leave=False)
+            self.bar_phase = "starting"
+        if self.bar_phase == "starting":
+            joined = min(self.store.add("launch/joined", 0), self.world_size)
+            if joined != self.bar.n:
+                self.bar.update(joined - self.bar.n)
+            if joined == self.world_size:
+                self.bar.close()
+                self.bar, self.bar_phase = None, "joined"
+        if self.bar_phase != "run" and self.store.check(["progress/total"]):
+            if self.bar is not None:  # the run reports progress, so every rank has joined (not all counted yet)
+                self.bar.update(self.bar.total - self.bar.n)
+                self.bar.close()
             desc = self.store.get("progress/desc").decode() if self.store.check(["progress/desc"]) else None
             self.bar = tqdm(total=int(self.store.get("progress/total")), desc=desc, leave=False)
+            self.bar_phase = "run"
+        if self.bar_phase != "run":
+            return
         done = self.store.add("progress/done", 0)
         if done != self.bar.n:
             self.bar.update(done - self.bar.n)

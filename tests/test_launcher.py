@@ -307,6 +307,8 @@ def test_rank_zero_drives_a_progress_bar_in_the_caller(capfd):
     assert dpteach.launch(_report_progress, 2) == [True, True]
     err = capfd.readouterr().err
     assert "counting" in err and "3/3" in err
+    # before the run's own progress, the ranks' start-up: a bar that counts ranks joining the world
+    assert "starting 2 ranks" in err and "2/2" in err.split("counting")[0]
 
 
 def test_under_torchrun_launch_joins_the_existing_world(tmp_path):

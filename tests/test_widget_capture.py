@@ -90,3 +90,13 @@ def test_the_panel_writes_its_run_and_its_errors_into_its_output():
     texts = "".join(item.get("text", "") for item in panel.output.outputs)
     assert "ValueError: n must be >= 0, got -1" in texts and "running with n=-1" in texts
     assert panel.output.msg_id == ""
+
+
+def test_a_second_run_marks_the_cells_below_as_describing_an_earlier_run():
+    panel = ExperimentPanel("t", experiment=lambda ranks: {"ranks": ranks}, render=lambda result: None,
+                            controls={"ranks": widgets.IntSlider(value=2, description="ranks W")})
+    panel.run()
+    assert panel.stale.value == ""  # the cells below were written from this very run
+    panel.controls["ranks"].value = 3
+    panel.button.click()
+    assert "earlier result" in panel.stale.value and "ranks W 2 &rarr; 3" in panel.stale.value

@@ -16,6 +16,8 @@ Three experiments, each one launch:
 """
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.distributed as dist
 
@@ -174,7 +176,8 @@ def allreduce_sweep(world_size: int = 4, sizes=("4KiB", "64KiB", "1MiB", "8MiB",
          "predicted": {ring/tree/naive: [seconds per size]},          # all from that one fit
          "fits": {algorithm: its own alpha and beta, through its own formula},
          "crossover_bytes": tree-vs-ring crossover at this W, or None (ring never loses),
-         "model_choice": [ring|tree per size], "measured_winner": [fastest of ring/tree per size]}
+         "model_choice": [ring|tree per size], "measured_winner": [faster of ring/tree per size],
+         "measured_fastest": [fastest of every measured algorithm per size], "cores": CPU cores here}
     """
     algorithms = list(algorithms)
     if "ring" not in algorithms:
@@ -205,4 +208,6 @@ def allreduce_sweep(world_size: int = 4, sizes=("4KiB", "64KiB", "1MiB", "8MiB",
         "predicted": predicted, "fits": fits, "crossover_bytes": costmodel.crossover_bytes(world_size, params),
         "model_choice": [costmodel.choose_algorithm(n, world_size, params).algorithm for n in byte_sizes],
         "measured_winner": winners,
+        "measured_fastest": [min(measured, key=lambda a: measured[a][i]) for i in range(len(byte_sizes))],
+        "cores": os.cpu_count() or 1,
     }

@@ -126,10 +126,25 @@ def plot_sweep(result: dict):
     return fig
 
 
+def oversubscription_note(result: dict) -> str | None:
+    """The caveat that comes first when a CPU run put more ranks than cores on this machine."""
+    world, cores = result["world_size"], result.get("cores") or 1
+    if result.get("device") != "cpu" or world <= cores:
+        return None
+    return (f"This run put W={world} ranks on {cores} CPU cores, so the ranks took turns on the cores: every "
+            f"step of an algorithm also waited for the operating system to run the next rank, and an algorithm "
+            f"with fewer steps in sequence gains from that, whatever the network would do.")
+
+
 def render_sweep(result: dict) -> None:
-    table(["size"] + [f"{a} (ms)" for a in result["measured"]] + ["model picks", "measured faster"],
+    note = oversubscription_note(result)
+    if note:
+        print(note)
+    ring_vs_tree = result["measured_winner"] or ["-"] * len(result["sizes"])
+    table(["size"] + [f"{a} (ms)" for a in result["measured"]]
+          + ["model picks (ring/tree)", "measured: ring or tree", "measured fastest of all"],
           [[human_bytes(n)] + [f"{result['measured'][a][i] * 1e3:.2f}" for a in result["measured"]]
-           + [result["model_choice"][i], (result["measured_winner"] or ["-"] * len(result["sizes"]))[i]]
+           + [result["model_choice"][i], ring_vs_tree[i], result["measured_fastest"][i]]
            for i, n in enumerate(result["sizes"])])
     table(["algorithm", "own fit: alpha (us/message)", "bandwidth (GB/s)", "R^2"],
           [[a, f"{f['alpha_s'] * 1e6:.0f}", f"{f['bandwidth_GBps']:.2f}", f"{f['r2']:.3f}"]

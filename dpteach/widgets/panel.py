@@ -49,10 +49,12 @@ class ExperimentPanel:
         self.status.add_class("dpteach-status")
         self.output = widgets.Output()
         self.output.add_class("dpteach-output")
+        self.stale = widgets.HTML()  # after a second run: the cells below describe an earlier one
+        self.stale.add_class("dpteach-stale")
         self.button.on_click(lambda _: self.run())
         header = widgets.HTML(f"<b>{title}</b>")
         self.widget = widgets.VBox([header, *self.controls.values(),
-                                    widgets.HBox([self.button, self.status]), self.output])
+                                    widgets.HBox([self.button, self.status]), self.stale, self.output])
         self.widget.add_class("dpteach-panel")
 
     def values(self) -> dict:
@@ -74,6 +76,7 @@ class ExperimentPanel:
             self.error = None
             self.status.value = f"done in {time.perf_counter() - start:.1f} s"
             self.history.append({"values": values, "result": self.result})
+            self.stale.value = self._stale_note()
         except Exception as exc:  # shown to the learner, kept for code that wants to re-raise it
             self.error = exc
             self.status.value = f"<span style='color:#b00'>failed: {type(exc).__name__}</span>"
@@ -82,6 +85,19 @@ class ExperimentPanel:
         finally:
             self.button.disabled = False
         return self.result
+
+    def _stale_note(self) -> str:
+        """What to tell the learner once the text and checks below describe an earlier run ("" before)."""
+        if len(self.history) < 2:
+            return ""
+        before, now = self.history[-2]["values"], self.history[-1]["values"]
+        names = {name: getattr(control, "description", "") or name for name, control in self.controls.items()}
+        changed = [f"{names.get(name, name)} {before.get(name)!r} &rarr; {now[name]!r}" for name in now
+                   if name in names and before.get(name) != now[name]]
+        what = f" (changed: {', '.join(changed)})" if changed else ""
+        return ("<div style='background:#fff8c5;padding:4px 8px;border-radius:4px'>&#9888; The cells below this "
+                f"panel were run on an earlier result{what}. To bring their text and checks up to date, select "
+                "the next cell and use <i>Run &#9656; Run Selected Cell and All Below</i>.</div>")
 
     def _ipython_display_(self):
         display(self.widget)
