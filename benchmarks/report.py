@@ -73,12 +73,28 @@ def shaped_table(report: dict) -> list[str]:
     return out
 
 
+def speed_tables(data: dict) -> list[str]:
+    out = ["| exercise | median, grader's clock (s) | median, `dpteach grade` command (s) | runs (grader's clock, s) | scores |",
+           "|---|---:|---:|---|---|"]
+    for r in data["grading"]:
+        out.append(f"| {r['exercise']} | **{r['median_grader_s']:.2f}** | **{r['median_cli_s']:.2f}** | "
+                   f"{', '.join(f'{t:.2f}' for t in r['grader_s'])} | {', '.join(sorted(set(r['scores'])))} |")
+    out += ["", "| client | notebook | wall time per run (s) | exit codes | stalls |", "|---|---|---|---|---:|"]
+    for r in data["notebooks"]:
+        out.append(f"| {r['client']} | {r['notebook']} | {', '.join(f'{t:.1f}' for t in r['wall_s'])} | "
+                   f"{', '.join(map(str, r['exit_codes']))} | {len(r['stalls'])} |")
+    return out
+
+
 def main() -> int:
     for path in sorted(RESULTS.glob("*.json")):
         data = json.loads(path.read_text())
         print(f"### `{path.name}`\n")
         print(f"Command: `{data['command']}`  ")
         print(f"Machine: {data['machine']}\n")
+        if "grading" in data:
+            print("\n".join(speed_tables(data)) + "\n")
+            continue
         report = data["report"]
         if "rate_bits" in report:
             table = shaped_table(report)

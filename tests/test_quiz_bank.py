@@ -111,6 +111,17 @@ def _notebook_text(name: str) -> tuple[set[str], str]:
     return headings, code
 
 
+RANKS_AS_P = re.compile(r"\(p\s*-\s*1\)|\bp\s*(?:ranks|GPUs|processes|workers|nodes)\b|\blog2?\s*p\b|\bp\s*=\s*\d")
+
+
+def test_the_world_size_is_written_W_as_in_the_lessons(bank):
+    """One notation with the notebooks: W ranks, (W-1)/W, log2 W - never p."""
+    for item in bank.items:
+        texts = [item.stem, item.trap] + [o.text for o in item.options] + [o.explanation for o in item.options]
+        for text in texts:
+            assert not RANKS_AS_P.search(text), (item.id, RANKS_AS_P.search(text).group(0), text)
+
+
 def test_every_item_points_at_a_section_that_exists_or_an_experiment_its_notebook_runs(bank):
     for item in bank.items:
         headings, code = _notebook_text(item.notebook)

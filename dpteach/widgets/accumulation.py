@@ -6,6 +6,7 @@ from IPython.display import display
 
 from ..timeline import plot_gantt
 from .overlap import html_table, show
+from .start import legend_below
 
 
 def k_values(k_max: int) -> list[int]:
@@ -39,7 +40,7 @@ def plot_cost_per_sample(result: dict):
     right.set_ylabel("time per optimizer step (ms)")
     right.set_title("...but every step still ends with the exchange", fontsize=10)
     right.set_ylim(0, max(f + e for f, e in zip(floor, exposed)) * 1.3)
-    right.legend(fontsize=8, loc="upper left")
+    legend_below(right, ncol=2)
     for ax in (left, right):
         ax.grid(axis="y", alpha=0.3)
     fig.suptitle(f"{result['strategy']}, {result['model']}, W={result['world_size']} ({result['backend']}, "

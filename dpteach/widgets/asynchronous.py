@@ -7,6 +7,7 @@ import matplotlib.pyplot as plt
 from IPython.display import display
 
 from .overlap import html_table, show
+from .start import legend_beside
 
 RUN_STYLE = {"sync": ("#4C72B0", "-"), "sync_slow": ("#4C72B0", "--"), "slow": ("#8172B2", "-"),
              "async": ("#C44E52", "-"), "bounded": ("#DD8452", "--")}
@@ -31,7 +32,7 @@ def plot_staleness(result: dict):
     ax.set_ylabel("number of pushes")
     ax.set_title(f"Staleness per worker: {result['world_size'] - 1} workers + 1 server ({result['pushes_alone']} "
                  f"pushes made after the others had finished left out)", fontsize=10)
-    ax.legend(fontsize=8)
+    legend_beside(ax)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     return fig
@@ -54,7 +55,7 @@ def plot_loss_curves(result: dict):
     ax.set_xlabel("training samples behind the weights (sync: B x W per step; async: B per push)")
     ax.set_ylabel("loss on a held-out batch")
     ax.set_title(f"Synchronous vs asynchronous training: {result['model']}, W={result['world_size']}", fontsize=10)
-    ax.legend(fontsize=8)
+    legend_beside(ax)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
@@ -73,7 +74,7 @@ def plot_wall_clock(result: dict):
     ax.set_ylabel("loss on a held-out batch")
     ax.set_title(f"One worker {result['slow_ms']:g} ms slower per step: what waiting costs, and what staleness costs",
                  fontsize=10)
-    ax.legend(fontsize=8)
+    legend_beside(ax)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig

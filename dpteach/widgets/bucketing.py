@@ -1,7 +1,7 @@
 """Plots and tables for lesson 03: bucket assignments and the bucket-size sweep."""
 from __future__ import annotations
 
-from .start import show, table
+from .start import legend_beside, show, table
 
 
 def _layers(names: list[str]) -> str:
@@ -30,7 +30,7 @@ def plot_assignment(plan: dict):
     ax.set_xlim(0, max(sizes + [bucket_mb]) * 1.9)
     ax.set_xlabel("bucket size (MiB of float32 gradients)")
     ax.set_title(f"{model}: {len(buckets)} buckets at bucket_mb={bucket_mb:g} (launch order, top first)")
-    ax.legend(loc="lower right", fontsize="small")
+    legend_beside(ax)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     return fig
@@ -73,7 +73,7 @@ def plot_sweep(result: dict):
     where = f"emulated link {link['name']}" if link else "this machine's own transfers"
     ax.set_title(f"{result['model']}, W={result['world_size']}, {where}: what communication adds to a step",
                  fontsize="medium")
-    ax.legend(fontsize="small", loc="upper center")
+    legend_beside(ax)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig

@@ -5,7 +5,7 @@ import numpy as np
 
 from .. import costmodel
 from .capture import write_into
-from .start import ALGO_STYLE, human_bytes, log_axis, show, size_axis, table
+from .start import ALGO_STYLE, human_bytes, legend_beside, log_axis, show, size_axis, table
 
 
 def render_basics(result: dict) -> None:
@@ -120,7 +120,7 @@ def plot_sweep(result: dict):
     ax.set_ylabel("all-reduce time (ms, log scale)")
     ax.set_title(f"W={world} ({result['backend']}): one fit to the ring, alpha={fit['alpha_s'] * 1e6:.0f} us, "
                  f"{fit['bandwidth_GBps']:.2f} GB/s")
-    ax.legend(fontsize="small", ncol=2)
+    legend_beside(ax)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
@@ -167,7 +167,7 @@ def plot_crossover(links: dict, world_sizes=(4, 8, 16, 64, 256, 1024, 4096)):
     ax.set_xlabel("ranks W (log scale)")
     ax.set_ylabel("tree/ring crossover (message size, log scale)")
     ax.set_title("Messages smaller than the crossover go faster on a tree")
-    ax.legend(fontsize="small")
+    legend_beside(ax)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig

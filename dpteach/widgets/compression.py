@@ -6,6 +6,7 @@ import matplotlib.pyplot as plt
 from IPython.display import display
 
 from .overlap import html_table, show
+from .start import legend_below, legend_beside
 
 COLORS = {"bucketed": "#4C72B0", "fp16": "#55A868", "bf16": "#8172B2", "int8": "#C44E52", "int8_ef": "#DD8452"}
 LABELS = {"bucketed": "bucketed (float32)", "fp16": "fp16", "bf16": "bf16", "int8": "int8",
@@ -66,7 +67,7 @@ def plot_bytes(bytes_result: dict):
     ax.set_ylabel("MB each rank sends per step")
     ax.set_title(f"int8 all-gather vs ring all-reduce: {bytes_result['model']} gradients, "
                  f"bucket cap {bytes_result['bucket_mb']:g} MB", fontsize=10)
-    ax.legend(fontsize=8, loc="upper left")
+    legend_beside(ax)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     return fig
@@ -103,7 +104,7 @@ def plot_on_links(result: dict):
     left.set_xlabel("optimizer step")
     left.set_ylabel("training loss")
     left.set_title("Loss per step: the same on every link", fontsize=10)
-    left.legend(fontsize=8)
+    legend_below(left, ncol=2)
     width = 0.8 / len(links)
     for j, link in enumerate(links):
         times = [next(r for r in result["rows"] if r["strategy"] == s and r["link"] == link)["step_time_s"] * 1e3
@@ -114,7 +115,7 @@ def plot_on_links(result: dict):
     right.set_xticks(range(len(strategies)), strategies)
     right.set_ylabel("time per step (ms)")
     right.set_title("Time per step: where the bytes saved are worth their cost", fontsize=10)
-    right.legend(fontsize=8)
+    legend_below(right, ncol=2)
     for ax in (left, right):
         ax.grid(alpha=0.3)
     fig.tight_layout()

@@ -6,6 +6,7 @@ from IPython.display import display
 
 from ..timeline import plot_gantt
 from .overlap import html_table, show
+from .start import legend_below, legend_beside
 
 
 def plot_step_breakdown(result: dict):
@@ -18,13 +19,14 @@ def plot_step_breakdown(result: dict):
     ax.barh(names, wait, color="#937860", label="waiting for the next batch")
     ax.barh(names, compute, left=wait, color="#55A868", label="forward + backward (DDP) + optimizer")
     for i, row in enumerate(rows):
-        ax.text(wait[i] + compute[i], i, f"  idle {row['steady_idle_fraction']:.0%}", va="center", fontsize=9)
+        share = wait[i] / (wait[i] + compute[i]) if wait[i] + compute[i] else 0.0  # what the bar shows
+        ax.text(wait[i] + compute[i], i, f"  waiting {share:.0%}", va="center", fontsize=9)
     ax.invert_yaxis()
     ax.set_xlim(0, max(w + c for w, c in zip(wait, compute)) * 1.25)
-    ax.set_xlabel("median time per step, excluding each epoch's first batch (ms)")
+    ax.set_xlabel("median time per step, excluding each epoch's first batch (ms); label: the median wait's share")
     ax.set_title(f"Decoding costs {result['decode_ms']:g} ms per sample, {result['batch_per_rank']} samples per "
                  f"batch; W={result['world_size']} ({result['backend']}, {result['device']})", fontsize=10)
-    ax.legend(fontsize=8, loc="lower right")
+    legend_below(ax, ncol=2)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     return fig
@@ -41,7 +43,7 @@ def plot_waits_per_step(result: dict):
     ax.set_xlabel("step (dotted line: a new epoch, new loader iterator)")
     ax.set_ylabel("rank 0's wait for its batch (ms)")
     ax.set_title("Data wait per step", fontsize=10)
-    ax.legend(fontsize=8, loc="upper right")
+    legend_beside(ax)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig

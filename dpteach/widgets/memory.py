@@ -1,7 +1,7 @@
 """Plots and tables for lesson 01: the gradient identity, bitwise reproducibility, and the memory one replica needs."""
 from __future__ import annotations
 
-from .start import show, table
+from .start import legend_beside, show, table
 
 PART_COLORS = {"params": "#4C72B0", "grads": "#55A868", "optimizer": "#DD8452"}
 PART_LABELS = {"params": "parameters", "grads": "gradients", "optimizer": "optimizer state"}
@@ -22,7 +22,7 @@ def plot_equivalence(result: dict):
     ax.set_title(f"{result['model']}: W={result['world_size']} ranks x B={result['batch_per_rank']}"
                  f" x K={result['accum_steps']} = global batch {result['global_batch']}")
     ax.invert_yaxis()
-    ax.legend(loc="lower right", fontsize="small")
+    legend_beside(ax)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     return fig
@@ -71,7 +71,7 @@ def plot_memory(result: dict):
     ax.set_title(f"{result['params_billion']:g}B parameters, {result['optimizer']}, {result['precision']} "
                  f"precision, W={result['world_size']} (activations not included)")
     ax.set_ylim(0, max(max(bottom), result["gpu_gb"]) * 1.15)
-    ax.legend(loc="upper right", fontsize="small")
+    legend_beside(ax)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     return fig

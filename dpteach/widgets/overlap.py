@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt
 from IPython.display import HTML, display
 
 from ..timeline import plot_gantt
+from .start import legend_beside
 
 TIMELINE_STRATEGIES = ("naive", "bucketed", "overlap", "ddp")
 CAPTIONS = {
@@ -85,7 +86,7 @@ def plot_step_breakdown(result: dict, strategies=("naive", "bucketed", "overlap"
     ax.set_title(f"Where a step's time goes: {result['model']}, W={result['world_size']} "
                  f"({result['backend']}, {result['device']}), bucket cap {result['bucket_mb']:g} MB", fontsize=10)
     ax.set_ylim(0, max(floor + max(exposed, default=0), floor) * 1.2)
-    ax.legend(loc="upper right", fontsize=9)
+    legend_beside(ax)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     return fig

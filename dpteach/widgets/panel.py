@@ -39,6 +39,9 @@ class ExperimentPanel:
                  run_label: str = "Run"):
         self.title, self.experiment, self.render = title, experiment, render
         self.controls = dict(controls or {})
+        for control in self.controls.values():  # whole labels ("compute ms", not "compute ...")
+            if hasattr(getattr(control, "style", None), "description_width"):
+                control.style.description_width = "initial"
         self.fixed = dict(fixed or {})
         self.result = None
         self.history: list[dict] = []  # every run's values and result, in order

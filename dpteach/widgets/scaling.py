@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..timeline import COLORS
-from .start import show, table
+from .start import legend_below, legend_beside, show, table
 
 PHASE_COLORS = {"forward": COLORS["forward"], "backward": COLORS["backward"], "optimizer": COLORS["optimizer"],
                 "wait": COLORS["wait"], "data_and_other": COLORS["data"]}
@@ -31,7 +31,7 @@ def plot_measured(result: dict):
     left.set_ylabel("samples per second (all ranks)")
     left.set_title("Throughput; labels = scaling efficiency")
     left.set_ylim(bottom=0)
-    left.legend(fontsize="small", loc="upper left")
+    legend_below(left, ncol=1)
     bottom = [0.0] * len(rows)
     for phase, color in PHASE_COLORS.items():
         values = [r["breakdown"][phase] * 1e3 for r in rows]
@@ -45,8 +45,8 @@ def plot_measured(result: dict):
     batch = (f"global batch {result['global_batch']} shared by the W ranks" if result.get("scaling") == "strong"
              else f"batch {result['batch_per_rank']} per rank")
     right.set_title(f"One step of {result['model']}, {batch}", fontsize="medium")
-    right.legend(fontsize="x-small", loc="upper left")
-    right.set_ylim(0, max(bottom + [r["local_step_s"] * 1e3 for r in rows]) * 1.6)
+    legend_below(right, ncol=2)
+    right.set_ylim(0, max(bottom + [r["local_step_s"] * 1e3 for r in rows]) * 1.1)
     for ax in (left, right):
         ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -84,7 +84,7 @@ def plot_simulation(curves: dict, measured: dict | None = None, title: str = "")
     ax.set_xlabel("ranks W (log scale)")
     ax.set_ylabel("scaling efficiency (1 = linear)")
     ax.set_title(title or "Predicted scaling efficiency")
-    ax.legend(fontsize="small", loc="lower left")
+    legend_beside(ax)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
@@ -117,7 +117,7 @@ def plot_weak_and_strong(weak: dict, strong: dict):
     ax.set_ylabel("speedup: samples/s at W over samples/s at W=1")
     ax.set_title("Weak and strong scaling on this machine", fontsize="medium")
     ax.set_ylim(bottom=0)
-    ax.legend(fontsize="small")
+    legend_beside(ax)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig

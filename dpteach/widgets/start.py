@@ -23,6 +23,16 @@ def table(headers: list[str], rows: list[list], title: str | None = None) -> str
     return text
 
 
+def legend_beside(ax, **options) -> None:
+    """The legend to the right of the axes, never over the data (the saved image grows to hold it)."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize="small", **options)
+
+
+def legend_below(ax, ncol: int = 2) -> None:
+    """The legend under the axes (for side-by-side plots, where the right of one is the next one)."""
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=ncol, fontsize="small", frameon=False)
+
+
 def show(fig) -> None:
     """Display a figure in the current cell or panel output, then free it (no duplicate at cell end)."""
     import matplotlib.pyplot as plt
@@ -92,7 +102,7 @@ def plot_profile(result: dict):
         size_axis(ax, sizes)
         ax.set_xlabel("message size per rank")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize="small")
+        legend_below(ax, ncol=2)
     fig.tight_layout()
     return fig
 
