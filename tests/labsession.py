@@ -20,6 +20,21 @@ CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first
                   "--disable-dev-shm-usage"]
 
 
+# True once the open notebook's kernel is connected and idle (JupyterLab exposes its app as window.jupyterapp).
+KERNEL_IDLE = """() => {
+  const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+  const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
+  return !!k && k.connectionStatus === 'connected' && k.status === 'idle';
+}"""
+
+
+def browser_marks(pytest) -> list:
+    """The marks every browser test module carries: browser, slow, and a skip where there is no Chromium."""
+    return [pytest.mark.browser, pytest.mark.slow,
+            pytest.mark.skipif(chromium_path() is None,
+                               reason="no Chromium found (install Debian's chromium or set DPTEACH_CHROMIUM)")]
+
+
 def chromium_path() -> str | None:
     for candidate in (os.environ.get("DPTEACH_CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium"),
                       shutil.which("chromium-browser")):

@@ -10,22 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from labsession import CHROMIUM_FLAGS, chromium_path, jupyterlab
+from labsession import CHROMIUM_FLAGS, KERNEL_IDLE, browser_marks, chromium_path, jupyterlab
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = "00_start_here.ipynb"
 OUTPUT = Path(os.environ.get("DPTEACH_TEST_OUTPUT", REPO / "test-output")) / "browser"
 
 playwright = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
-pytestmark = [pytest.mark.browser, pytest.mark.slow,
-              pytest.mark.skipif(chromium_path() is None,
-                                 reason="no Chromium found (install Debian's chromium or set DPTEACH_CHROMIUM)")]
+pytestmark = browser_marks(pytest)
 
-KERNEL_IDLE = """() => {
-  const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
-  const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
-  return !!k && k.connectionStatus === 'connected' && k.status === 'idle';
-}"""
 PANEL_DONE = """(before) => {
   const out = document.querySelector('.dpteach-panel .dpteach-output');
   const status = document.querySelector('.dpteach-panel .dpteach-status');

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from labsession import CHROMIUM_FLAGS, chromium_path, jupyterlab
+from labsession import CHROMIUM_FLAGS, KERNEL_IDLE, browser_marks, chromium_path, jupyterlab
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted(p.name for p in (REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -29,15 +29,8 @@ OUTPUT = Path(os.environ.get("DPTEACH_TEST_OUTPUT", REPO / "test-output")) / "br
 
 playwright = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
 Image = pytest.importorskip("PIL.Image", reason="Pillow (a matplotlib dependency) is not installed")
-pytestmark = [pytest.mark.browser, pytest.mark.slow,
-              pytest.mark.skipif(chromium_path() is None,
-                                 reason="no Chromium found (install Debian's chromium or set DPTEACH_CHROMIUM)")]
+pytestmark = browser_marks(pytest)
 
-KERNEL_IDLE = """() => {
-  const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
-  const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
-  return !!k && k.connectionStatus === 'connected' && k.status === 'idle';
-}"""
 RUN_ALL = "async () => await window.jupyterapp.commands.execute('notebook:run-all-cells')"
 NOTHING_RUNNING = """() => ![...document.querySelectorAll('.jp-InputPrompt')].some(p => p.innerText.includes('*'))"""
 IMAGES = """() => [...document.querySelectorAll('.jp-Notebook img')].map(img => ({
