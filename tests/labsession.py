@@ -57,6 +57,10 @@ def jupyterlab(root_dir: str, env: dict | None = None, timeout: float = 90.0):
     os.makedirs(settings, exist_ok=True)
     with open(os.path.join(settings, "notification.jupyterlab-settings"), "w") as f:
         f.write('{"fetchNews": "false", "checkForUpdates": false}')  # no pop-up over the screenshot
+    notebook_settings = os.path.join(root_dir, ".lab-settings", "@jupyterlab", "notebook-extension")
+    os.makedirs(notebook_settings, exist_ok=True)
+    with open(os.path.join(notebook_settings, "tracker.jupyterlab-settings"), "w") as f:
+        f.write('{"windowingMode": "none"}')  # every cell in the page, not only those scrolled into view
     command = [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
                f"--ServerApp.token={token}", f"--ServerApp.root_dir={root_dir}",
                "--LabApp.expose_app_in_browser=True", "--allow-root",

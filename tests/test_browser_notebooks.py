@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import os
 import shutil
 from pathlib import Path
@@ -112,6 +113,9 @@ def test_a_learner_runs_the_notebook_then_every_panel_again(lab, notebook):
         check_figures(page, f"{notebook} after Run All")
 
         panels = page.locator(".dpteach-panel")
+        expected = sum("".join(cell["source"]).count("ExperimentPanel(") for cell in json.loads(
+            (REPO / "notebooks" / notebook).read_text())["cells"] if cell["cell_type"] == "code")
+        assert panels.count() == expected, f"{notebook}: {panels.count()} panels on the page, {expected} in the code"
         for index in range(panels.count()):
             panel = panels.nth(index)
             panel.scroll_into_view_if_needed()
