@@ -33,7 +33,7 @@ browser:
 	  else echo "Chromium not found and not installable here: the browser test will be skipped"; fi; }
 
 test: install browser
-	$(BIN)/python -m pytest -q tests notebooks --nbval-lax
+	$(BIN)/python -m pytest -q tests exercises --nbval-lax
 
 bench: install
 	$(BIN)/dpteach bench allreduce --world-size 4 --sizes 4KiB,1MiB,16MiB --iters 20

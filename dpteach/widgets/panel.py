@@ -9,7 +9,8 @@
     panel.result     # the last result, plain data
 
 The button and the output carry stable CSS classes (``dpteach-run``, ``dpteach-output``,
-``dpteach-status``) so that a browser test can find them. What a run prints and displays is written
+``dpteach-status``, whose text carries ``data-runs``: the number of finished runs) so that a browser test can
+find them and tell a new result from the last one. What a run prints and displays is written
 into the output area by the kernel (``capture.write_into``), so no front end has to answer for it. Errors from a run are shown in the
 output area in one readable line (with the rank's traceback for a ``RankError``) instead of
 breaking the panel, and the button is re-enabled whatever happens.
@@ -45,6 +46,7 @@ class ExperimentPanel:
         self.fixed = dict(fixed or {})
         self.result = None
         self.history: list[dict] = []  # every run's values and result, in order
+        self.runs = 0  # finished runs, failed ones included (the status line carries it as data-runs)
         self.error: BaseException | None = None
         self.button = widgets.Button(description=run_label, button_style="primary", icon="play")
         self.button.add_class("dpteach-run")
@@ -77,12 +79,14 @@ class ExperimentPanel:
                 if note:
                     print(f"Note: {note}.")
             self.error = None
-            self.status.value = f"done in {time.perf_counter() - start:.1f} s"
+            self.runs += 1
+            self.status.value = f"<span data-runs='{self.runs}'>done in {time.perf_counter() - start:.1f} s</span>"
             self.history.append({"values": values, "result": self.result})
             self.stale.value = self._stale_note()
         except Exception as exc:  # shown to the learner, kept for code that wants to re-raise it
             self.error = exc
-            self.status.value = f"<span style='color:#b00'>failed: {type(exc).__name__}</span>"
+            self.runs += 1
+            self.status.value = f"<span data-runs='{self.runs}' style='color:#b00'>failed: {type(exc).__name__}</span>"
             with write_into(self.output, clear=False):
                 print(f"{type(exc).__name__}: {exc}")
         finally:
