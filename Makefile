@@ -9,7 +9,7 @@ BIN     = $(VENV)/bin
 # Extra arguments for `dpteach lab`, e.g. `make lab LAB_ARGS="--no-browser --port 8890"`.
 LAB_ARGS ?=
 
-.PHONY: lab test install browser bench clean
+.PHONY: lab test test-fast install browser bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,10 @@ browser:
 
 test: install browser
 	$(BIN)/python -m pytest -q tests exercises --nbval-lax
+
+# The unit and multi-process tests alone: no notebooks, no browser, none marked slow (a few minutes).
+test-fast: install
+	$(BIN)/python -m pytest -q tests -m "not slow and not browser"
 
 bench: install
 	$(BIN)/dpteach bench allreduce --world-size 4 --sizes 4KiB,1MiB,16MiB --iters 20

@@ -12,7 +12,7 @@ import pytest
 
 from dpteach.grading import get_exercise, grade_namespace, grade_source, grade_sources
 from dpteach.grading.forbidden import scan
-from dpteach.grading.solutions import solution
+from answers.solutions import solution
 
 EX01 = get_exercise("01")
 

@@ -13,7 +13,7 @@ import pytest
 from nbclient import NotebookClient
 
 from dpteach.grading import all_exercises
-from dpteach.grading.solutions import solution
+from answers.solutions import solution
 from dpteach.progress import ProgressStore
 
 ROOT = Path(__file__).resolve().parent.parent

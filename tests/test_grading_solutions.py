@@ -14,7 +14,7 @@ import pytest
 
 from dpteach.cli import main
 from dpteach.grading import all_exercises
-from dpteach.grading.solutions import solution
+from answers.solutions import solution
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -15,7 +15,7 @@ from dpteach.grading import all_exercises, get_exercise
 from dpteach.grading.forbidden import scan
 from dpteach.grading.notebook import attempted, from_namespace, from_source, read_notebook, solution_cells
 from dpteach.grading.report import CheckResult, Report
-from dpteach.grading.solutions import SOLUTIONS, solution
+from answers.solutions import SOLUTIONS, solution
 
 ROOT = Path(__file__).resolve().parent.parent
 

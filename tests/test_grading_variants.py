@@ -1,6 +1,6 @@
 """Every known-wrong variant loses points, on the check written to catch it, with a message that says why.
 
-The variants (``dpteach/grading/wrong_variants.py``) are the reference solutions with one realistic
+The variants (``tests/answers/wrong_variants.py``) are the reference solutions with one realistic
 mistake each: an off-by-one chunk index, a missing division by W, a sync decided after forward, a hook
 that reduces the parameter instead of its gradient, a stale bucket, and more. Each is graded on real
 ranks on the checks meant to catch it (``only=``); the variants of one exercise share their worlds
@@ -9,8 +9,8 @@ ranks on the checks meant to catch it (``only=``); the variants of one exercise 
 import pytest
 
 from dpteach.grading import get_exercise, grade_sources
-from dpteach.grading.solutions import solution
-from dpteach.grading.wrong_variants import VARIANTS
+from answers.solutions import solution
+from answers.wrong_variants import VARIANTS
 
 EXERCISES = sorted({v.exercise for v in VARIANTS})
 

@@ -32,6 +32,7 @@ from nbclient import NotebookClient
 
 NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
+pytestmark = pytest.mark.slow  # every lesson, top to bottom: minutes (not in `make test-fast`)
 STALL_S = 20.0
 SEED_FILE_ID = re.compile(r"\d{3}_[0-9a-f]{16}\.txt")  # the practice material's file names: not for learners
 CELL_TIMEOUT_S = 300

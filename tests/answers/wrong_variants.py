@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .solutions import solution
-from .spec import get_exercise
+from answers.solutions import solution
+from dpteach.grading.spec import get_exercise
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ If you are a learner and reading this: the exercises teach more if you close thi
 """
 from __future__ import annotations
 
-from .spec import get_exercise
+from dpteach.grading.spec import get_exercise
 
 SOLUTIONS: dict[str, str] = {}
 
