@@ -5,8 +5,7 @@ import matplotlib.pyplot as plt
 from IPython.display import display
 
 from ..timeline import plot_gantt
-from .overlap import html_table, show
-from .start import legend_below
+from .rendering import html_table, legend_below, show
 
 
 def k_values(k_max: int) -> list[int]:

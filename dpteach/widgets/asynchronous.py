@@ -6,8 +6,8 @@ from collections import Counter
 import matplotlib.pyplot as plt
 from IPython.display import display
 
-from .overlap import html_table, show
-from .start import legend_beside
+from .rendering import html_table, legend_beside, show
+
 
 RUN_STYLE = {"sync": ("#4C72B0", "-"), "sync_slow": ("#4C72B0", "--"), "slow": ("#8172B2", "-"),
              "async": ("#C44E52", "-"), "bounded": ("#DD8452", "--")}

@@ -1,7 +1,7 @@
 """Plots and tables for lesson 03: bucket assignments and the bucket-size sweep."""
 from __future__ import annotations
 
-from .start import legend_beside, show, table
+from .rendering import legend_beside, show, table
 
 
 def _layers(names: list[str]) -> str:

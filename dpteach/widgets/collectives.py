@@ -5,7 +5,8 @@ import numpy as np
 
 from .. import costmodel
 from .capture import write_into
-from .start import ALGO_STYLE, human_bytes, legend_beside, log_axis, show, size_axis, table
+from .start import ALGO_STYLE
+from .rendering import human_bytes, legend_beside, log_axis, show, size_axis, table
 
 
 def render_basics(result: dict) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 from IPython.display import display
 
-from .overlap import html_table, show
-from .start import legend_below, legend_beside
+from .rendering import html_table, legend_below, legend_beside, show
+
 
 COLORS = {"bucketed": "#4C72B0", "fp16": "#55A868", "bf16": "#8172B2", "int8": "#C44E52", "int8_ef": "#DD8452"}
 LABELS = {"bucketed": "bucketed (float32)", "fp16": "fp16", "bf16": "bf16", "int8": "int8",

@@ -2,7 +2,8 @@
 03 (DDP's own buckets, unused parameters, bucket views) and 08 (a forgotten sampler, uneven inputs)."""
 from __future__ import annotations
 
-from .start import human_bytes, show, table
+from .rendering import human_bytes, show, table
+
 
 _COLOURS = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C")
 

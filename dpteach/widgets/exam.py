@@ -9,7 +9,7 @@ from html import escape
 from pathlib import Path
 
 from ..quiz import TOPICS
-from .overlap import html_table
+from .rendering import html_table
 
 
 def mirror_rows(bank) -> list[dict]:

@@ -5,8 +5,7 @@ import matplotlib.pyplot as plt
 from IPython.display import display
 
 from ..timeline import plot_gantt
-from .overlap import html_table, show
-from .start import legend_below, legend_beside
+from .rendering import html_table, legend_below, legend_beside, show
 
 
 def plot_step_breakdown(result: dict):

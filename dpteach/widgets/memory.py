@@ -1,7 +1,8 @@
 """Plots and tables for lesson 01: the gradient identity, bitwise reproducibility, and the memory one replica needs."""
 from __future__ import annotations
 
-from .start import legend_beside, show, table
+from .rendering import legend_beside, show, table
+
 
 PART_COLORS = {"params": "#4C72B0", "grads": "#55A868", "optimizer": "#DD8452"}
 PART_LABELS = {"params": "parameters", "grads": "gradients", "optimizer": "optimizer state"}

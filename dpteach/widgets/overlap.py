@@ -1,7 +1,6 @@
 """Plots and tables for ``notebooks/04_overlap.ipynb`` (data from ``dpteach.experiments.overlap_timeline``).
 
-Everything here draws what a run returned; nothing trains or measures. ``html_table`` is shared by
-the other lessons' render helpers, so all tables in the course look alike.
+Everything here draws what a run returned; nothing trains or measures.
 """
 from __future__ import annotations
 
@@ -11,7 +10,7 @@ import matplotlib.pyplot as plt
 from IPython.display import HTML, display
 
 from ..timeline import plot_gantt
-from .start import legend_beside
+from .rendering import html_table, legend_beside, show  # noqa: F401 (html_table: lesson 04 imports it from here)
 
 TIMELINE_STRATEGIES = ("naive", "bucketed", "overlap", "ddp")
 CAPTIONS = {
@@ -22,18 +21,6 @@ CAPTIONS = {
     "ddp": "torch DistributedDataParallel",
     "int8": "8-bit gradients, all-gathered after backward",
 }
-
-
-def html_table(header: list[str], rows: list[list], align: str | None = None) -> HTML:
-    """A small HTML table; ``align`` is one letter per column, 'l' or 'r' (default: text left, numbers right)."""
-    def cell(tag, value, a):
-        return f'<{tag} style="text-align:{"left" if a == "l" else "right"};padding:2px 10px">{value}</{tag}>'
-    if align is None:
-        align = "".join("r" if isinstance(v, (int, float)) else "l" for v in rows[0]) if rows else "l" * len(header)
-    head = "".join(cell("th", escape(str(h)), a) for h, a in zip(header, align))
-    body = "".join("<tr>" + "".join(cell("td", v if isinstance(v, str) else escape(str(v)), a)
-                                    for v, a in zip(row, align)) + "</tr>" for row in rows)
-    return HTML(f'<table style="border-collapse:collapse;font-size:90%"><tr>{head}</tr>{body}</table>')
 
 
 def _ms(seconds) -> str:
@@ -116,12 +103,6 @@ def candidates_table(result: dict) -> HTML:
     return html_table(["answer", "samples / step", "messages / step", "MB sent / step", "step (ms)",
                        "exposed comm (ms)", "exposed comm / sample (us)", "max |dtheta|", "identical?"],
                       rows, align="lrrrrrrrl")
-
-
-def show(fig) -> None:
-    """Display a figure once, in a cell or in a panel's output area, and release it."""
-    display(fig)
-    plt.close(fig)
 
 
 def render(result: dict) -> None:

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from ..timeline import COLORS
-from .start import legend_below, legend_beside, show, table
+from .rendering import legend_below, legend_beside, show, table
+
 
 PHASE_COLORS = {"forward": COLORS["forward"], "backward": COLORS["backward"], "optimizer": COLORS["optimizer"],
                 "wait": COLORS["wait"], "data_and_other": COLORS["data"]}

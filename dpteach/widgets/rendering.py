@@ -1,0 +1,81 @@
+"""What every lesson's render helpers share: tables, figures shown once, legends clear of the data, axes
+of message sizes. One module, so that all tables and figures in the course look alike.
+
+Helpers take plain data and draw it; they compute nothing a check cell would need.
+"""
+from __future__ import annotations
+
+from html import escape
+
+from IPython.display import HTML
+
+
+def table(headers: list[str], rows: list[list], title: str | None = None) -> str:
+    """An aligned text table (pandas is not a dependency of the course); returns and prints it."""
+    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = [title] if title else []
+    lines.append("  ".join(h.rjust(w) for h, w in zip(cells[0], widths)))
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells[1:]]
+    text = "\n".join(lines)
+    print(text)
+    return text
+
+
+def html_table(header: list[str], rows: list[list], align: str | None = None) -> HTML:
+    """A small HTML table; ``align`` is one letter per column, 'l' or 'r' (default: text left, numbers right)."""
+    def cell(tag, value, a):
+        return f'<{tag} style="text-align:{"left" if a == "l" else "right"};padding:2px 10px">{value}</{tag}>'
+    if align is None:
+        align = "".join("r" if isinstance(v, (int, float)) else "l" for v in rows[0]) if rows else "l" * len(header)
+    head = "".join(cell("th", escape(str(h)), a) for h, a in zip(header, align))
+    body = "".join("<tr>" + "".join(cell("td", v if isinstance(v, str) else escape(str(v)), a)
+                                    for v, a in zip(row, align)) + "</tr>" for row in rows)
+    return HTML(f'<table style="border-collapse:collapse;font-size:90%"><tr>{head}</tr>{body}</table>')
+
+
+def show(fig) -> None:
+    """Display a figure in the current cell or panel output, then free it (no duplicate at cell end)."""
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+    display(fig)
+    plt.close(fig)
+
+
+def legend_beside(ax, **options) -> None:
+    """The legend to the right of the axes, never over the data (the saved image grows to hold it)."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize="small", **options)
+
+
+def legend_below(ax, ncol: int = 2) -> None:
+    """The legend under the axes (for side-by-side plots, where the right of one is the next one)."""
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=ncol, fontsize="small", frameon=False)
+
+
+def human_bytes(n: float) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:g} {unit}" if n % size == 0 else f"{n / size:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def size_axis(ax, sizes) -> None:
+    """Log-scaled x axis of message sizes, ticked at the measured sizes with readable labels."""
+    ax.set_xscale("log")
+    ax.set_xticks(sizes, [human_bytes(s) for s in sizes])
+    ax.minorticks_off()
+
+
+def log_axis(ax, axis: str = "y", bytes_: bool = False) -> None:
+    """Log scale with plain tick labels (1, 2, 5, 10, ... or 4 KiB, 1 MiB, ...) instead of 10^x."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
+    if bytes_:
+        target.set_major_locator(LogLocator(base=4))
+        target.set_major_formatter(FuncFormatter(lambda v, _: human_bytes(v)))
+    else:
+        target.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        target.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    target.set_minor_formatter(NullFormatter())
