@@ -35,7 +35,7 @@ browser:
 test: install browser
 	$(BIN)/python -m pytest -q tests exercises --nbval-lax
 
-# The unit and multi-process tests alone: no notebooks, no browser, none marked slow (a few minutes).
+# The unit and multi-process tests alone: no notebooks, no browser, nothing marked slow.
 test-fast: install
 	$(BIN)/python -m pytest -q tests -m "not slow and not browser"
 
