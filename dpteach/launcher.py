@@ -334,27 +334,32 @@ class _World:
         rank 0 reports some (``dpteach.report_progress``)."""
         if not self.want_progress or self.store is None:
             return
-        from tqdm.auto import tqdm
         if self.bar_phase is None:
-            self.bar = tqdm(total=self.world_size, desc=f"starting {self.world_size} ranks", unit="rank",
-                            leave=False)
+            self.bar = _bar(total=self.world_size, desc=f"starting {self.world_size} ranks", unit="rank")
             self.bar_phase = "starting"
         if self.bar_phase == "starting":
             joined = min(self.store.add("launch/joined", 0), self.world_size)
-            if joined != self.bar.n:
-                self.bar.update(joined - self.bar.n)
+            _advance(self.bar, joined)
             if joined == self.world_size:
                 self.bar.close()
                 self.bar, self.bar_phase = None, "joined"
         if self.bar_phase != "run" and self.store.check(["progress/total"]):
             if self.bar is not None:  # the run reports progress, so every rank has joined (not all counted yet)
-                self.bar.update(self.bar.total - self.bar.n)
+                _advance(self.bar, self.bar.total)
                 self.bar.close()
             desc = self.store.get("progress/desc").decode() if self.store.check(["progress/desc"]) else None
-            self.bar = tqdm(total=int(self.store.get("progress/total")), desc=desc, leave=False)
+            self.bar = _bar(total=int(self.store.get("progress/total")), desc=desc)
             self.bar_phase = "run"
-        if self.bar_phase != "run":
-            return
-        done = self.store.add("progress/done", 0)
-        if done != self.bar.n:
-            self.bar.update(done - self.bar.n)
+        if self.bar_phase == "run":
+            _advance(self.bar, self.store.add("progress/done", 0))
+
+
+def _bar(**options):
+    """A progress bar that disappears when it completes (a widget in a notebook, text in a terminal)."""
+    from tqdm.auto import tqdm  # only when a bar is shown: the launcher's poll loop runs every few ms
+    return tqdm(leave=False, **options)
+
+
+def _advance(bar, to: int) -> None:
+    if to != bar.n:
+        bar.update(to - bar.n)

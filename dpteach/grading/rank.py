@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 
 from .guard import ForbiddenCall, Guard
-from .replay import encode, record_call
+from .replay import encode, is_data, record_call
 from .seal import Seal
 from .spec import Fail, get_exercise
 
@@ -63,13 +63,20 @@ class Context:
         self.rank, self.world = rank, world
         self.namespace, self.guard, self.learner_files = namespace, guard, learner_files
         self.recording: list[dict] = []  # what the replay outside the ranks needs (replay.py)
+        # False once the check reaches for what a recording of values cannot carry: the learner's objects
+        # themselves, learner code run outside ``call``, its own communication, or a call given a live
+        # object (a model, an optimizer). Such a check is judged here only, under the seal.
+        self.replayable = True
 
     def learner(self, name: str):
+        self.replayable = False
         return self.namespace[name]
 
     def call(self, name: str, *args, **kwargs):
         """Run the learner's ``name(*args, **kwargs)`` with the guard watching; record what it left."""
-        with self.running_learner_code():
+        if not all(is_data(value) for value in (*args, *kwargs.values())):
+            self.replayable = False
+        with self._watched():
             result = self.namespace[name](*args, **kwargs)
         self.recording.append(record_call(name, args, result))
         return result
@@ -83,14 +90,18 @@ class Context:
     def all_gather(self, tensor: torch.Tensor) -> list:
         """The grader's own all-gather (never counted as the learner's traffic), recorded for the replay."""
         gathered = [torch.empty_like(tensor) for _ in range(self.world)]
-        with self.allow():
+        with self.guard.allow():
             dist.all_gather(gathered, tensor)
         self.recording.append({"gathered": encode(gathered)})
         return gathered
 
-    @contextmanager
     def running_learner_code(self):
         """Everything inside is the learner's doing: watched, and its exceptions become LearnerError."""
+        self.replayable = False
+        return self._watched()
+
+    @contextmanager
+    def _watched(self):
         with self.guard.watching():
             try:
                 yield
@@ -101,6 +112,7 @@ class Context:
 
     def allow(self):
         """The grader's own communication inside a learner window (see ``Guard.allow``)."""
+        self.replayable = False
         return self.guard.allow()
 
     def fail(self, message: str):
@@ -240,6 +252,7 @@ def _run_one(check, rank: int, namespace: dict, guard: Guard, learner_files) -> 
         outcome, message = "grader_error", traceback.format_exc()
     finally:
         guard.clear_watches()
-    recorded = {"recording": ctx.recording} if check.replay and outcome in ("passed", "failed") else {}
+    replay = check.replay and ctx.replayable and outcome in ("passed", "failed")
+    recorded = {"recording": ctx.recording} if replay else {}
     hinted = {"hint": hint} if hint else {}
     return {"outcome": outcome, "message": message, "forbidden": guard.calls[seen:], **recorded, **hinted}

@@ -19,7 +19,10 @@ differs from the rank's, the learner's code changed how its process judges, and 
 (scored like any other tampering: 0).
 
 Checks that hand the learner live objects (a model, a DDP wrapper, a process group of its own) cannot
-be replayed from a recording; they set ``replay=False`` and rely on the seal.
+be replayed from a recording. The rank's context notices that by itself (``Context.replayable``: the
+check used ``ctx.learner``, ``ctx.allow`` or ``ctx.running_learner_code``, or passed a call something
+other than tensors and plain values) and sends no recording; such checks rely on the seal. A check whose
+*results* a recording cannot carry - views that share one buffer - sets ``replay=False``.
 """
 from __future__ import annotations
 
@@ -70,6 +73,13 @@ def decode(data, args=()):
     if "plain" in data:
         return data["plain"]
     return type(data["other"], (), {})()  # same type name, so "it is a <name>" messages read the same
+
+
+def is_data(value) -> bool:
+    """A tensor, a plain value, or a list or tuple of them: what a recording carries exactly."""
+    if isinstance(value, (list, tuple)):
+        return all(is_data(item) for item in value)
+    return value is None or isinstance(value, (torch.Tensor, bool, int, float, str))
 
 
 def record_call(name: str, args: tuple, result) -> dict:

@@ -83,8 +83,8 @@ class Check:
     uses: tuple = ()
     hint: str = ""
     limit: float = 6.0
-    replay: bool = True  # judged again outside the ranks from a recording (replay.py); False for checks
-    #                      that hand the learner live objects or communicate on their own
+    replay: bool = True  # judged again outside the ranks from a recording (replay.py); False for a check
+    #                      whose results a recording cannot carry (views sharing one buffer)
 
 
 @dataclass(frozen=True)

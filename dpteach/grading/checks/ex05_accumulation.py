@@ -13,8 +13,6 @@ The learner writes ``train_step(model, micro_batches, optimizer, loss_fn)`` for 
 """
 from __future__ import annotations
 
-from dataclasses import replace
-
 from functools import partial
 
 import torch
@@ -196,9 +194,6 @@ CHECKS = (
           uses=USES, hint=HINT_SYNC),
 )
 
-# Judged in the ranks only, under the seal (grading/seal.py): the learner's train_step drives a DDP model and its optimizer, which a recording of values
-# cannot replay (grading/replay.py).
-CHECKS = tuple(replace(check, replay=False) for check in CHECKS)
 
 EXERCISE = Exercise(
     id="05", stem="05_accumulation", title="Gradient accumulation with no_sync()", names=("train_step",),
