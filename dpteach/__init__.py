@@ -13,8 +13,8 @@ __version__ = "0.1.0"
 # name -> the module that defines it. Imported on first use, so that ``dpteach --help`` and the
 # quiz do not pay for importing torch.
 _EXPORTS = {
-    "launch": "launcher", "RankError": "launcher", "under_torchrun": "launcher",
-    "default_world_size": "context", "device": "context", "report_progress": "context",
+    "launch": "launcher", "RankError": "launcher",
+    "World": "world", "resolve_world": "world", "default_world_size": "world", "under_torchrun": "world", "device": "context", "report_progress": "context",
     "rank": "context", "world_size": "context",
 }
 __all__ = list(_EXPORTS)

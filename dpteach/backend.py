@@ -1,6 +1,6 @@
 """Which backend and device a world of W ranks uses.
 
-The rule the whole course follows (DESIGN.md, "device follows backend"):
+The rule the whole course follows, "device follows backend":
 
 * NCCL, one GPU per rank, when there are at least W visible GPUs. NCCL refuses two ranks on one
   GPU, so it is never chosen for W > number of GPUs.
@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+
+from . import validate
 
 BACKENDS = ("auto", "gloo", "nccl")
 DEVICES = ("auto", "cpu", "cuda")
@@ -164,19 +166,11 @@ def gloo_available() -> bool:
     return dist.is_available() and dist.is_gloo_available()
 
 
-def check_world_size(world_size) -> int:
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size={world_size!r} is not allowed: it must be an integer >= 1")
-    return world_size
-
-
 def choose_placement(world_size: int, backend: str = "auto", device: str = "auto") -> Placement:
     """Pick backend and device for ``world_size`` ranks on this machine, or explain why not."""
-    check_world_size(world_size)
-    if backend not in BACKENDS:
-        raise ValueError(f"backend={backend!r} is not allowed: choose one of {', '.join(BACKENDS)}")
-    if device not in DEVICES:
-        raise ValueError(f"device={device!r} is not allowed: choose one of {', '.join(DEVICES)}")
+    validate.integer("world_size", world_size, low=1)
+    validate.choice("backend", backend, BACKENDS)
+    validate.choice("device", device, DEVICES)
     gpus = visible_gpus()
     if device == "cuda" and gpus == 0:
         raise ValueError("device='cuda' is not allowed here: this machine has no visible CUDA device "
@@ -220,35 +214,3 @@ def nccl_may_share_gpus() -> bool:
     nothing (the ranks take turns on the GPU and talk over sockets, not NVLink).
     """
     return os.environ.get(SHARED_GPU_SWITCH, "") == "1"
-
-
-def under_torchrun() -> bool:
-    """True when this process is one rank of a world started by torchrun (or a SLURM recipe)."""
-    return ("RANK" in os.environ and "WORLD_SIZE" in os.environ
-            and "DPTEACH_PARENT_PID" not in os.environ)
-
-
-def resolve_world(world_size: int | None, backend: str = "auto", device: str = "auto") -> tuple[int, Placement]:
-    """The world a command runs in, and its placement.
-
-    Under torchrun that is torchrun's world (``world_size`` must be None or match), and the
-    backend is chosen from the ranks *on this node* (``LOCAL_WORLD_SIZE``): 16 ranks over two
-    8-GPU nodes are NCCL with one GPU each. Otherwise ``world_size`` ranks on this machine
-    (None: :func:`dpteach.context.default_world_size`).
-    """
-    if under_torchrun():
-        world = torchrun_world_size(world_size)
-        return world, choose_placement(int(os.environ.get("LOCAL_WORLD_SIZE", world)), backend, device)
-    if world_size is None:
-        from .context import default_world_size
-        world_size = default_world_size()
-    return world_size, choose_placement(check_world_size(world_size), backend, device)
-
-
-def torchrun_world_size(world_size: int | None) -> int:
-    """torchrun's ``WORLD_SIZE``, after checking that ``world_size`` (None or a number) agrees with it."""
-    world = int(os.environ["WORLD_SIZE"])
-    if world_size is not None and world_size != world:
-        raise ValueError(f"world_size={world_size!r} does not match torchrun's WORLD_SIZE={world}: "
-                         f"pass world_size={world} (or None) when running under torchrun")
-    return world

@@ -33,15 +33,14 @@ from dataclasses import dataclass, field
 
 import torch
 
+from . import validate
+
 MB = 1024 * 1024
 
 
 def check_bucket_sizes(bucket_mb, first_bucket_mb=None) -> None:
-    for name, value in (("bucket_mb", bucket_mb), ("first_bucket_mb", first_bucket_mb)):
-        if value is None and name == "first_bucket_mb":
-            continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise ValueError(f"{name}={value!r} is not allowed: a bucket size must be a number of MB > 0")
+    validate.number("bucket_mb", bucket_mb, above=0, unit="a number of MB")
+    validate.optional(validate.number, "first_bucket_mb", first_bucket_mb, above=0, unit="a number of MB")
 
 
 def assign_buckets(params, bucket_mb: float = 1.0, first_bucket_mb: float | None = None) -> list[list[int]]:

@@ -11,7 +11,7 @@ import os
 import torch
 import torch.distributed as dist
 
-from .backend import backend_for, visible_gpus
+from .backend import backend_for
 
 _progress_store = None
 
@@ -24,23 +24,6 @@ def device() -> torch.device:
     if dist.is_initialized() and backend_for("cuda") == "nccl":
         return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
     return torch.device("cpu")
-
-
-def default_world_size(limit: int = 4) -> int:
-    """How many ranks the notebooks use unless the learner says otherwise.
-
-    ``DPTEACH_WORLD_SIZE`` wins (Binder sets 2). Under torchrun, the world torchrun made. With two or
-    more GPUs, one rank per GPU (up to ``limit``). Otherwise up to ``limit`` CPU ranks, at least 2 so
-    that there is something to communicate, and no more than the cores (more would only queue).
-    """
-    if os.environ.get("DPTEACH_WORLD_SIZE"):
-        return int(os.environ["DPTEACH_WORLD_SIZE"])
-    if "WORLD_SIZE" in os.environ and "RANK" in os.environ:
-        return int(os.environ["WORLD_SIZE"])
-    gpus = visible_gpus()
-    if gpus >= 2:
-        return min(gpus, limit)
-    return max(2, min(limit, os.cpu_count() or 1))
 
 
 def rank() -> int:

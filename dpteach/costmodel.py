@@ -30,49 +30,41 @@ All functions take plain numbers: ``n`` in bytes, ``p`` ranks, times in seconds.
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from . import validate
 
 ALGORITHMS = ("ring", "tree", "naive", "halving_doubling")
 ALGORITHMS_FOR_CHOICE = ("ring", "tree")
 
 
-def _bad(name, value, allowed):
-    return ValueError(f"{name}={value!r} is not allowed: {allowed}")
-
-
 def _check_real(name, value, *, positive=False):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) \
-            or value < 0 or (positive and value == 0):
-        raise _bad(name, value, f"it must be a finite number {'> 0' if positive else '>= 0'}")
-    return float(value)
+    if positive:
+        return validate.number(name, value, above=0, unit="a finite number")
+    return validate.number(name, value, low=0, unit="a finite number")
 
 
 def _check_n(n, name="n"):
     """Message size in bytes: a whole number >= 0 (``1e6`` is accepted, ``0.5`` is not)."""
-    if isinstance(n, bool) or not isinstance(n, numbers.Real) or not math.isfinite(n) or n < 0 \
-            or float(n) != math.floor(n):
-        raise _bad(name, n, "it must be a whole number of bytes >= 0")
-    return float(n)
+    n = validate.number(name, n, low=0, unit="a whole number of bytes")
+    if n != math.floor(n):
+        validate.integer(name, n, low=0, why=" (a whole number of bytes)")
+    return n
 
 
 def _check_p(p, name="p"):
-    if isinstance(p, bool) or not isinstance(p, numbers.Integral) or p < 1:
-        raise _bad(name, p, "it must be an integer number of ranks >= 1")
-    return int(p)
+    return validate.integer(name, p, low=1, why=" (a number of ranks)")
 
 
 def _check_algorithm(algorithm, name="algorithm"):
-    if algorithm not in ALGORITHMS:
-        raise _bad(name, algorithm, f"choose one of {', '.join(ALGORITHMS)}")
-    return algorithm
+    return validate.choice(name, algorithm, ALGORITHMS)
 
 
 def _check_params(params):
     if not isinstance(params, LinkParams):
-        raise _bad("params", params, "it must be a LinkParams (see LinkParams.from_bandwidth)")
+        raise validate.refusal("params", params, "it must be a LinkParams (see LinkParams.from_bandwidth)")
     return params
 
 
@@ -197,18 +189,18 @@ def fit_alpha_beta(samples, algorithm="ring"):
     try:
         samples = list(samples)
     except TypeError:
-        raise _bad("samples", samples, "it must be an iterable of (n_bytes, p, seconds)") from None
+        raise validate.refusal("samples", samples, "it must be an iterable of (n_bytes, p, seconds)") from None
     rows, times = [], []
     for i, s in enumerate(samples):
         if not isinstance(s, (tuple, list)) or len(s) != 3:
-            raise _bad(f"samples[{i}]", s, "each sample must be a tuple (n_bytes, p, seconds)")
+            raise validate.refusal(f"samples[{i}]", s, "each sample must be a tuple (n_bytes, p, seconds)")
         n, p = _check_n(s[0], f"samples[{i}] n_bytes"), _check_p(s[1], f"samples[{i}] p")
         times.append(_check_real(f"samples[{i}] seconds", s[2]))
         rows.append(_coefficients(algorithm, n, p)[:2])
     X, t = np.array(rows, dtype=float).reshape(-1, 2), np.array(times)
     scale = np.abs(X).max(axis=0)
     if len(rows) < 2 or np.any(scale == 0) or np.linalg.matrix_rank(X / scale) < 2:
-        raise _bad("samples", samples if len(samples) <= 3 else f"<{len(samples)} samples>",
+        raise validate.refusal("samples", samples if len(samples) <= 3 else f"<{len(samples)} samples>",
                    "alpha and beta are two unknowns, so at least two samples with p >= 2 whose "
                    "(latency, bandwidth) coefficients are not proportional are needed, e.g. two "
                    "different message sizes at the same p")
@@ -270,12 +262,12 @@ def choose_algorithm(n, p, params, candidates=ALGORITHMS_FOR_CHOICE):
     try:
         candidates = tuple(candidates)
     except TypeError:
-        raise _bad("candidates", candidates, f"it must be a sequence of names from {ALGORITHMS}") from None
+        raise validate.refusal("candidates", candidates, f"it must be a sequence of names from {ALGORITHMS}") from None
     for c in candidates:
         _check_algorithm(c, "candidates")
     usable = [c for c in candidates if c != "halving_doubling" or p & (p - 1) == 0]
     if not usable:
-        raise _bad("candidates", candidates, "it must name at least one algorithm usable at this p "
+        raise validate.refusal("candidates", candidates, "it must name at least one algorithm usable at this p "
                    f"(p={p}; halving_doubling needs a power of two) from {', '.join(ALGORITHMS)}")
     times = {c: predict(c, n, p, params) for c in usable}
     best = usable[0]

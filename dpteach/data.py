@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset, Sampler, TensorDataset
 
+from . import validate
 from .models import IMAGE_SHAPE, INPUT_DIM, NUM_CLASSES, SEQ_LEN, VOCAB, check_model_name
 
 TASK_SEED = 1234
@@ -30,16 +31,11 @@ MAX_STEP = 4  # transformer task: each sequence counts up by a step of 1..MAX_ST
 
 
 def _check_int(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name}={value!r} is not allowed: it must be an integer >= {minimum}")
-    return value
+    return validate.integer(name, value, low=minimum)
 
 
 def _check_rank(rank, world_size: int, world_name: str = "world_size") -> int:
-    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
-        raise ValueError(f"rank={rank!r} is not allowed: it must be an integer in 0..{world_size - 1} "
-                         f"for {world_name}={world_size}")
-    return rank
+    return validate.integer("rank", rank, 0, world_size - 1, why=f" for {world_name}={world_size}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -224,5 +220,11 @@ def rank_microbatches(global_indices: list[int], rank: int, world_size: int, bat
     if len(global_indices) != size:
         raise ValueError(f"global_indices of length {len(global_indices)} is not allowed: it must hold "
                          f"batch_per_rank*world_size*accum_steps={size} indices")
+    return split_for_rank(global_indices, rank, world_size, batch_per_rank, accum_steps)
+
+
+def split_for_rank(global_indices, rank: int, world_size: int, batch_per_rank: int, accum_steps: int) -> list[list[int]]:
+    """:func:`rank_microbatches` without its checks, for a training loop whose configuration was
+    checked once before any rank started (``TrainConfig.check``): the split, and nothing else."""
     b, w = batch_per_rank, world_size
     return [list(global_indices[(k * w + rank) * b:(k * w + rank + 1) * b]) for k in range(accum_steps)]

@@ -48,9 +48,10 @@ from datetime import timedelta
 import cloudpickle
 import torch.distributed as dist
 
-from .backend import resolve_world, under_torchrun
+from . import validate
 from .memory import check_memory_for_ranks
 from .torchrun import run_in_torchrun_world
+from .world import World, resolve_world, under_torchrun
 
 DEFAULT_TIMEOUT = 300.0
 
@@ -76,12 +77,13 @@ class RankError(RuntimeError):
         super().__init__(text)
 
 
-def launch(fn, world_size: int | None, args=(), kwargs=None, backend: str = "auto", device: str = "auto",
+def launch(fn, world_size: int | World | None, args=(), kwargs=None, backend: str = "auto", device: str = "auto",
            timeout: float = DEFAULT_TIMEOUT, show_output: bool = True, progress: bool = True,
            env: dict | None = None) -> list:
     """Run ``fn(*args, **kwargs)`` on ``world_size`` ranks; return the ranks' results (index = rank).
 
-    world_size: the number of ranks; None means torchrun's world, or ``dpteach.default_world_size()``.
+    world_size: the number of ranks; None means torchrun's world, or ``dpteach.default_world_size()``;
+             or a :class:`dpteach.world.World` resolved before (then backend and device stay "auto").
     backend: ``"auto"`` (NCCL when every rank can have its own GPU, else gloo), ``"gloo"`` or ``"nccl"``.
     device:  ``"auto"``, ``"cpu"`` or ``"cuda"`` - where gloo ranks compute (``dpteach.device()`` in the rank).
     timeout: seconds before unfinished ranks are killed and ``TimeoutError`` is raised.
@@ -92,8 +94,7 @@ def launch(fn, world_size: int | None, args=(), kwargs=None, backend: str = "aut
     if not callable(fn):
         raise TypeError(f"fn={fn!r} is not callable: pass the function each rank should run")
     kwargs = {} if kwargs is None else dict(kwargs)
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise ValueError(f"timeout={timeout!r} is not allowed: it must be a number of seconds > 0")
+    validate.number("timeout", timeout, above=0, unit="a number of seconds")
     env = {} if env is None else env
     if not isinstance(env, dict) or not all(isinstance(k, str) and k and isinstance(v, str) for k, v in env.items()):
         raise ValueError(f"env={env!r} is not allowed: give a dict of variable names to string values")
@@ -102,18 +103,18 @@ def launch(fn, world_size: int | None, args=(), kwargs=None, backend: str = "aut
         if missing:
             raise ValueError(f"env={missing!r} cannot be applied under torchrun: its ranks are already running; "
                              f"set these variables in the environment torchrun starts from")
-        return run_in_torchrun_world(fn, world_size, args, kwargs, backend, device, timeout)
+        return run_in_torchrun_world(fn, world_size, backend, device, args, kwargs, timeout)
     if "DPTEACH_PARENT_PID" in os.environ:
         raise RuntimeError("launch() was called inside a rank: ranks cannot start worlds of their own")
-    world_size, placement = resolve_world(world_size, backend, device)
-    check_memory_for_ranks(world_size)  # a container over its limit kills the notebook's kernel, not a rank
+    world = resolve_world(world_size, backend, device)
+    check_memory_for_ranks(world.size)  # a container over its limit kills the notebook's kernel, not a rank
     try:
         payload = cloudpickle.dumps((fn, tuple(args), kwargs))
     except Exception as exc:
         raise TypeError(f"fn or its arguments cannot be sent to the ranks ({exc}); define the function "
                         f"at top level or pass plain data") from exc
     try:
-        return _World(world_size, placement, payload, timeout, show_output, progress, env).run()
+        return _Ranks(world, payload, timeout, show_output, progress, env).run()
     except RankError as err:
         if not err.while_joining:
             raise
@@ -124,7 +125,7 @@ def launch(fn, world_size: int | None, args=(), kwargs=None, backend: str = "aut
         if show_output:
             print(f"[dpteach] the ranks could not form a world ({err.exc_type}); starting them once more",
                   flush=True)
-        return _World(world_size, placement, payload, timeout, show_output, progress, env).run()
+        return _Ranks(world, payload, timeout, show_output, progress, env).run()
 
 
 def _signal_name(number: int) -> str:
@@ -134,15 +135,15 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-class _World:
+class _Ranks:
     """The processes of one launch, from start to clean-up."""
 
     LAST_LINES = 20  # kept per rank, for the report of a rank that dies without a traceback
 
-    def __init__(self, world_size, placement, payload, timeout, show_output, progress, env):
-        self.world_size, self.placement, self.timeout = world_size, placement, float(timeout)
+    def __init__(self, world: World, payload, timeout, show_output, progress, env):
+        self.world_size, self.placement, self.timeout = world.size, world.placement, float(timeout)
         self.show_output, self.want_progress, self.extra_env = show_output, progress, env
-        self.last_lines = [deque(maxlen=self.LAST_LINES) for _ in range(world_size)]
+        self.last_lines = [deque(maxlen=self.LAST_LINES) for _ in range(world.size)]
         self.tmp = tempfile.mkdtemp(prefix="dpteach-launch-")
         self.payload_path = os.path.join(self.tmp, "payload.pkl")
         with open(self.payload_path, "wb") as f:

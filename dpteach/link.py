@@ -47,7 +47,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from . import costmodel
+from . import costmodel, validate
+from .collectives import ALL_REDUCE
 
 RING_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 
@@ -77,14 +78,15 @@ class Link:
     def as_dict(self) -> dict:
         return {"name": self.name, "alpha_s": self.alpha_s, "beta_s_per_byte": self.beta_s_per_byte}
 
-    def collective_time(self, kind: str, nbytes: float, world_size: int) -> float:
-        """Seconds the ring version of collective ``kind`` on ``nbytes`` (in all) takes on this link."""
+    def collective_time(self, kind: str, nbytes: float, world_size: int, algorithm: str = "ring") -> float:
+        """Seconds collective ``kind`` on ``nbytes`` (in all) takes on this link: the ring version, or for
+        an all-reduce the ``algorithm`` that ran (the course's tree, when a strategy was given it)."""
         if kind not in RING_COLLECTIVES:
             raise ValueError(f"kind={kind!r} is not allowed: choose one of {', '.join(RING_COLLECTIVES)}")
         if world_size < 2:
             return 0.0
         if kind == "all_reduce":
-            return costmodel.ring_allreduce_time(nbytes, world_size, self.params)
+            return costmodel.predict(algorithm, nbytes, world_size, self.params)
         w = world_size
         return (w - 1) * self.alpha_s + (w - 1) / w * nbytes * self.beta_s_per_byte
 
@@ -112,9 +114,7 @@ def resolve_link(link) -> Link | None:
     if isinstance(link, dict) and {"alpha_s", "beta_s_per_byte"} <= set(link):
         alpha, beta = link["alpha_s"], link["beta_s_per_byte"]
         for name, value in (("alpha_s", alpha), ("beta_s_per_byte", beta)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                    or value < 0:
-                raise ValueError(f"link[{name!r}]={value!r} is not allowed: it must be a number of seconds >= 0")
+            validate.number(f"link[{name!r}]", value, low=0, unit="a number of seconds")
         return Link(str(link.get("name", "custom")), float(alpha), float(beta), "given")
     raise ValueError(f"link={link!r} is not allowed: give a preset name ({', '.join(PRESETS)}), a dict with "
                      f"alpha_s and beta_s_per_byte, or None")
@@ -194,9 +194,9 @@ class EmulatedLink:
         self._sequence = 0
         threading.Thread(target=self._release, name="dpteach-link-release", daemon=True).start()
 
-    def launch(self, kind: str, nbytes: int, start_real, async_op: bool):
+    def launch(self, kind: str, nbytes: int, start_real, async_op: bool, algorithm: str = "ring"):
         """Start collective ``kind`` for real (``start_real()`` returns its work) and time it on the link."""
-        cost = self.link.collective_time(kind, nbytes, self.world)
+        cost = self.link.collective_time(kind, nbytes, self.world, algorithm)
         with self._lock:
             self.busy_until = max(time.perf_counter(), self.busy_until) + cost
             self.messages += 1
@@ -234,28 +234,61 @@ class EmulatedLink:
                     "time_set_by": "machine" if share > 0.5 else "link"}
 
 
+class _Finished:
+    """The work handle of a collective that has already run to the end (the course's own all-reduce)."""
+
+    def __init__(self):
+        self.future = torch.futures.Future()
+        self.future.set_result(None)
+
+    def wait(self) -> bool:
+        return True
+
+    def get_future(self) -> torch.futures.Future:
+        return self.future
+
+
 class Comm:
     """The collectives a strategy uses, each on the emulated link when there is one, else straight to torch.
 
     Every call takes the same arguments as its ``torch.distributed`` namesake (plus ``async_op``) and
     returns a work handle (``wait()``, ``get_future()``) when asynchronous, ``None`` when blocking.
+
+    ``all_reduce`` chooses which all-reduce runs: ``"builtin"`` (``torch.distributed``'s, whatever
+    algorithm the backend picks) or one the course builds from send and receive (``"ring"``, ``"tree"``:
+    ``dpteach/collectives``), so that a learner can train with the ring they just read. Those block
+    until done, and count the bytes this rank sent from their own trace (``sent_bytes``).
     """
 
-    def __init__(self, link: Link | None, world_size: int):
+    def __init__(self, link: Link | None, world_size: int, all_reduce: str = "builtin"):
         self.emulator = EmulatedLink(link, world_size) if link is not None else None
+        self.algorithm = all_reduce
+        self.sent_bytes = 0  # by the course's own all-reduces; the builtin one is counted by formula
 
-    def _run(self, kind: str, nbytes: int, start_real, async_op: bool):
+    def _run(self, kind: str, nbytes: int, start_real, async_op: bool, algorithm: str = "ring"):
         if self.emulator is None:
             work = start_real()
             if async_op:
                 return work
             work.wait()
             return None
-        return self.emulator.launch(kind, nbytes, start_real, async_op)
+        return self.emulator.launch(kind, nbytes, start_real, async_op, algorithm)
 
     def all_reduce(self, tensor: torch.Tensor, async_op: bool = False):
-        return self._run("all_reduce", tensor.numel() * tensor.element_size(),
-                         lambda: dist.all_reduce(tensor, async_op=True), async_op)
+        nbytes = tensor.numel() * tensor.element_size()
+        if self.algorithm == "builtin":
+            return self._run("all_reduce", nbytes, lambda: dist.all_reduce(tensor, async_op=True), async_op)
+        if async_op:
+            raise ValueError(f"all_reduce={self.algorithm!r} cannot run with async_op=True: the course's own "
+                             f"collectives return when they are done; use them after backward")
+        return self._run("all_reduce", nbytes, lambda: self._course_all_reduce(tensor), False, self.algorithm)
+
+    def _course_all_reduce(self, tensor: torch.Tensor) -> _Finished:
+        trace = []
+        ALL_REDUCE[self.algorithm](tensor, trace=trace, check=False)
+        me = dist.get_rank()
+        self.sent_bytes += sum(t["elements"] for t in trace if t["src"] == me) * tensor.element_size()
+        return _Finished()
 
     def all_gather(self, outputs: list, tensor: torch.Tensor, async_op: bool = False):
         total = tensor.numel() * tensor.element_size() * len(outputs)

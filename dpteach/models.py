@@ -23,6 +23,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from . import validate
+
 INPUT_DIM = 64          # MLP: features per sample
 NUM_CLASSES = 10        # MLP and CNN: classes to predict
 IMAGE_SHAPE = (1, 16, 16)  # CNN: channels, height, width
@@ -149,9 +151,7 @@ def model_names() -> list[str]:
 
 def check_model_name(name: str) -> str:
     """Return ``name`` if it names a model, else raise a ``ValueError`` that lists the choices."""
-    if name not in MODELS:
-        raise ValueError(f"model={name!r} is not allowed: choose one of {', '.join(MODELS)}")
-    return name
+    return validate.choice("model", name, MODELS)
 
 
 def build_model(name: str, seed: int = 0) -> nn.Module:
@@ -161,8 +161,7 @@ def build_model(name: str, seed: int = 0) -> nn.Module:
     middle of a run does not change the random numbers the rest of the run sees.
     """
     check_model_name(name)
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ValueError(f"seed={seed!r} is not allowed: it must be an integer")
+    validate.integer("seed", seed)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return MODELS[name]()

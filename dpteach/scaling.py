@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from . import costmodel
+from . import costmodel, validate
 
 ALGORITHMS = ("ring", "tree", "auto")
 
@@ -77,19 +77,9 @@ def measured_link(alpha_s: float, beta_s_per_byte: float, name: str = "this mach
     return Link(name, alpha_s, bandwidth, "measured here")
 
 
-def _check(name, value, low=0.0, high=None, strict=False):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or value < low or (strict and value == low) or (high is not None and value > high):
-        bound = f"> {low}" if strict else f">= {low}"
-        raise ValueError(f"{name}={value!r} is not allowed: it must be a number {bound}"
-                         + (f" and <= {high}" if high is not None else ""))
-    return float(value)
-
-
 def allreduce_time(nbytes: float, world_size: int, link: Link, algorithm: str = "ring") -> tuple[float, str]:
     """Predicted time of one all-reduce and the algorithm used (``auto`` picks the faster one)."""
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm={algorithm!r} is not allowed: choose one of {', '.join(ALGORITHMS)}")
+    validate.choice("algorithm", algorithm, ALGORITHMS)
     n = float(round(nbytes))
     if algorithm == "auto":
         choice = costmodel.choose_algorithm(n, world_size, link.params, candidates=("ring", "tree"))
@@ -100,15 +90,14 @@ def allreduce_time(nbytes: float, world_size: int, link: Link, algorithm: str = 
 def predict_step(world_size: int, compute_s: float, grad_bytes: float, link: Link, overlap: float = 0.0,
                  algorithm: str = "ring", bucket_bytes: float | None = None) -> dict:
     """One step at ``world_size`` ranks: compute, communication, exposed part, efficiency."""
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size={world_size!r} is not allowed: it must be an integer >= 1")
-    compute_s = _check("compute_s", compute_s, strict=True)
-    grad_bytes = _check("grad_bytes", grad_bytes)
-    overlap = _check("overlap", overlap, 0.0, 1.0)
+    validate.integer("world_size", world_size, low=1)
+    compute_s = validate.number("compute_s", compute_s, above=0)
+    grad_bytes = validate.number("grad_bytes", grad_bytes, low=0)
+    overlap = validate.number("overlap", overlap, low=0, high=1)
     if bucket_bytes is None or bucket_bytes >= grad_bytes:
         buckets = [grad_bytes] if grad_bytes else []
     else:
-        bucket_bytes = _check("bucket_bytes", bucket_bytes, strict=True)
+        bucket_bytes = validate.number("bucket_bytes", bucket_bytes, above=0)
         full, rest = divmod(grad_bytes, bucket_bytes)
         buckets = [bucket_bytes] * int(full) + ([rest] if rest else [])
     comm, used = 0.0, set()

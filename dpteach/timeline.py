@@ -108,37 +108,3 @@ def busy_time(spans: list[dict], lane: str) -> float:
     if cur_end is not None:
         total += cur_end - cur_start
     return total
-
-
-def plot_gantt(timelines: dict, steps=None, ax=None, title: str | None = None):
-    """Draw one band per rank, with its compute row above its communication row.
-
-    ``timelines`` maps rank -> list of spans; ``steps`` restricts to some step numbers.
-    """
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
-
-    ranks = sorted(timelines)
-    if ax is None:
-        _, ax = plt.subplots(figsize=(10, 0.9 * len(ranks) + 1.2))
-    spans_by_rank = {r: [s for s in timelines[r] if steps is None or s["step"] in steps] for r in ranks}
-    t0 = min((s["start"] for spans in spans_by_rank.values() for s in spans), default=0.0)
-    yticks, ylabels, used = [], [], set()
-    for row, rank in enumerate(reversed(ranks)):
-        base = row * 3
-        for span in spans_by_rank[rank]:
-            y = base + (1.0 if span["lane"] == "compute" else 0.0)
-            key = "comm" if span["lane"] == "comm" and span["name"] not in COLORS else span["name"]
-            used.add(key)
-            ax.broken_barh([((span["start"] - t0) * 1e3, (span["end"] - span["start"]) * 1e3)], (y, 0.9),
-                           facecolors=COLORS.get(key, "#999999"), edgecolor="white", linewidth=0.3)
-        yticks += [base + 0.45, base + 1.45]
-        ylabels += [f"rank {rank} comm", f"rank {rank} compute"]
-    ax.set_yticks(yticks, ylabels)
-    ax.set_xlabel("time from the first span drawn (ms)")
-    ax.legend(handles=[Patch(color=COLORS.get(k, "#999999"), label=k) for k in COLORS if k in used],
-              loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
-    if title:
-        ax.set_title(title)
-    ax.grid(axis="x", alpha=0.3)
-    return ax

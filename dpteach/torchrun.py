@@ -32,24 +32,31 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
-from .backend import (backend_in, choose_placement, open_nccl_communicator, resolve_world, torchrun_world_size,
-                      use_device)
+from .backend import backend_in, choose_placement, open_nccl_communicator, use_device
+from .world import World, resolve_world, torchrun_world_size
 
 _STATE = {"joined": False, "failed": False, "hook": None}
 
 
-def run_in_torchrun_world(fn, world_size, args, kwargs, backend, device, timeout: float) -> list:
-    """Run ``fn`` on this rank of torchrun's world; return every rank's result, in rank order."""
+def run_in_torchrun_world(fn, world_size, backend: str, device: str, args, kwargs, timeout: float) -> list:
+    """Run ``fn`` on this rank of torchrun's world; return every rank's result, in rank order.
+
+    ``world_size`` is None, a number (which must be torchrun's) or a :class:`World` resolved before,
+    whose *asked* backend and device are what this node proposes to the others.
+    """
+    if isinstance(world_size, World):
+        resolve_world(world_size, backend, device)  # refuses a backend or device the world does not have
+        (backend, device), world_size = world_size.asked, world_size.size
     if dist.is_initialized():  # joined before: by an earlier launch, or by the user's own code
-        env_world = torchrun_world_size(world_size)
         from .context import device as rank_device
         check_joined_world(dist.get_backend_config(), backend, device, rank_device().type)
+        size = torchrun_world_size(world_size)
     else:
-        env_world, _ = resolve_world(world_size, backend, device)  # bad arguments fail here, before any rendezvous
+        size = resolve_world(world_size, backend, device).size  # bad arguments fail here, before any rendezvous
         join_torchrun_world(backend, device, timeout)
     try:
         value = fn(*args, **kwargs)
-        results = [None] * env_world
+        results = [None] * size
         dist.all_gather_object(results, value)
     except BaseException:
         mark_failed()

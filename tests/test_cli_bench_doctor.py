@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from dpteach.bench import parse_size
+from dpteach.experiments.bench import parse_size
 from dpteach.costmodel import fit_alpha_beta
 
 CLI = [sys.executable, "-m", "dpteach.cli"]

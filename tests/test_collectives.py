@@ -3,14 +3,18 @@
 One launch per world size runs all cases (starting ranks costs seconds; comparing costs nothing)
 and returns what each case produced; the tests below then check each property separately.
 """
+import doctest
+
 import pytest
 import torch
 import torch.distributed as dist
 
 import dpteach
+import dpteach.collectives.ring as ring
 from dpteach.collectives import (ALL_REDUCE, chunk_bounds, ring_all_gather, ring_all_reduce,
                                  ring_reduce_scatter)
 from dpteach.collectives._p2p import on_the_wire
+from dpteach.collectives.ring import ring_schedule
 
 LENGTHS = (1, 3, 7, 64, 1001)           # fewer elements than ranks, not divisible by W, larger
 DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.int16,
@@ -31,6 +35,41 @@ def _expected(x, op):
             return (ref / dist.get_world_size()).to(x.dtype)
         return torch.div(ref, dist.get_world_size(), rounding_mode="floor").to(x.dtype)
     return ref.to(x.dtype)
+
+
+def _ring_trace_and_traffic(n, pieces):
+    """One traced ring all-reduce; beside its trace, the elements of ``x`` it really handed to the wire.
+
+    Every send the ring passes to ``exchange`` or ``post`` is a view of ``x`` (a flat, contiguous
+    tensor is its own work buffer), so its offset in ``x`` says which elements left, in call order.
+    """
+    x = torch.arange(n, dtype=torch.float32) * (dist.get_rank() + 1)
+    expected = _expected(x, "sum")
+    base, sent, real = x.data_ptr(), [], (ring.exchange, ring.post)
+
+    def wire(send):
+        if send is not None and send.numel():
+            start = (send.data_ptr() - base) // send.element_size()
+            sent.extend(range(start, start + send.numel()))
+
+    def exchange(send, dst, recv, src, group=None):
+        wire(send)
+        return real[0](send, dst, recv, src, group)
+
+    def post(send, dst, recv, src, group=None):
+        wire(send)
+        return real[1](send, dst, recv, src, group)
+
+    ring.exchange, ring.post = exchange, post
+    try:
+        trace = []
+        ring_all_reduce(x, trace=trace, pieces=pieces)
+    finally:
+        ring.exchange, ring.post = real
+    return trace, sent, torch.equal(x, expected)
+
+
+RING_TRACE_LENGTHS = (3, 10)  # 3: at W=4 the last chunk is empty, and pieces=3 cuts empty pieces
 
 
 def _all_cases():
@@ -70,10 +109,13 @@ def _all_cases():
         trace = []
         all_reduce(torch.ones(10), trace=trace)
         out["traces"][name] = trace
+    # the ring's trace against its real traffic, plain and pipelined
+    out["ring_runs"] = {(n, pieces): _ring_trace_and_traffic(n, pieces)
+                        for n in RING_TRACE_LENGTHS for pieces in (1, 3)}
     return out
 
 
-@pytest.fixture(scope="module", params=[1, 2, 3, 4], ids=lambda w: f"W{w}")
+@pytest.fixture(scope="module", params=[1, 2, 3, pytest.param(4, marks=pytest.mark.slow)], ids=lambda w: f"W{w}")
 def world_results(request):
     return request.param, dpteach.launch(_all_cases, request.param, timeout=240)
 
@@ -118,6 +160,29 @@ def test_ring_trace_delivers_every_chunk_to_every_rank(world_results):
     assert sum(t["elements"] for t in sends) == 2 * (world - 1) * 10
 
 
+def test_ring_trace_is_what_was_sent_whether_or_not_pipelined(world_results):
+    world, results = world_results
+    keys = {"algorithm", "phase", "step", "src", "dst", "chunk", "start", "stop", "elements"}
+    for rank, res in enumerate(results):
+        for n in RING_TRACE_LENGTHS:
+            (plain, plain_sent, plain_ok), (piped, piped_sent, piped_ok) = (res["ring_runs"][(n, p)] for p in (1, 3))
+            assert plain_ok and piped_ok, f"rank {rank}: wrong all-reduce for n={n}, W={world}"
+            # pieces change how a chunk travels, not the transfers: one record per step per phase, empty or not
+            assert piped == plain
+            assert [(t["phase"], t["step"], t["chunk"]) for t in plain] == [
+                (phase, step, chunk) for phase in ("reduce_scatter", "all_gather")
+                for step, chunk, _ in ring_schedule(rank, world, phase)]
+            bounds = chunk_bounds(n, world)
+            for t in plain:
+                assert set(t) == keys and t["algorithm"] == "ring"
+                assert (t["src"], t["dst"]) == (rank, (rank + 1) % world)
+                assert (t["start"], t["stop"]) == bounds[t["chunk"]]
+                assert t["elements"] == bounds[t["chunk"]][1] - bounds[t["chunk"]][0]
+            # the trace names exactly the elements handed to the wire, in the order they went
+            for trace, sent in ((plain, plain_sent), (piped, piped_sent)):
+                assert [i for t in trace for i in range(t["start"], t["stop"])] == sent, (rank, n)
+
+
 def test_tree_and_naive_traces_reach_every_rank(world_results):
     world, results = world_results
     for name in ("tree", "naive"):
@@ -127,6 +192,41 @@ def test_tree_and_naive_traces_reach_every_rank(world_results):
         contributors = {0} | {t["src"] for t in sends if t["phase"] in ("reduce", "gather")}
         assert contributors == set(range(world))
         assert len(sends) == 2 * (world - 1)  # both trees and the star use W-1 edges each way
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4, 5])
+def test_ring_schedule_passes_each_chunk_on_so_rank_r_finishes_chunk_r(world):
+    plan = {phase: {r: list(ring_schedule(r, world, phase)) for r in range(world)}
+            for phase in ("reduce_scatter", "all_gather")}
+    for phase, ranks in plan.items():
+        for r, steps in ranks.items():
+            sent, received = [c for _, c, _ in steps], [c for _, _, c in steps]
+            assert [step for step, _, _ in steps] == list(range(world - 1))
+            assert set(sent + received) <= set(range(world))
+            assert len(set(sent)) == len(sent) and len(set(received)) == len(received), (phase, r)
+            # the neighbours agree: what r receives at step s is what r-1 sends at step s
+            assert received == [c for _, c, _ in ranks[(r - 1) % world]], (phase, r)
+            # and each step passes on the chunk that arrived in the step before
+            assert sent[1:] == received[:-1], (phase, r)
+    # replay the reduce-scatter on the schedule alone: rank c ends with chunk c summed over all ranks
+    holds = {(r, c): {r} for r in range(world) for c in range(world)}
+    for step in range(world - 1):
+        before = {key: set(v) for key, v in holds.items()}
+        for r in range(world):
+            _, chunk, _ = plan["reduce_scatter"][r][step]
+            holds[((r + 1) % world, chunk)] |= before[(r, chunk)]
+    for r in range(world):
+        assert holds[(r, r)] == set(range(world))
+        assert r not in [c for _, c, _ in plan["reduce_scatter"][r]]  # rank r never gives its chunk away
+        # all-gather: rank r starts with the chunk it finished and receives every other chunk once
+        assert [c for _, c, _ in plan["all_gather"][r]][:1] == ([r] if world > 1 else [])
+        assert sorted(c for _, _, c in plan["all_gather"][r]) == [c for c in range(world) if c != r]
+
+
+def test_ring_schedule_matches_the_worked_example_and_rejects_unknown_phases():
+    assert doctest.testmod(ring).failed == 0  # the docstring's example: rank 0 of the 3-rank ring
+    with pytest.raises(ValueError, match="phase='broadcast' is not allowed"):
+        list(ring_schedule(0, 3, "broadcast"))
 
 
 def _mismatched_lengths():
@@ -220,7 +320,6 @@ def test_collectives_with_nccl():
 
 def _batches_of_the_pipelined_ring(n, pieces):
     """Record every batch the pipelined ring posts on this rank: (what it sends to, what it receives from)."""
-    import dpteach.collectives.ring as ring
     batches, real_post = [], ring.post
 
     def recording_post(send, dst, recv, src, group=None):

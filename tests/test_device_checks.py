@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dpteach.gpucheck import OTHER_MODELS, STRATEGIES, WORLDS, all_checks, run_device_checks
+from dpteach.experiments.gpucheck import OTHER_MODELS, STRATEGIES, WORLDS, all_checks, run_device_checks
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -21,6 +21,7 @@ def cpu_report():
     return json.loads(out.stdout)
 
 
+@pytest.mark.slow
 def test_full_check_passes_on_cpu_and_covers_every_world_and_strategy(cpu_report):
     assert cpu_report["ok"] is True and cpu_report["failed"] == [] and cpu_report["device"] == "cpu"
     assert [w["label"] for w in cpu_report["worlds"]] == [label for label, *_ in WORLDS["cpu"]]
@@ -51,6 +52,7 @@ def test_full_check_passes_on_cpu_and_covers_every_world_and_strategy(cpu_report
                     and row["reference"] == "fixed order").update({"bitwise_equal": False}),
      "gloo_w2: deterministic cnn equals the fixed-order reference bit for bit"),
 ])
+@pytest.mark.slow
 def test_a_wrong_result_is_named_in_the_failures(cpu_report, break_it, fragment):
     report = copy.deepcopy(cpu_report)
     break_it(report)
@@ -70,12 +72,14 @@ def test_gpu_flag_without_a_gpu_says_why_and_checks_nothing():
     assert "--gpu needs a CUDA GPU" in out.stderr + out.stdout
 
 
+@pytest.mark.slow
 def test_a_failing_rank_is_checked_in_every_world_of_two_ranks_or_more(cpu_report):
     one, two = cpu_report["worlds"]
     assert "failure" not in one
     assert two["failure"]["rank"] == 1 and two["failure"]["reported"]
 
 
+@pytest.mark.slow
 def test_a_world_that_cannot_form_is_reported_not_counted(cpu_report):
     """What a shared-GPU NCCL world that NCCL refuses leaves in the report: a reason, and no checks."""
     report = copy.deepcopy(cpu_report)
@@ -91,6 +95,7 @@ def test_gpu_check_passes_on_cuda():
     assert [w["label"] for w in report["worlds"]] == [label for label, *_ in WORLDS["cuda"]]
 
 
+@pytest.mark.slow
 def test_gpu_check_writes_its_report_as_json_and_markdown(cpu_report, tmp_path):
     """scripts/gpu_report.py, fed the CPU run of the same check and a real pytest JUnit file."""
     doctor = copy.deepcopy(cpu_report)

@@ -3,7 +3,7 @@ import pytest
 
 from dpteach.experiments import overlap_timeline
 from dpteach.experiments.overlap import step_structure, typical_step
-from dpteach.train import SGD_TOLERANCE
+from dpteach.reference import SGD_TOLERANCE
 
 
 @pytest.fixture(scope="module")

@@ -46,6 +46,7 @@ def test_simulation_experiment_returns_one_curve_per_link():
         scaling.predict_step(2, 0.1, 1e6, LAPTOP, overlap=1.5)
 
 
+@pytest.mark.slow
 def test_sweep_reports_throughput_efficiency_and_breakdown():
     result = scaling_sweep(world_sizes=(1, 2), model="mlp", steps=4, repeats=1, batch_per_rank=8)
     rows = result["rows"]
@@ -62,6 +63,7 @@ def test_sweep_reports_throughput_efficiency_and_breakdown():
     assert result["grad_bytes"] == 4 * 1089034 and result["compute_s"] > 0
 
 
+@pytest.mark.slow
 def test_strong_scaling_shares_one_global_batch():
     result = scaling_sweep(world_sizes=(1, 2), model="mlp", steps=4, repeats=1, batch_per_rank=8, scaling="strong",
                            backend="gloo", device="cpu")
@@ -71,6 +73,7 @@ def test_strong_scaling_shares_one_global_batch():
         assert r["samples_per_s"] == pytest.approx(16 / r["step_time_s"])
 
 
+@pytest.mark.slow
 def test_a_sweep_on_an_emulated_link_reports_who_set_the_time():
     result = scaling_sweep(world_sizes=(1, 2), model="mlp", steps=4, repeats=1, batch_per_rank=8,
                            link={"alpha_s": 2e-3, "beta_s_per_byte": 1e-9}, backend="gloo", device="cpu")

@@ -32,6 +32,7 @@ def test_a_rank_that_ends_its_own_process_is_reported_as_that_within_seconds(nam
     assert f"during the check '{get_exercise('02').checks[1].name}'" in row.message
 
 
+@pytest.mark.slow
 def test_rewiring_the_libraries_the_checks_use_scores_zero_and_says_so():
     names = sorted(TAMPERING)
     reports = grade_sources("02", [(TAMPERING[name][0], None) for name in names])

@@ -176,6 +176,7 @@ def _hang_with_a_child(pid_dir):
     time.sleep(1000)
 
 
+@pytest.mark.slow
 def test_a_hang_times_out_and_leaves_no_process_behind(tmp_path):
     timeout = 8
     start = time.monotonic()

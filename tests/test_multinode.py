@@ -10,9 +10,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@pytest.mark.slow
 def test_compare_runs_across_two_nodes_with_a_c10d_rendezvous(two_hosts):
     endpoint = f"{two_hosts['a'][1]}:29400"
     nodes = {}

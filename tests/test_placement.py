@@ -16,10 +16,11 @@ import torch.distributed as dist
 
 import dpteach
 import dpteach.launcher
+import dpteach.world
 from dpteach import experiments as ex
-from dpteach.backend import Placement, choose_placement, cores_available, resolve_world, visible_gpus
-from dpteach.bench import allreduce_benchmark
-from dpteach.context import default_world_size
+from dpteach.backend import Placement, choose_placement, cores_available, visible_gpus
+from dpteach.experiments.bench import allreduce_benchmark
+from dpteach.world import World, default_world_size, resolve_world
 from dpteach.torchrun import agree_on_placement, check_joined_world, decide_placement, propose_placement
 from dpteach.train import TrainConfig
 
@@ -34,9 +35,9 @@ class Recorded(Exception):
         self.world_size, self.placement, self.env = world_size, placement, env
 
 
-class RecordingWorld:
-    def __init__(self, world_size, placement, payload, timeout, show_output, progress, env):
-        self.world_size, self.placement, self.env = world_size, placement, env
+class RecordingRanks:
+    def __init__(self, world, payload, timeout, show_output, progress, env):
+        self.world_size, self.placement, self.env = world.size, world.placement, env
 
     def run(self):
         raise Recorded(self.world_size, self.placement, self.env)
@@ -46,7 +47,7 @@ class RecordingWorld:
 def machine(monkeypatch):
     """``machine(gpus)`` makes torch report that many GPUs (and NCCL); launches are recorded, not started."""
     monkeypatch.delenv("DPTEACH_GPUS", raising=False)
-    monkeypatch.setattr(dpteach.launcher, "_World", RecordingWorld)
+    monkeypatch.setattr(dpteach.launcher, "_Ranks", RecordingRanks)
     monkeypatch.setattr(dpteach.launcher, "check_memory_for_ranks", lambda world_size: None)
 
     def simulate(gpus):
@@ -172,7 +173,8 @@ def test_torchrun_worlds_choose_from_the_ranks_on_this_node(machine, monkeypatch
     monkeypatch.setenv("RANK", "3")
     monkeypatch.setenv("WORLD_SIZE", str(2 * local_ranks))
     monkeypatch.setenv("LOCAL_WORLD_SIZE", str(local_ranks))
-    world_size, placement = resolve_world(None)
+    world = resolve_world(None)
+    world_size, placement = world.size, world.placement
     assert world_size == 2 * local_ranks
     assert (placement.backend, placement.device_type) == expected(gpus, local_ranks)
     assert propose_placement(local_ranks, "auto", "auto")["backend"] == expected(gpus, local_ranks)[0]
@@ -318,3 +320,29 @@ def test_nccl_ranks_share_a_gpu_only_when_asked_and_each_gets_a_host_id_of_its_o
     assert Placement("nccl", "cuda", 2).rank_env(0, "4242") == {}
     world = recorded(lambda: dpteach.launch(abs, 2, backend="nccl"))
     assert world.placement.shared_gpu
+
+
+@pytest.mark.parametrize("name", sorted(EXPERIMENTS))
+def test_each_experiment_resolves_its_world_once_and_takes_one_resolved_before(machine, monkeypatch, name):
+    """The world an experiment reports is the one its ranks ran in: resolved once, then passed on
+    whole to launch; and a World resolved by the caller is used as it is, not resolved again."""
+    machine(2)
+    calls = []
+    choose = dpteach.world.choose_placement
+    monkeypatch.setattr(dpteach.world, "choose_placement", lambda *a, **k: calls.append(a) or choose(*a, **k))
+    size = 3 if name == "async_staleness" else 2
+    recorded(lambda: EXPERIMENTS[name](size))
+    assert len(calls) == 1, f"{name} resolved its world {len(calls)} times"
+    given = resolve_world(size, device="cpu")  # gloo on the CPU, although this machine has 2 GPUs
+    calls.clear()
+    started = recorded(lambda: EXPERIMENTS[name](given))
+    assert calls == [] and started.placement == given.placement and started.world_size == size, name
+
+
+def test_a_resolved_world_refuses_a_backend_or_device_it_does_not_have():
+    world = World(2, Placement("gloo", "cpu", 0), ("auto", "auto"))
+    assert resolve_world(world) is world and resolve_world(world, backend="gloo", device="cpu") is world
+    with pytest.raises(ValueError, match=r"backend='nccl' is not allowed with a resolved world \(2 rank\(s\), gloo on cpu\)"):
+        resolve_world(world, backend="nccl")
+    with pytest.raises(ValueError, match="device='cuda' is not allowed"):
+        dpteach.launch(abs, world, device="cuda")

@@ -9,11 +9,12 @@ import torch
 import torch.distributed as dist
 
 import dpteach
-from dpteach.experiments.compare import _train_each, compare_strategies
+from dpteach.experiments.compare import compare_strategies
 from dpteach.models import build_model
 from dpteach.sync import EXACT
 from dpteach.reference import train_single_process
-from dpteach.train import SGD_TOLERANCE, TrainConfig, exact_tolerance
+from dpteach.reference import SGD_TOLERANCE, exact_tolerance
+from dpteach.train import TrainConfig, train_each_on_rank
 
 STEPS = 4
 
@@ -21,14 +22,17 @@ STEPS = 4
 def _configs():
     base = TrainConfig(steps=STEPS, batch_per_rank=8, timing_warmup=0)
     return [replace(base, strategy=s, accum_steps=k, optimizer=o)
-            for o in ("sgd", "adam") for k in (1, 2) for s in EXACT]
+            for o in ("sgd", "adam") for k in (1, 2) for s in EXACT] + \
+           [replace(base, strategy="bucketed", all_reduce=a, accum_steps=k, optimizer=o)  # the course's own collectives
+            for o in ("sgd", "adam") for k in (1, 2) for a in ("ring", "tree")] + \
+           [replace(base, strategy="naive", all_reduce="ring")]
 
 
-@pytest.fixture(scope="module", params=[2, 3], ids=lambda w: f"W{w}")
+@pytest.fixture(scope="module", params=[2, pytest.param(3, marks=pytest.mark.slow)], ids=lambda w: f"W{w}")
 def exact_runs(request):
     world = request.param
     configs = _configs()
-    per_rank = dpteach.launch(_train_each, world, args=(configs,), timeout=600, show_output=False)
+    per_rank = dpteach.launch(train_each_on_rank, world, args=(configs,), timeout=600, show_output=False)
     return world, configs, per_rank
 
 
@@ -42,7 +46,7 @@ def test_exact_strategies_equal_single_process_training(exact_runs):
         ref = references[key]
         rank0 = per_rank[0][i]
         deltas = (rank0["params"] - ref["params"]).abs()
-        label = f"{config.strategy}, {config.optimizer}, K={config.accum_steps}, W={world}"
+        label = f"{config.strategy} ({config.all_reduce}), {config.optimizer}, K={config.accum_steps}, W={world}"
         tolerance = exact_tolerance(config)
         assert deltas.max() <= tolerance, f"{label}: max |dtheta| = {deltas.max():.3g} > {tolerance}"
         assert (deltas > SGD_TOLERANCE).float().mean() < 1e-3, f"{label}: too many weights differ"
@@ -65,17 +69,36 @@ def test_overlap_hooks_fire_once_per_parameter_per_backward(exact_runs):
 def test_accumulation_communicates_only_on_the_last_micro_batch(exact_runs):
     world, configs, per_rank = exact_runs
     bytes_by = {(c.strategy, c.optimizer, c.accum_steps): per_rank[0][i]["wire_bytes_per_step"]
-                for i, c in enumerate(configs)}
+                for i, c in enumerate(configs) if c.all_reduce == "builtin"}
     for strategy in EXACT:
         assert bytes_by[(strategy, "sgd", 2)] == bytes_by[(strategy, "sgd", 1)] > 0
     for i, config in enumerate(configs):  # one comm span per bucket per step, never per micro-batch
         if config.strategy in ("overlap", "ddp", "bucketed") and config.accum_steps == 2:
             spans = [s for s in per_rank[0][i]["spans"] if s["lane"] == "comm"]
             per_step = len(spans) / STEPS
-            k1 = next(j for j, c in enumerate(configs)
-                      if c.strategy == config.strategy and c.optimizer == config.optimizer and c.accum_steps == 1)
+            k1 = next(j for j, c in enumerate(configs) if (c.strategy, c.optimizer, c.all_reduce, c.accum_steps)
+                      == (config.strategy, config.optimizer, config.all_reduce, 1))
             assert per_step == len([s for s in per_rank[0][k1]["spans"] if s["lane"] == "comm"]) / STEPS
 
+
+
+def test_the_course_ring_sends_what_its_trace_shows_and_the_ring_formula_predicts(exact_runs):
+    """With all_reduce='ring' the bytes are counted from the exchanges the ring made (its trace), not
+    from a formula; averaged over the ranks they are the ring's 2(W-1)/W x n, which is what torch's
+    all-reduce is charged. The tree sends otherwise: rank 0 sends more than a leaf does."""
+    world, configs, per_rank = exact_runs
+    def sent(strategy, all_reduce, rank=None):
+        i = next(j for j, c in enumerate(configs) if (c.strategy, c.all_reduce, c.optimizer, c.accum_steps)
+                 == (strategy, all_reduce, "sgd", 1))
+        ranks = range(world) if rank is None else [rank]
+        return sum(per_rank[r][i]["wire_bytes_per_step"] for r in ranks) / len(ranks)
+    params = list(build_model("mlp").parameters())
+    # the formula rounds each message's share down to whole bytes: at most one byte per tensor sent
+    assert sent("bucketed", "ring") == pytest.approx(sent("bucketed", "builtin"), abs=len(params))
+    assert sent("naive", "ring") == pytest.approx(sent("naive", "builtin"), abs=len(params))
+    n = sum(p.numel() * 4 for p in params)
+    assert sent("bucketed", "tree", rank=0) == pytest.approx(n * (world - 1).bit_length(), rel=1e-6)
+    assert sent("bucketed", "tree", rank=world - 1) == pytest.approx(n, rel=1e-6)  # a leaf: up once
 
 def _ddp_sync_decided_after_forward(correct: bool):
     """Count DDP's bucket all-reduces in one step of 2 micro-batches, deciding no_sync before or after forward."""
@@ -102,11 +125,13 @@ def _ddp_sync_decided_after_forward(correct: bool):
     return len(calls)
 
 
+@pytest.mark.slow
 def test_deciding_no_sync_after_forward_still_communicates():
     right, wrong = (dpteach.launch(_ddp_sync_decided_after_forward, 2, args=(c,))[0] for c in (True, False))
     assert wrong > right == 1
 
 
+@pytest.mark.slow
 def test_compressed_and_async_report_their_divergence_and_bytes():
     report = compare_strategies(3, steps=6, strategies=("local", "bucketed", "int8", "int8_ef", "fp16", "async"),
                                 batch_per_rank=8)
@@ -121,9 +146,10 @@ def test_compressed_and_async_report_their_divergence_and_bytes():
     assert rows["local"]["bytes_per_step"] == 0 and not rows["local"]["replicas_identical"]
 
 
+@pytest.mark.slow
 def test_async_staleness_is_real_with_a_slow_worker_and_bounded_on_request():
     base = TrainConfig(strategy="async", steps=8, batch_per_rank=8, slow_rank=2, slow_ms=40)
-    runs = dpteach.launch(_train_each, 3, args=([base, replace(base, max_staleness=0)],), timeout=300)
+    runs = dpteach.launch(train_each_on_rank, 3, args=([base, replace(base, max_staleness=0)],), timeout=300)
     free, bounded = runs[0][0]["async"], runs[0][1]["async"]
     stale = [s["staleness"] for s in free["staleness"]]
     assert max(stale) > 0 and free["dropped"] == 0 and free["applied"] == 16
@@ -149,11 +175,38 @@ def test_bad_configuration_is_refused_before_any_rank_starts(options, fragment):
         TrainConfig(**options).check(2)
 
 
+def test_only_strategies_that_wait_after_backward_take_the_course_all_reduce():
+    for strategy in ("overlap", "ddp", "int8", "deterministic", "async", "local"):
+        with pytest.raises(ValueError, match=f"all_reduce='ring' is not allowed with strategy='{strategy}'"):
+            TrainConfig(strategy=strategy, all_reduce="ring").check(3)
+    with pytest.raises(ValueError, match="all_reduce='butterfly' is not allowed: choose one of builtin, ring, tree"):
+        TrainConfig(strategy="naive", all_reduce="butterfly").check(3)
+    assert TrainConfig(strategy="naive", all_reduce="tree").check(3).all_reduce == "tree"
+
+
+@pytest.mark.slow
+def test_compare_trains_with_the_course_ring_and_stays_exact():
+    """`dpteach compare -w 3 --all-reduce ring --json`: naive and bucketed run the course's ring, the
+    other strategies torch's, and every exact strategy ends within the tolerance of one process."""
+    out = subprocess.run([sys.executable, "-m", "dpteach", "compare", "-w", "3", "--all-reduce", "ring", "--json",
+                          "--steps", "6"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["all_reduce"] == "ring" and report["world_size"] == 3
+    used = {row["strategy"]: row["all_reduce"] for row in report["rows"]}
+    assert used["naive"] == used["bucketed"] == "ring" and used["overlap"] == used["ddp"] == "builtin"
+    for row in report["rows"]:
+        if row["exact"]:
+            assert row["max_abs_diff_vs_single"] <= report["tolerance"], row
+            assert row["replicas_identical"], row
+
+
 def test_async_needs_a_worker_besides_the_server():
     with pytest.raises(ValueError, match="strategy='async' with world_size=1 is not allowed"):
         TrainConfig(strategy="async").check(1)
 
 
+@pytest.mark.slow
 def test_interleaved_strategies_give_the_same_results_as_sequential_ones():
     strategies = ("local", "bucketed", "overlap", "ddp")
     seq = compare_strategies(2, steps=3, strategies=strategies, batch_per_rank=8)
@@ -163,6 +216,7 @@ def test_interleaved_strategies_give_the_same_results_as_sequential_ones():
         assert a["max_abs_diff_vs_single"] == b["max_abs_diff_vs_single"]
 
 
+@pytest.mark.slow
 def test_compare_cli_json_and_errors():
     cmd = [sys.executable, "-m", "dpteach.cli", "compare", "-w", "2", "--steps", "3", "--batch", "8",
            "--strategies", "local,naive,overlap,ddp", "--json"]
@@ -173,9 +227,10 @@ def test_compare_cli_json_and_errors():
     assert [r["strategy"] for r in report["rows"]] == ["local", "naive", "overlap", "ddp"]
     assert report["link"] is None  # no emulated link unless asked for
     for row in report["rows"]:
-        assert set(row) == {"strategy", "step_time_s", "exposed_comm_s", "bytes_per_step", "final_loss",
-                            "max_abs_diff_vs_single", "replicas_identical", "link_report"}
-        assert row["link_report"] is None
+        assert set(row) == {"strategy", "all_reduce", "step_time_s", "exposed_comm_s", "bytes_per_step", "final_loss",
+                            "max_abs_diff_vs_single", "exact", "replicas_identical", "link_report"}
+        assert row["link_report"] is None and row["all_reduce"] == "builtin"
+        assert row["exact"] == (row["strategy"] != "local")
         if row["strategy"] != "local":
             assert row["replicas_identical"] and row["max_abs_diff_vs_single"] <= SGD_TOLERANCE
     bad = subprocess.run([*cmd[:-1], "--accum", "0"], capture_output=True, text=True, timeout=60)
@@ -186,6 +241,7 @@ def test_compare_cli_json_and_errors():
         assert bad.returncode == 2 and message in bad.stderr, bad.stderr
 
 
+@pytest.mark.slow
 def test_compare_on_an_emulated_link_stays_exact_and_reports_the_link():
     cmd = [sys.executable, "-m", "dpteach.cli", "compare", "-w", "2", "--steps", "4", "--batch", "8",
            "--strategies", "local,bucketed,overlap,ddp,fp16,async", "--link-alpha", "2e-3", "--link-beta", "1e-9",

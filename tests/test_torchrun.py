@@ -13,6 +13,7 @@ def torchrun(*args, timeout=300):
     return subprocess.run([*TORCHRUN, "-m", "dpteach.cli", *args], capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_compare_runs_under_torchrun_and_reports_once():
     out = torchrun("compare", "--steps", "3", "--batch", "8", "--strategies", "local,naive,overlap,ddp", "--json")
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]

@@ -10,10 +10,10 @@ or CUDA tensors, and can record a ``trace``: a list that receives one dict per t
 """
 from ._p2p import DTYPES, OPS, chunk_bounds, exchange
 from .naive import naive_all_reduce
-from .ring import ring_all_gather, ring_all_reduce, ring_reduce_scatter
+from .ring import ring_all_gather, ring_all_reduce, ring_reduce_scatter, ring_schedule
 from .tree import tree_all_reduce
 
 ALL_REDUCE = {"ring": ring_all_reduce, "tree": tree_all_reduce, "naive": naive_all_reduce}
 
-__all__ = ["ring_all_reduce", "ring_reduce_scatter", "ring_all_gather", "tree_all_reduce",
+__all__ = ["ring_all_reduce", "ring_reduce_scatter", "ring_all_gather", "ring_schedule", "tree_all_reduce",
            "naive_all_reduce", "chunk_bounds", "exchange", "ALL_REDUCE", "OPS", "DTYPES"]

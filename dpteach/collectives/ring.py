@@ -34,14 +34,39 @@ the alpha-beta model, small messages prefer a tree (see ``tree.py`` and ``dpteac
 
 ``pieces`` splits each step's chunk further so that adding piece i overlaps with receiving piece
 i+1 - the same pipelining NCCL does with its slices.
+
+``ring_schedule`` below states the two step formulas once; every loop here, plain or pipelined,
+takes its chunk numbers from it and records in ``trace`` the very slice it has just sent.
 """
 from __future__ import annotations
 
 import torch
 import torch.distributed as dist
 
-from ._p2p import (check_arguments, chunk_bounds, exchange, finish_average, flat_work_buffer,
-                   gather_shapes, post, record, stages_through_host)
+from ._p2p import (check_arguments, chunk_bounds, exchange, finish_average, flat_work_buffer, gather_shapes, post,
+                   record, stages_through_host)
+
+
+def ring_schedule(me: int, world: int, phase: str):
+    """Yield ``(step, send_chunk, recv_chunk)`` for rank ``me`` in one phase: the ring's step formula.
+
+    Rank r receives what its left neighbour sends at the same step: the chunk one below its own.
+    Rank 0 of the 3-rank example above::
+
+        >>> list(ring_schedule(0, 3, "reduce_scatter"))  # sends 2 then 1, adds into 1 then 0
+        [(0, 2, 1), (1, 1, 0)]
+        >>> list(ring_schedule(0, 3, "all_gather"))  # sends 0* then 2*, stores 2* then 1*
+        [(0, 0, 2), (1, 2, 1)]
+    """
+    if phase not in ("reduce_scatter", "all_gather"):
+        raise ValueError(f"phase={phase!r} is not allowed: use 'reduce_scatter' or 'all_gather'")
+    # Reduce-scatter starts one chunk behind rank r's own, so that the last chunk r receives (and
+    # finishes) is chunk r; all-gather starts with that finished chunk. Each later step forwards the
+    # chunk that arrived in the step before.
+    lag = 1 if phase == "reduce_scatter" else 0
+    for step in range(world - 1):
+        send_chunk = (me - step - lag) % world
+        yield step, send_chunk, (send_chunk - 1) % world
 
 
 def ring_all_reduce(tensor: torch.Tensor, op: str = "sum", trace: list | None = None, group=None,
@@ -101,37 +126,27 @@ def ring_all_gather(chunk: torch.Tensor, trace: list | None = None, group=None) 
 
 
 def _reduce_scatter(buf, bounds, me, world, group, trace, pieces) -> None:
-    right, left = (me + 1) % world, (me - 1) % world
-    for step in range(world - 1):
-        send_chunk, recv_chunk = (me - step - 1) % world, (me - step - 2) % world
-        s0, s1 = bounds[send_chunk]
-        record(trace, algorithm="ring", phase="reduce_scatter", step=step, src=me, dst=right,
-               chunk=send_chunk, start=s0, stop=s1)
     if pieces > 1:
-        return _reduce_scatter_pipelined(buf, bounds, me, world, group, pieces)
+        return _reduce_scatter_pipelined(buf, bounds, me, world, group, trace, pieces)
+    right, left = (me + 1) % world, (me - 1) % world
     inbox = torch.empty(max(stop - start for start, stop in bounds), dtype=buf.dtype, device=buf.device)
-    for step in range(world - 1):
-        send_chunk, recv_chunk = (me - step - 1) % world, (me - step - 2) % world
-        s0, s1 = bounds[send_chunk]
-        r0, r1 = bounds[recv_chunk]
+    for step, send_chunk, recv_chunk in ring_schedule(me, world, "reduce_scatter"):
+        (s0, s1), (r0, r1) = bounds[send_chunk], bounds[recv_chunk]
         exchange(buf[s0:s1], right, inbox[:r1 - r0], left, group)
+        record(trace, algorithm="ring", phase="reduce_scatter", step=step, src=me, dst=right,
+               chunk=send_chunk, start=s0, stop=s1)  # the trace notes what was just sent: buf[s0:s1]
         buf[r0:r1] += inbox[:r1 - r0]
 
 
 def _all_gather(buf, bounds, me, world, group, trace, pieces=1) -> None:
+    if pieces > 1:
+        return _all_gather_pipelined(buf, bounds, me, world, group, trace, pieces)
     right, left = (me + 1) % world, (me - 1) % world
-    for step in range(world - 1):
-        send_chunk = (me - step) % world
-        s0, s1 = bounds[send_chunk]
+    for step, send_chunk, recv_chunk in ring_schedule(me, world, "all_gather"):
+        (s0, s1), (r0, r1) = bounds[send_chunk], bounds[recv_chunk]
+        exchange(buf[s0:s1], right, buf[r0:r1], left, group)
         record(trace, algorithm="ring", phase="all_gather", step=step, src=me, dst=right,
                chunk=send_chunk, start=s0, stop=s1)
-    if pieces > 1:
-        return _all_gather_pipelined(buf, bounds, me, world, group, pieces)
-    for step in range(world - 1):
-        send_chunk, recv_chunk = (me - step) % world, (me - step - 1) % world
-        s0, s1 = bounds[send_chunk]
-        r0, r1 = bounds[recv_chunk]
-        exchange(buf[s0:s1], right, buf[r0:r1], left, group)
 
 
 # --- Pipelined versions ---------------------------------------------------------------------
@@ -146,39 +161,43 @@ def _all_gather(buf, bounds, me, world, group, trace, pieces=1) -> None:
 # on one stream, so a rank that first queued all its receives and only then its sends would wait
 # forever for a neighbour doing the same. Only the receive is waited for before moving on; the
 # sends stay in flight and overlap the next pieces.
+#
+# The trace keeps one record per step for the whole chunk, exactly as the plain loops write it:
+# the pieces are how the chunk travels, not extra transfers.
 
-def _pieces(buf, bound, pieces):
-    start, stop = bound
-    return torch.tensor_split(buf[start:stop], pieces)
-
-
-def _reduce_scatter_pipelined(buf, bounds, me, world, group, pieces) -> None:
+def _reduce_scatter_pipelined(buf, bounds, me, world, group, trace, pieces) -> None:
     right, left = (me + 1) % world, (me - 1) % world
     inbox = torch.tensor_split(torch.empty(max(b - a for a, b in bounds), dtype=buf.dtype, device=buf.device),
                                pieces)
     sends = []
-    for step in range(world - 1):
-        outgoing = _pieces(buf, bounds[(me - step - 1) % world], pieces)  # finished by the step before
-        for i, target in enumerate(_pieces(buf, bounds[(me - step - 2) % world], pieces)):
+    for step, send_chunk, recv_chunk in ring_schedule(me, world, "reduce_scatter"):
+        (s0, s1), (r0, r1) = bounds[send_chunk], bounds[recv_chunk]
+        outgoing = torch.tensor_split(buf[s0:s1], pieces)  # finished by the step before
+        for i, target in enumerate(torch.tensor_split(buf[r0:r1], pieces)):
             arriving = inbox[i][:target.numel()]
             receive, send = post(outgoing[i], right, arriving, left, group)
             sends.append(send)
             if receive is not None:
                 receive.wait()
                 target += arriving  # piece i of this chunk is done: step + 1 sends it on
+        record(trace, algorithm="ring", phase="reduce_scatter", step=step, src=me, dst=right,
+               chunk=send_chunk, start=s0, stop=s1)  # every piece of buf[s0:s1] is posted
     _wait_all(sends)
 
 
-def _all_gather_pipelined(buf, bounds, me, world, group, pieces) -> None:
+def _all_gather_pipelined(buf, bounds, me, world, group, trace, pieces) -> None:
     right, left = (me + 1) % world, (me - 1) % world
     sends = []
-    for step in range(world - 1):
-        outgoing = _pieces(buf, bounds[(me - step) % world], pieces)  # arrived in the step before
-        for i, arriving in enumerate(_pieces(buf, bounds[(me - step - 1) % world], pieces)):
-            receive, send = post(outgoing[i], right, arriving, left, group)
+    for step, send_chunk, recv_chunk in ring_schedule(me, world, "all_gather"):
+        (s0, s1), (r0, r1) = bounds[send_chunk], bounds[recv_chunk]
+        outgoing = torch.tensor_split(buf[s0:s1], pieces)  # arrived in the step before
+        for piece, arriving in zip(outgoing, torch.tensor_split(buf[r0:r1], pieces)):
+            receive, send = post(piece, right, arriving, left, group)
             sends.append(send)
             if receive is not None:
                 receive.wait()
+        record(trace, algorithm="ring", phase="all_gather", step=step, src=me, dst=right,
+               chunk=send_chunk, start=s0, stop=s1)
     _wait_all(sends)
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 import json
 
 from .. import context
-from ..bench import ALGORITHMS, allreduce_benchmark, parse_size
 from ..costmodel import busbw_factor
+from ..experiments.bench import ALGORITHMS, allreduce_benchmark, parse_size
 
 
 def add_arguments(parser) -> None:

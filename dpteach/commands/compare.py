@@ -6,9 +6,10 @@ import json
 from .. import context
 from ..experiments.compare import DEFAULT_STRATEGIES, compare_strategies
 from ..link import PRESETS
+from ..train import ALL_REDUCE_CHOICES
 
-COLUMNS = ("strategy", "step_time_s", "exposed_comm_s", "bytes_per_step", "final_loss",
-           "max_abs_diff_vs_single", "replicas_identical", "link_report")
+COLUMNS = ("strategy", "all_reduce", "step_time_s", "exposed_comm_s", "bytes_per_step", "final_loss",
+           "max_abs_diff_vs_single", "exact", "replicas_identical", "link_report")
 
 
 def add_arguments(parser) -> None:
@@ -30,6 +31,9 @@ def add_arguments(parser) -> None:
                         help="a custom emulated link's latency per message, in seconds (with --link-beta)")
     parser.add_argument("--link-beta", type=float, default=None, metavar="S_PER_BYTE",
                         help="a custom emulated link's seconds per byte, 1 / bandwidth (with --link-alpha)")
+    parser.add_argument("--all-reduce", default="builtin", choices=ALL_REDUCE_CHOICES,
+                        help="the all-reduce naive and bucketed run: torch's (builtin, the default) or the "
+                             "course's own ring or tree from dpteach/collectives; the other strategies keep torch's")
     parser.add_argument("--sequential", action="store_true",
                         help="run the strategies one after another instead of step by step side by side")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -50,12 +54,13 @@ def run(args) -> int:
     report = compare_strategies(args.world_size, model=args.model, steps=args.steps, accum_steps=args.accum,
                                 bucket_mb=args.bucket_mb, strategies=strategies, optimizer=args.optimizer,
                                 backend=args.backend, batch_per_rank=args.batch, interleave=not args.sequential,
-                                link=_link(args))
+                                link=_link(args), all_reduce=args.all_reduce)
     if context.rank() != 0:
         return 0  # under torchrun every rank ran the experiment; one of them reports it
     rows = [{k: row[k] for k in COLUMNS} for row in report["rows"]]
     if args.json:
-        keys = ("world_size", "backend", "device", "model", "steps", "accum_steps", "bucket_mb", "optimizer", "link")
+        keys = ("world_size", "backend", "device", "model", "steps", "accum_steps", "bucket_mb", "optimizer", "link",
+                "all_reduce", "tolerance")
         print(json.dumps({**{k: report[k] for k in keys}, "rows": rows}, indent=2))
         return 0
     print(f"# {report['model']} on {report['world_size']} ranks ({report['backend']}, {report['device']}), "
@@ -65,14 +70,19 @@ def run(args) -> int:
         print(f"# emulated link {link['name']}: {link['alpha_s'] * 1e6:g} us per message, "
               f"{1 / link['beta_s_per_byte'] / 1e9 if link['beta_s_per_byte'] else float('inf'):g} GB/s; "
               f"'set by' says whether the link or this machine set the time of most messages")
+    if report["all_reduce"] != "builtin":
+        print(f"# naive and bucketed all-reduce with the course's own {report['all_reduce']} "
+              f"(dpteach/collectives); the other strategies with torch's")
     width = max(len("strategy"), *(len(r["strategy"]) for r in rows))
-    print(f"{'strategy':>{width}} {'step ms':>8} {'exposed ms':>10} {'MB/step':>8} {'final loss':>10} "
+    print(f"{'strategy':>{width}} {'all-reduce':>10} {'step ms':>8} {'exposed ms':>10} {'MB/step':>8} {'final loss':>10} "
           f"{'max|dθ| vs 1 proc':>17} {'replicas equal':>14}" + (f" {'set by':>8}" if report["link"] else ""))
     for r in rows:
         exposed = "-" if r["exposed_comm_s"] is None else f"{r['exposed_comm_s'] * 1e3:.1f}"
         set_by = (r["link_report"] or {}).get("time_set_by", "-") if report["link"] else None
-        print(f"{r['strategy']:>{width}} {r['step_time_s'] * 1e3:>8.1f} {exposed:>10} "
+        print(f"{r['strategy']:>{width}} {r['all_reduce']:>10} {r['step_time_s'] * 1e3:>8.1f} {exposed:>10} "
               f"{r['bytes_per_step'] / 2**20:>8.2f} {r['final_loss']:>10.4f} {r['max_abs_diff_vs_single']:>17.2e} "
               f"{str(r['replicas_identical']):>14}" + (f" {set_by:>8}" if set_by else ""))
     print("exposed = step time minus the step time of 'local' (no communication), measured in the same run")
+    print(f"the exact strategies ({', '.join(r['strategy'] for r in rows if r['exact'])}) must end within "
+          f"{report['tolerance']:.0e} of one process's weights")
     return 0

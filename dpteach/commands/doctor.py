@@ -2,14 +2,12 @@
 from __future__ import annotations
 
 import json
-import os
-import platform
 import time
 
 import torch
 import torch.distributed as dist
 
-from ..backend import choose_placement, gloo_available, nccl_available, visible_gpus
+from ..backend import visible_gpus
 
 
 def add_arguments(parser) -> None:
@@ -39,26 +37,22 @@ def _smoke(n: int) -> dict:
 
 
 def machine_report(world_size: int = 2, smoke: bool = True) -> dict:
-    gpus = visible_gpus()
-    report = {
-        "python": platform.python_version(), "torch": torch.__version__, "cpus": os.cpu_count(),
-        "gpus": [torch.cuda.get_device_name(i) for i in range(gpus)],
-        "cuda": torch.version.cuda, "gloo": gloo_available(), "nccl": nccl_available(),
-    }
-    placement = choose_placement(world_size)
-    report["placement"] = {"world_size": world_size, "backend": placement.backend,
-                           "device": placement.device_type}
+    """Lesson 00's description of this machine, and the smoke test run in the world it names."""
+    from ..experiments.machine import describe_machine
+    from ..world import resolve_world
+    world = resolve_world(world_size)
+    report = describe_machine(world)
     if smoke:
         from ..launcher import launch
         start = time.perf_counter()
-        results = launch(_smoke, world_size, args=(1024,), timeout=120, show_output=False)
+        results = launch(_smoke, world, args=(1024,), timeout=120, show_output=False)
         report["smoke"] = {"ok": all(r[a]["ok"] for r in results for a in r),
                            "launch_and_run_s": time.perf_counter() - start, "per_rank": results}
     return report
 
 
 def _print_device_report(report: dict) -> None:
-    from ..gpucheck import training_tables
+    from ..experiments.gpucheck import training_tables
     where = f"GPU {report['gpu']}" if report["gpu"] else "CPU"
     verdict = "all passed" if report["ok"] else f"{len(report['failed'])} FAILED"
     print(f"{where}, torch {report['torch']}: {report['checks']} checks, {verdict} in {report['seconds']:.0f} s")
@@ -93,7 +87,7 @@ def _print_device_report(report: dict) -> None:
 
 def run(args) -> int:
     if args.gpu or args.full:
-        from ..gpucheck import run_device_checks
+        from ..experiments.gpucheck import run_device_checks
         device = "cuda" if args.gpu or visible_gpus() else "cpu"
         report = run_device_checks(device)
         print(json.dumps(report, indent=2, default=str)) if args.json else _print_device_report(report)

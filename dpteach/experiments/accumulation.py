@@ -29,14 +29,13 @@ import torch.distributed as dist
 from torch.nn.utils import parameters_to_vector
 
 from .. import context
-from ..backend import resolve_world
 from ..data import global_batches, loss_fn, make_dataset, rank_microbatches, sample_batch
 from ..launcher import launch
 from ..link import resolve_link
 from ..models import build_model
-from ..reference import reference_device, train_single_process
-from ..train import TrainConfig, exact_tolerance
-from .compare import _train_each
+from ..reference import exact_tolerance, reference_device, train_single_process
+from ..train import TrainConfig, train_each_on_rank
+from ..world import World, resolve_world
 from .overlap import summarise_run, typical_step
 
 # Two float32 gradients computed in different summation orders agree to about 1e-7 relative per
@@ -108,7 +107,7 @@ def _bug_demos(model_name: str, k: int, batch_per_rank: int, seed: int) -> dict:
 
 
 def _on_rank(configs, model_name, bug_k, batch_per_rank, seed):
-    runs = _train_each(configs, True)  # interleaved: every K sees the same background load
+    runs = train_each_on_rank(configs, True)  # interleaved: every K sees the same background load
     return {"runs": runs, "bugs": _bug_demos(model_name, bug_k, batch_per_rank, seed)}
 
 
@@ -121,7 +120,7 @@ def large_batch_gradient(model_name: str, dataset_size: int, indices, seed: int)
     return parameters_to_vector([p.grad for p in model.parameters()]).detach()
 
 
-def accumulation_sweep(world_size: int | None = None, accum_steps_list=(1, 2, 4), model: str = "mlp",
+def accumulation_sweep(world_size: int | World | None = None, accum_steps_list=(1, 2, 4), model: str = "mlp",
                        steps: int = 6, batch_per_rank: int = 16, strategy: str = "bucketed",
                        bucket_mb: float | None = None, seed: int = 0, link=None, backend: str = "auto",
                        device: str = "auto", timeout: float = 600.0) -> dict:
@@ -134,7 +133,7 @@ def accumulation_sweep(world_size: int | None = None, accum_steps_list=(1, 2, 4)
     "tolerance", "rows": [one per K], "timelines": {K: {rank: spans of one typical step}},
     "no_sync": {...}, "loss_not_divided": {...}}`` - see the notebook for each field in use.
     """
-    world_size, placement = resolve_world(world_size, backend, device)
+    world = resolve_world(world_size, backend, device)
     ks = sorted({int(k) for k in accum_steps_list})
     if not ks or ks[0] < 1:
         raise ValueError(f"accum_steps_list={accum_steps_list!r} is not allowed: give integers >= 1")
@@ -145,19 +144,18 @@ def accumulation_sweep(world_size: int | None = None, accum_steps_list=(1, 2, 4)
                        bucket_mb=bucket_mb, seed=seed, link=emulated)
     configs = []
     for k in ks:
-        configs += [replace(base, strategy="local", accum_steps=k).check(world_size),
-                    replace(base, accum_steps=k).check(world_size)]
+        configs += [replace(base, strategy="local", accum_steps=k).check(world.size),
+                    replace(base, accum_steps=k).check(world.size)]
     bug_k = max(2, ks[-1])
-    per_rank = launch(_on_rank, world_size, args=(configs, model, bug_k, batch_per_rank, seed),
-                      backend=placement.backend, device=placement.device_type, timeout=timeout)
+    per_rank = launch(_on_rank, world, args=(configs, model, bug_k, batch_per_rank, seed), timeout=timeout)
     timed = range(min(base.timing_warmup, steps - 1), steps)
     rows, timelines = [], {}
     for i, k in enumerate(ks):
-        floor = [per_rank[r]["runs"][2 * i] for r in range(world_size)]
-        runs = [per_rank[r]["runs"][2 * i + 1] for r in range(world_size)]
+        floor = [per_rank[r]["runs"][2 * i] for r in range(world.size)]
+        runs = [per_rank[r]["runs"][2 * i + 1] for r in range(world.size)]
         summary, floor_summary = summarise_run(runs, timed), summarise_run(floor, timed)
-        reference = train_single_process(configs[2 * i + 1], world_size, device=reference_device(placement))
-        samples = configs[2 * i + 1].global_batch(world_size)
+        reference = train_single_process(configs[2 * i + 1], world.size, device=reference_device(world.placement))
+        samples = configs[2 * i + 1].global_batch(world.size)
         exposed = max(0.0, summary["step_time_s"] - floor_summary["step_time_s"])
         rows.append({
             "accum_steps": k, "effective_batch": samples, "messages_per_step": summary["messages"],
@@ -169,9 +167,9 @@ def accumulation_sweep(world_size: int | None = None, accum_steps_list=(1, 2, 4)
             "replicas_identical": summary["replicas_identical"], "time_set_by": summary["time_set_by"],
         })
         shown = typical_step(runs[0]["step_times"], timed)
-        timelines[k] = {r: [s for s in runs[r]["spans"] if s["step"] == shown] for r in range(world_size)}
+        timelines[k] = {r: [s for s in runs[r]["spans"] if s["step"] == shown] for r in range(world.size)}
     bugs = per_rank[0]["bugs"]
-    dataset_size = batch_per_rank * world_size * bug_k
+    dataset_size = batch_per_rank * world.size * bug_k
     big = large_batch_gradient(model, dataset_size, bugs["global_batch"], seed)
     scale = big.abs().max().item()
     forgot, right = bugs["grad_not_divided"], bugs["grad_divided"]
@@ -184,8 +182,8 @@ def accumulation_sweep(world_size: int | None = None, accum_steps_list=(1, 2, 4)
     }
     no_sync = {"k": bug_k, "before_forward": bugs["no_sync_before_forward"],
                "after_forward": bugs["no_sync_after_forward"],
-               "late_no_sync_grad_diff": max(per_rank[r]["bugs"]["late_no_sync_grad_diff"] for r in range(world_size))}
-    return {"world_size": world_size, "backend": placement.backend, "device": placement.device_type,
+               "late_no_sync_grad_diff": max(per_rank[r]["bugs"]["late_no_sync_grad_diff"] for r in range(world.size))}
+    return {"world_size": world.size, "backend": world.backend, "device": world.device_type,
             "model": model, "strategy": strategy, "link": None if emulated is None else emulated.as_dict(),
             "batch_per_rank": batch_per_rank, "steps": steps,
             "tolerance": exact_tolerance(base), "rows": rows, "timelines": timelines,

@@ -32,12 +32,12 @@ import torch
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from .. import context
-from ..backend import resolve_world
+from .. import context, validate
 from ..data import loss_fn, make_dataset
 from ..launcher import launch
 from ..models import build_model
 from ..train import TrainConfig, train_on_rank
+from ..world import World, resolve_world
 
 EVAL_SAMPLES = 256
 EVAL_SEED_OFFSET = 1000  # a held-out sample of the same task (dpteach.data: the seed picks samples, not the task)
@@ -91,7 +91,7 @@ def _order(server: dict) -> list[tuple[int, int]]:
     return [(s["worker"], s["staleness"]) for s in server["staleness"]]
 
 
-def async_staleness(world_size: int | None = None, steps: int = 12, slow_ms: float = 60.0,
+def async_staleness(world_size: int | World | None = None, steps: int = 12, slow_ms: float = 60.0,
                     max_staleness: int | None = 1, repeats: int = 2, model: str = "mlp", batch_per_rank: int = 16,
                     seed: int = 0, backend: str = "auto", device: str = "auto", timeout: float = 600.0) -> dict:
     """Run sync twice, async with a slow worker, async ``repeats`` times with equal workers, and bounded async.
@@ -102,13 +102,10 @@ def async_staleness(world_size: int | None = None, steps: int = 12, slow_ms: flo
     "pushes_alone", "bounded": {...}}``. ``staleness`` (slow-worker run) leaves out the pushes a worker
     computed after all the others had finished (see ``_in_company``).
     """
-    world_size, placement = resolve_world(world_size, backend, device)
-    if world_size < 3:
-        raise ValueError(f"world_size={world_size!r} is not allowed: async needs a server and at least two "
-                         f"workers (one slow, one not), so world_size >= 3")
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 2:
-        raise ValueError(f"repeats={repeats!r} is not allowed: comparing runs needs an integer >= 2")
-    slow_rank = world_size - 1
+    world = resolve_world(world_size, backend, device)
+    validate.ranks(world, 3, "async needs a server and at least two workers (one slow, one not)")
+    validate.integer("repeats", repeats, low=2, why=" (comparing runs needs two or more)")
+    slow_rank = world.size - 1
     base = TrainConfig(model=model, steps=steps, batch_per_rank=batch_per_rank, seed=seed)
     slow = replace(base, strategy="async", slow_rank=slow_rank, slow_ms=float(slow_ms))
     labelled = [("sync run 1", "sync", replace(base, strategy="bucketed")),
@@ -121,14 +118,13 @@ def async_staleness(world_size: int | None = None, steps: int = 12, slow_ms: flo
     if max_staleness is not None:
         labelled.append((f"async, rank {slow_rank} slow, max_staleness={max_staleness}", "bounded",
                          replace(slow, max_staleness=max_staleness)))
-    configs = [c.check(world_size) for _, _, c in labelled]
-    per_rank = launch(_on_rank, world_size, args=(configs,), backend=placement.backend,
-                      device=placement.device_type, timeout=timeout)
+    configs = [c.check(world.size) for _, _, c in labelled]
+    per_rank = launch(_on_rank, world, args=(configs,), timeout=timeout)
     runs = []
     for i, (label, kind, config) in enumerate(labelled):
         server = per_rank[0][i]
         runs.append({"label": label, "kind": kind, "eval_curve": server["eval_curve"],
-                     "samples_per_update": batch_per_rank * (world_size if kind.startswith("sync") else 1),
+                     "samples_per_update": batch_per_rank * (world.size if kind.startswith("sync") else 1),
                      "final_eval_loss": server["eval_curve"][-1][1] if server["eval_curve"] else None,
                      "params": server["params"], "async": server.get("async")})
     syncs = [r for r in runs if r["kind"] == "sync"]
@@ -140,7 +136,7 @@ def async_staleness(world_size: int | None = None, steps: int = 12, slow_ms: flo
         if counted:
             staleness.setdefault(push["worker"], []).append(push["staleness"])
     result = {
-        "world_size": world_size, "backend": placement.backend, "device": placement.device_type, "model": model,
+        "world_size": world.size, "backend": world.backend, "device": world.device_type, "model": model,
         "steps": steps, "slow_rank": slow_rank, "slow_ms": float(slow_ms), "max_staleness": max_staleness,
         "batch_per_rank": batch_per_rank, "runs": [{k: v for k, v in r.items() if k != "params"} for r in runs],
         "sync_repeat_diff": (syncs[0]["params"] - syncs[1]["params"]).abs().max().item(),

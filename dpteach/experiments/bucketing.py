@@ -21,13 +21,13 @@ from __future__ import annotations
 import statistics
 from dataclasses import replace
 
-from .. import context, costmodel
-from ..backend import resolve_world
+from .. import context, costmodel, validate
 from ..buckets import assign_buckets
 from ..launcher import launch
 from ..link import resolve_link
 from ..models import build_model, check_model_name
 from ..train import TrainConfig, train_interleaved_on_rank
+from ..world import World, resolve_world
 from .compare import link_report
 from .machine import link_on_rank
 
@@ -93,7 +93,7 @@ def _sweep_on_rank(configs: list[TrainConfig]) -> dict:
 SWEPT = ("bucketed", "overlap")
 
 
-def bucket_size_sweep(world_size: int = 2, model: str = "mlp", bucket_sizes_mb=DEFAULT_SIZES_MB,
+def bucket_size_sweep(world_size: int | World | None = 2, model: str = "mlp", bucket_sizes_mb=DEFAULT_SIZES_MB,
                       steps: int = 10, batch_per_rank: int = 32, strategies=("bucketed",), link=None,
                       backend: str = "auto", device: str = "auto") -> dict:
     """Step time of per-parameter vs bucketed all-reduce, over bucket sizes, in one launch.
@@ -119,29 +119,23 @@ def bucket_size_sweep(world_size: int = 2, model: str = "mlp", bucket_sizes_mb=D
     sizes = sorted({float(s) for s in bucket_sizes_mb})
     if not sizes or any(not s > 0 for s in sizes):
         raise ValueError(f"bucket_sizes_mb={list(bucket_sizes_mb)!r} is not allowed: give bucket sizes in MB > 0")
-    for name, value, low in (("steps", steps, 3),):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{name}={value!r} is not allowed: it must be an integer >= {low}")
-    strategies = tuple(strategies)
-    if not strategies or any(s not in SWEPT for s in strategies):
-        raise ValueError(f"strategies={strategies!r} is not allowed: choose from {', '.join(SWEPT)}")
+    validate.integer("steps", steps, low=3)
+    strategies = tuple(validate.choices("strategies", strategies, SWEPT))
     emulated = resolve_link(link)
     base = TrainConfig(model=model, steps=steps, batch_per_rank=batch_per_rank, timing_warmup=2, link=emulated)
     configs = [replace(base, strategy="local"), replace(base, strategy="naive")]
     configs += [replace(base, strategy=name, bucket_mb=s) for name in strategies for s in sizes]
-    world_size, placement = resolve_world(world_size, backend, device)
-    if world_size < 2:
-        raise ValueError(f"world_size={world_size!r} is not allowed: an all-reduce needs at least 2 ranks")
+    world = resolve_world(world_size, backend, device)
+    validate.ranks(world, 2, "an all-reduce needs two ranks or more")
     for config in configs:
-        config.check(world_size)
-    ranks = launch(_sweep_on_rank, world_size, args=(configs,), backend=placement.backend,
-                   device=placement.device_type, timeout=600)
+        config.check(world.size)
+    ranks = launch(_sweep_on_rank, world, args=(configs,), timeout=600)
     link = emulated.as_dict() if emulated is not None else ranks[0]["link"]
     params = costmodel.LinkParams(link["alpha_s"], link["beta_s_per_byte"])
-    per_message = costmodel.predict("ring", 0, world_size, params)
+    per_message = costmodel.predict("ring", 0, world.size, params)
     tensors = [p for p in build_model(model).parameters() if p.requires_grad]
     grad_bytes = sum(p.numel() * p.element_size() for p in tensors)
-    bandwidth_s = costmodel.predict("ring", grad_bytes, world_size, params) - per_message
+    bandwidth_s = costmodel.predict("ring", grad_bytes, world.size, params) - per_message
 
     def mean(i, key):  # averaged over ranks (they wait for each other, so they agree closely)
         return statistics.mean(r["runs"][i][key] for r in ranks)
@@ -168,8 +162,8 @@ def bucket_size_sweep(world_size: int = 2, model: str = "mlp", bucket_sizes_mb=D
             "replicas_identical": all(r["runs"][i]["replica_spread"] == 0.0 for r in ranks),
             "time_set_by": (link_report([r["runs"][i] for r in ranks]) or {}).get("time_set_by"),
         })
-    return {"world_size": world_size, "model": model, "link": None if emulated is None else emulated.as_dict(),
-            "strategies": strategies, "backend": placement.backend, "device": placement.device_type,
+    return {"world_size": world.size, "model": model, "link": None if emulated is None else emulated.as_dict(),
+            "strategies": strategies, "backend": world.backend, "device": world.device_type,
             "num_tensors": len(tensors), "grad_bytes": grad_bytes, "alpha_s": link["alpha_s"],
             "beta_s_per_byte": link["beta_s_per_byte"], "latency_per_allreduce_s": per_message,
             "local_step_s": local, "rows": rows, "steps": steps, "batch_per_rank": batch_per_rank}

@@ -9,7 +9,7 @@ Three experiments, each one launch:
   back as a *set of ranks*: 0b1011 = ranks 0, 1 and 3. ``replay`` then rebuilds every rank's
   buffer after every step from the recorded transfers alone, and the replay must land on the
   buffers the real run produced - the picture the notebook draws is the run, not a cartoon.
-* ``allreduce_sweep`` times the algorithms over message sizes (``dpteach.bench``), fits the link's
+* ``allreduce_sweep`` times the algorithms over message sizes (``dpteach.experiments.bench``), fits the link's
   alpha and beta to the ring, and predicts every algorithm from that one fit (Thakur et al. 2005;
   Patarasuk & Yuan 2009), which is how NCCL's tuner chooses: predicted time per algorithm for the
   message at hand, on the topology at hand.
@@ -21,11 +21,12 @@ import os
 import torch
 import torch.distributed as dist
 
-from .. import context, costmodel
-from ..backend import backend_for, resolve_world
-from ..bench import allreduce_benchmark, parse_size
+from .. import context, costmodel, validate
+from ..backend import backend_for
 from ..collectives import ALL_REDUCE, chunk_bounds
 from ..launcher import launch
+from ..world import World, resolve_world
+from .bench import allreduce_benchmark, parse_size
 
 TRACE_ALGORITHMS = tuple(ALL_REDUCE)  # ring, tree, naive
 MODEL_ALGORITHMS = ("ring", "tree", "naive")
@@ -62,19 +63,17 @@ def _basics_on_rank(n: int) -> dict:
     return out
 
 
-def collective_basics(world_size: int = 4, numel: int = 2, backend: str = "auto", device: str = "auto") -> dict:
+def collective_basics(world_size: int | World | None = 4, numel: int = 2, backend: str = "auto", device: str = "auto") -> dict:
     """Run broadcast, scatter, gather, reduce and all-reduce (torch's own) on ``numel`` numbers per rank.
 
     Rank r starts with ``[10r, 10r+1, ...]``; scatter's source rank 0 holds pieces ``[100i, ...]``.
     Returns ``{"world_size", "numel", "ops": {op: [{"before": [...], "after": [...]} per rank]}}``;
     an empty list means "this rank holds no result" (gather and reduce deliver to rank 0 only).
     """
-    if isinstance(numel, bool) or not isinstance(numel, int) or not 1 <= numel <= 16:
-        raise ValueError(f"numel={numel!r} is not allowed: use 1..16 numbers per rank (the demo prints them)")
-    world_size, placement = resolve_world(world_size, backend, device)
-    ranks = launch(_basics_on_rank, world_size, args=(numel,), backend=placement.backend,
-                   device=placement.device_type)
-    return {"world_size": world_size, "numel": numel, "backend": placement.backend,
+    validate.integer("numel", numel, 1, 16, why=" numbers per rank (the demo prints them)")
+    world = resolve_world(world_size, backend, device)
+    ranks = launch(_basics_on_rank, world, args=(numel,))
+    return {"world_size": world.size, "numel": numel, "backend": world.backend,
             "ops": {op: [r[op] for r in ranks] for op in ranks[0]}}
 
 
@@ -124,7 +123,7 @@ def _ranks_in(value: int) -> frozenset:
     return frozenset(r for r in range(value.bit_length()) if value >> r & 1)
 
 
-def collective_trace(world_size: int = 4, numel: int = 8, algorithm: str = "ring", backend: str = "auto",
+def collective_trace(world_size: int | World | None = 4, numel: int = 8, algorithm: str = "ring", backend: str = "auto",
                      device: str = "auto") -> dict:
     """Run one traced all-reduce of ``numel`` integers per rank; return its transfers and replayed steps.
 
@@ -137,27 +136,23 @@ def collective_trace(world_size: int = 4, numel: int = 8, algorithm: str = "ring
          "replay_matches_run": bool,                  # replayed final state == real final buffers
          "elements_sent": [per rank], "messages_sent": [per rank]}
     """
-    if algorithm not in TRACE_ALGORITHMS:
-        raise ValueError(f"algorithm={algorithm!r} is not allowed: choose one of {', '.join(TRACE_ALGORITHMS)}")
-    if isinstance(numel, bool) or not isinstance(numel, int) or not 1 <= numel <= 64:
-        raise ValueError(f"numel={numel!r} is not allowed: use 1..64 elements (each is drawn as a cell)")
-    world_size, placement = resolve_world(world_size, backend, device)
-    if not 2 <= world_size <= 16:
-        raise ValueError(f"world_size={world_size!r} is not allowed: a trace needs 2..16 ranks")
-    ranks = launch(_trace_on_rank, world_size, args=(numel, algorithm), backend=placement.backend,
-                   device=placement.device_type)
+    validate.choice("algorithm", algorithm, TRACE_ALGORITHMS)
+    validate.integer("numel", numel, 1, 64, why=" elements (each is drawn as a cell)")
+    world = resolve_world(world_size, backend, device)
+    validate.integer("world_size", world.size, 2, 16, why=" ranks (a trace is drawn rank by rank)")
+    ranks = launch(_trace_on_rank, world, args=(numel, algorithm))
     transfers = [t for r in ranks for t in r["trace"]]
-    frames = replay(world_size, numel, transfers)
+    frames = replay(world.size, numel, transfers)
     final = [r["final"] for r in ranks]
     matches = all(frames[-1]["state"][r][i] == _ranks_in(final[r][i])
-                  for r in range(world_size) for i in range(numel))
+                  for r in range(world.size) for i in range(numel))
     return {
-        "world_size": world_size, "numel": numel, "algorithm": algorithm, "backend": placement.backend,
-        "chunks": chunk_bounds(numel, world_size), "traces": [r["trace"] for r in ranks],
+        "world_size": world.size, "numel": numel, "algorithm": algorithm, "backend": world.backend,
+        "chunks": chunk_bounds(numel, world.size), "traces": [r["trace"] for r in ranks],
         "frames": frames, "final": final, "replay_matches_run": matches,
         # counted by sender: the naive root records the transfers it receives as well as sends
-        "elements_sent": [sum(t["elements"] for t in transfers if t["src"] == r) for r in range(world_size)],
-        "messages_sent": [sum(1 for t in transfers if t["src"] == r) for r in range(world_size)],
+        "elements_sent": [sum(t["elements"] for t in transfers if t["src"] == r) for r in range(world.size)],
+        "messages_sent": [sum(1 for t in transfers if t["src"] == r) for r in range(world.size)],
     }
 
 

@@ -16,35 +16,15 @@ from __future__ import annotations
 import statistics
 from dataclasses import replace
 
-from .. import context
-from ..backend import resolve_world
+from .. import validate
 from ..launcher import launch
 from ..link import resolve_link
-from ..sync import EXACT
-from ..reference import reference_device, train_single_process
-from ..train import TrainConfig, train_interleaved_on_rank, train_on_rank
+from ..reference import exact_tolerance, reference_device, train_single_process
+from ..sync import STRATEGIES, strategy_class
+from ..train import ALL_REDUCE_CHOICES, TrainConfig, train_each_on_rank, train_on_rank
+from ..world import World, resolve_world
 
 DEFAULT_STRATEGIES = ("local", "naive", "bucketed", "overlap", "ddp", "int8", "int8_ef", "fp16", "async")
-
-
-def _train_each(configs: list[TrainConfig], interleave: bool = False) -> list[dict]:
-    """Train each config in this world, one after another (or, with ``interleave``, the synchronous
-    ones step by step side by side); results in the order of ``configs``."""
-    results = {}
-    together = [i for i, c in enumerate(configs) if interleave and c.strategy != "async"]
-    if context.rank() == 0:
-        context.report_progress(0, total=len(configs), desc="strategies")
-    if together:
-        for i, result in zip(together, train_interleaved_on_rank([configs[i] for i in together])):
-            results[i] = result
-        if context.rank() == 0:
-            context.report_progress(len(together))
-    for i, config in enumerate(configs):
-        if i not in results:
-            results[i] = train_on_rank(config)
-            if context.rank() == 0:
-                context.report_progress(1)
-    return [results[i] for i in range(len(configs))]
 
 
 def link_report(ranks: list[dict]) -> dict | None:
@@ -68,50 +48,56 @@ def _row(name: str, ranks: list[dict], reference: dict, local_step: float | None
         "bytes_per_step": statistics.mean(sent) if sent else 0.0,
         "final_loss": ranks[0]["losses"][-1], "max_abs_diff_vs_single": diff,
         "replicas_identical": all(r["replica_spread"] == 0.0 for r in ranks),
-        "exact": name in EXACT, "link_report": link_report(ranks),
+        "exact": strategy_class(name).exact, "link_report": link_report(ranks),
     }
 
 
-def compare_strategies(world_size: int | None = None, model: str = "mlp", steps: int = 20, accum_steps: int = 1,
+def compare_strategies(world_size: int | World | None = None, model: str = "mlp", steps: int = 20, accum_steps: int = 1,
                        bucket_mb: float | None = None, strategies=DEFAULT_STRATEGIES, optimizer: str = "sgd",
                        backend: str = "auto", device: str = "auto", timeout: float = 600.0, interleave: bool = False,
-                       link=None, **options) -> dict:
+                       link=None, all_reduce: str = "builtin", **options) -> dict:
     """Train every strategy for ``steps`` steps on ``world_size`` ranks; return a table and the raw runs.
 
     ``interleave=True`` runs the synchronous strategies step by step side by side (fair timing
     ratios on a busy machine; the command line does this); the default runs them one after another,
     which keeps each strategy's timeline free of gaps for the Gantt plots.
+
+    ``all_reduce="ring"`` (or ``"tree"``) trains every strategy that all-reduces after backward
+    (naive, bucketed) on the course's own collective from ``dpteach/collectives``; the others keep
+    torch's, and each row says which one it ran (``"all_reduce"``).
     """
-    strategies = list(strategies)
     link = resolve_link(link)
-    world_size, placement = resolve_world(world_size, backend, device)
-    if "async" in strategies and world_size < 2:
-        strategies.remove("async")  # a parameter server needs at least one worker besides itself
+    world = resolve_world(world_size, backend, device)
+    # A strategy that needs more ranks than this world has (the parameter server needs a worker
+    # besides itself) is left out rather than refused, so that `compare -w 1` still compares.
+    strategies = [s for s in validate.choices("strategies", strategies, STRATEGIES)
+                  if strategy_class(s).workers(world.size) >= 1]
     base = TrainConfig(model=model, steps=steps, accum_steps=accum_steps, bucket_mb=bucket_mb,
                        optimizer=optimizer, **options)
-    configs = [replace(base, strategy=s, link=None if s == "async" else link).check(world_size) for s in strategies]
-    per_rank = launch(_train_each, world_size, args=(configs, interleave), backend=placement.backend,
-                      device=placement.device_type, timeout=timeout)
-    runs = {s: [per_rank[r][i] for r in range(world_size)] for i, s in enumerate(strategies)}
-    on = reference_device(placement)  # the ranks' kind of device: see train.py on tolerances
-    references = {world_size: train_single_process(base, world_size, device=on)}
-    if "async" in strategies:  # its global batch is shared by the W-1 workers
-        references[world_size - 1] = train_single_process(base, world_size - 1, device=on)
+    validate.choice("all_reduce", all_reduce, ALL_REDUCE_CHOICES)
+    configs = [replace(base, strategy=s, link=link if strategy_class(s).emulates_link else None,
+                       all_reduce=all_reduce if strategy_class(s).takes_all_reduce else "builtin").check(world.size)
+               for s in strategies]
+    per_rank = launch(train_each_on_rank, world, args=(configs, interleave), timeout=timeout)
+    runs = {s: [per_rank[r][i] for r in range(world.size)] for i, s in enumerate(strategies)}
+    on = reference_device(world.placement)  # the ranks' kind of device: see reference.exact_tolerance
+    workers = {s: strategy_class(s).workers(world.size) for s in strategies}  # who shares each global batch
+    references = {w: train_single_process(base, w, device=on) for w in sorted({world.size, *workers.values()})}
     local_step = statistics.mean(r["median_step_s"] for r in runs["local"]) if "local" in runs else None
-    rows = [_row(s, runs[s], references[world_size - 1 if s == "async" else world_size], local_step)
-            for s in strategies]
-    return {"world_size": world_size, "backend": placement.backend, "device": placement.device_type,
+    rows = [{**_row(s, runs[s], references[workers[s]], local_step), "all_reduce": c.all_reduce}
+            for s, c in zip(strategies, configs)]
+    return {"world_size": world.size, "backend": world.backend, "device": world.device_type,
             "model": model, "steps": steps, "accum_steps": accum_steps, "bucket_mb": base.bucket_mb,
-            "optimizer": optimizer, "link": None if link is None else link.as_dict(), "rows": rows, "runs": runs,
-            "reference_losses": references[world_size]["losses"]}
+            "optimizer": optimizer, "link": None if link is None else link.as_dict(), "all_reduce": all_reduce,
+            "tolerance": exact_tolerance(base), "rows": rows, "runs": runs,
+            "reference_losses": references[world.size]["losses"]}
 
 
-def run_strategy(world_size: int | None, config: TrainConfig, backend: str = "auto", device: str = "auto",
+def run_strategy(world_size: int | World | None, config: TrainConfig, backend: str = "auto", device: str = "auto",
                  timeout: float = 300.0) -> dict:
     """Train one strategy; return its per-rank results and the single-process reference."""
-    world_size, placement = resolve_world(world_size, backend, device)
-    config.check(world_size)
-    ranks = launch(train_on_rank, world_size, args=(config,), backend=placement.backend,
-                   device=placement.device_type, timeout=timeout)
-    workers = world_size - 1 if config.strategy == "async" else world_size
-    return {"ranks": ranks, "reference": train_single_process(config, workers, device=reference_device(placement))}
+    world = resolve_world(world_size, backend, device)
+    config.check(world.size)
+    ranks = launch(train_on_rank, world, args=(config,), timeout=timeout)
+    workers = strategy_class(config.strategy).workers(world.size)
+    return {"ranks": ranks, "reference": train_single_process(config, workers, device=reference_device(world.placement))}

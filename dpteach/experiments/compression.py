@@ -27,17 +27,17 @@ import torch
 from torch.nn.utils import parameters_to_vector
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from .. import context
-from ..backend import resolve_world
+from .. import context, validate
 from ..buckets import build_buckets
 from ..costmodel import busbw_factor
 from ..launcher import launch
 from ..link import resolve_link
 from ..models import build_model
+from ..reference import exact_tolerance, train_single_process
 from ..sync import make_strategy
 from ..timeline import Timeline
-from ..reference import train_single_process
-from ..train import TrainConfig, exact_tolerance, train_interleaved_on_rank, train_on_rank
+from ..train import TrainConfig, train_interleaved_on_rank, train_on_rank
+from ..world import World, resolve_world
 from .compare import link_report
 
 COMPRESSED = ("bucketed", "fp16", "bf16", "int8", "int8_ef")
@@ -95,7 +95,7 @@ def _on_rank(configs: list[TrainConfig], reference_config: TrainConfig) -> dict:
     return {"runs": results, "reference_losses": reference_losses}
 
 
-def compression_tradeoff(world_size: int | None = None, model: str = "mlp", steps: int = 10,
+def compression_tradeoff(world_size: int | World | None = None, model: str = "mlp", steps: int = 10,
                          strategies=COMPRESSED, bucket_mb: float = 1.0, batch_per_rank: int = 32, seed: int = 0,
                          link=None, backend: str = "auto", device: str = "auto", timeout: float = 600.0) -> dict:
     """Train each strategy; return bytes, drift per step, losses and the single-process reference's losses.
@@ -105,37 +105,33 @@ def compression_tradeoff(world_size: int | None = None, model: str = "mlp", step
     "max_abs_diff_vs_single", "losses", "step_time_s", "replicas_identical"}], "reference_losses",
     "half_range" (:func:`half_precision_range` at this W and at W = 64)}``.
     """
-    world_size, placement = resolve_world(world_size, backend, device)
-    strategies = list(strategies)
-    unknown = [s for s in strategies if s not in CODEC]
-    if unknown or not strategies:
-        raise ValueError(f"strategies={strategies!r} is not allowed: choose from {', '.join(COMPRESSED)}")
+    world = resolve_world(world_size, backend, device)
+    strategies = validate.choices("strategies", strategies, COMPRESSED)
     emulated = resolve_link(link)
     base = TrainConfig(model=model, steps=steps, bucket_mb=bucket_mb, batch_per_rank=batch_per_rank, seed=seed)
-    configs = [replace(base, strategy=s, link=emulated).check(world_size) for s in strategies]
-    per_rank = launch(_on_rank, world_size, args=(configs, base), backend=placement.backend,
-                      device=placement.device_type, timeout=timeout)
+    configs = [replace(base, strategy=s, link=emulated).check(world.size) for s in strategies]
+    per_rank = launch(_on_rank, world, args=(configs, base), timeout=timeout)
     sizes = bucket_sizes(model, bucket_mb)
-    fp32 = wire_bytes_formula("bucketed", world_size, sizes)
+    fp32 = wire_bytes_formula("bucketed", world.size, sizes)
     rows = []
     for i, name in enumerate(strategies):
-        ranks = [per_rank[r]["runs"][i] for r in range(world_size)]
+        ranks = [per_rank[r]["runs"][i] for r in range(world.size)]
         drift = ranks[0]["drift_per_step"]
         rows.append({
             "strategy": name, "codec": CODEC[name],
             "bytes_per_step": statistics.mean(r["wire_bytes_per_step"] for r in ranks),
-            "bytes_formula": wire_bytes_formula(name, world_size, sizes),
+            "bytes_formula": wire_bytes_formula(name, world.size, sizes),
             "bytes_vs_fp32": statistics.mean(r["wire_bytes_per_step"] for r in ranks) / fp32,
             "drift_per_step": drift, "max_abs_diff_vs_single": drift[-1],
             "losses": ranks[0]["losses"], "step_time_s": statistics.mean(r["median_step_s"] for r in ranks),
             "replicas_identical": all(r["replica_spread"] == 0.0 for r in ranks),
             "time_set_by": (link_report(ranks) or {}).get("time_set_by"),
         })
-    return {"world_size": world_size, "backend": placement.backend, "device": placement.device_type,
+    return {"world_size": world.size, "backend": world.backend, "device": world.device_type,
             "model": model, "steps": steps, "bucket_mb": bucket_mb, "tolerance": exact_tolerance(base),
             "link": None if emulated is None else emulated.as_dict(),
             "bucket_sizes": sizes, "rows": rows, "reference_losses": per_rank[0]["reference_losses"],
-            "half_range": half_precision_range(model, (world_size, 64), seed=seed)}
+            "half_range": half_precision_range(model, (world.size, 64), seed=seed)}
 
 
 def _timed_on_rank(configs: list[TrainConfig]) -> list[dict]:
@@ -149,7 +145,7 @@ def _timed_on_rank(configs: list[TrainConfig]) -> list[dict]:
             for out in outs]
 
 
-def compression_on_links(world_size: int | None = None, model: str = "transformer", links=("1gbe", "10gbe"),
+def compression_on_links(world_size: int | World | None = None, model: str = "transformer", links=("1gbe", "10gbe"),
                          strategies=COMPRESSED, steps: int = 10, batch_per_rank: int = 32, seed: int = 0,
                          backend: str = "auto", device: str = "auto", timeout: float = 600.0) -> dict:
     """Where compression pays: each strategy on a slow and a fast emulated link, in one world.
@@ -160,28 +156,25 @@ def compression_on_links(world_size: int | None = None, model: str = "transforme
     "steps", "rows": [{"strategy", "link", "step_time_s", "local_step_s", "bytes_per_step", "losses",
     "time_set_by"}], "local_step_s"}``; ``local`` (no communication) is the compute floor.
     """
-    world_size, placement = resolve_world(world_size, backend, device)
-    strategies = list(strategies)
-    if not strategies or any(s not in CODEC for s in strategies):
-        raise ValueError(f"strategies={strategies!r} is not allowed: choose from {', '.join(COMPRESSED)}")
+    world = resolve_world(world_size, backend, device)
+    strategies = validate.choices("strategies", strategies, COMPRESSED)
     emulated = [resolve_link(link) for link in links]
     if not emulated or any(link is None for link in emulated):
         raise ValueError(f"links={list(links)!r} is not allowed: give one or more emulated links (preset names "
                          f"or {{'alpha_s', 'beta_s_per_byte'}})")
     base = TrainConfig(model=model, steps=steps, batch_per_rank=batch_per_rank, seed=seed)
-    configs = [replace(base, strategy="local").check(world_size)]
-    configs += [replace(base, strategy=s, link=link).check(world_size) for link in emulated for s in strategies]
-    per_rank = launch(_timed_on_rank, world_size, args=(configs,), backend=placement.backend,
-                      device=placement.device_type, timeout=timeout)
-    local = statistics.mean(per_rank[r][0]["median_step_s"] for r in range(world_size))
+    configs = [replace(base, strategy="local").check(world.size)]
+    configs += [replace(base, strategy=s, link=link).check(world.size) for link in emulated for s in strategies]
+    per_rank = launch(_timed_on_rank, world, args=(configs,), timeout=timeout)
+    local = statistics.mean(per_rank[r][0]["median_step_s"] for r in range(world.size))
     rows = []
     for i, config in enumerate(configs[1:], start=1):
-        ranks = [per_rank[r][i] for r in range(world_size)]
+        ranks = [per_rank[r][i] for r in range(world.size)]
         rows.append({"strategy": config.strategy, "link": config.link.name,
                      "step_time_s": statistics.mean(r["median_step_s"] for r in ranks), "local_step_s": local,
                      "bytes_per_step": statistics.mean(r["wire_bytes_per_step"] for r in ranks),
                      "losses": ranks[0]["losses"], "time_set_by": (link_report(ranks) or {}).get("time_set_by")})
-    return {"world_size": world_size, "backend": placement.backend, "device": placement.device_type,
+    return {"world_size": world.size, "backend": world.backend, "device": world.device_type,
             "model": model, "links": [link.as_dict() for link in emulated], "steps": steps,
             "batch_per_rank": batch_per_rank, "local_step_s": local, "rows": rows}
 
@@ -239,9 +232,7 @@ def compression_bytes(world_sizes=(2, 3, 4), model: str = "mlp", bucket_mb: floa
     may carry a ``compression_tradeoff`` result, whose world size is then not run again.
     Returns ``{"model", "bucket_mb", "rows": [{"world_size", "strategy", "measured", "formula"}]}``.
     """
-    strategies = list(strategies)
-    if not strategies or any(s not in CODEC for s in strategies):
-        raise ValueError(f"strategies={strategies!r} is not allowed: choose from {', '.join(COMPRESSED)}")
+    strategies = validate.choices("strategies", strategies, COMPRESSED)
     from tqdm.auto import tqdm  # each world takes seconds to start: show that something is happening
     sizes = bucket_sizes(model, bucket_mb)
     rows = []
@@ -253,9 +244,8 @@ def compression_bytes(world_sizes=(2, 3, 4), model: str = "mlp", bucket_mb: floa
             if all(s in by_name for s in strategies):
                 measured = [by_name[s] for s in strategies]
         if measured is None:
-            world, placement = resolve_world(world, backend, device)
-            measured = launch(_bytes_on_rank, world, args=(strategies, model, bucket_mb), backend=placement.backend,
-                              device=placement.device_type, timeout=timeout, show_output=False)[0]
+            measured = launch(_bytes_on_rank, resolve_world(world, backend, device),
+                              args=(strategies, model, bucket_mb), timeout=timeout, show_output=False)[0]
         for name, value in zip(strategies, measured):
             rows.append({"world_size": world, "strategy": name, "measured": value,
                          "formula": wire_bytes_formula(name, world, sizes)})

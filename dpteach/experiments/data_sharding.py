@@ -34,19 +34,18 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler
 
-from .. import context
-from ..backend import resolve_world
+from .. import context, validate
 from ..data import loss_fn, make_dataset, sample_batch
 from ..launcher import RankError, launch
 from ..models import build_model, check_model_name
+from ..replica import flat_weights, replica_spread
 from ..sync.ddp import wrap_ddp
-from ..train import flat_weights, replica_spread
+from ..world import World, resolve_world
 
 
 def _check_positive(**values) -> None:
     for name, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name}={value!r} is not allowed: it must be an integer >= 1")
+        validate.integer(name, value, low=1)
 
 
 # -- a forgotten sampler -------------------------------------------------------------------------
@@ -83,7 +82,7 @@ def _sampler_on_rank(model_name: str, samples: int, batch: int, epochs: int, see
     return out
 
 
-def sampler_sharding(world_size: int = 2, model: str = "mlp", samples: int = 64, batch_per_rank: int = 8,
+def sampler_sharding(world_size: int | World | None = 2, model: str = "mlp", samples: int = 64, batch_per_rank: int = 8,
                      epochs: int = 2, seed: int = 0, backend: str = "auto", device: str = "auto") -> dict:
     """Which samples each rank trains on, with and without a distributed sampler.
 
@@ -96,26 +95,25 @@ def sampler_sharding(world_size: int = 2, model: str = "mlp", samples: int = 64,
     """
     check_model_name(model)
     _check_positive(samples=samples, batch_per_rank=batch_per_rank, epochs=epochs)
-    world_size, placement = resolve_world(world_size, backend, device)
-    if samples < world_size * batch_per_rank:
+    world = resolve_world(world_size, backend, device)
+    if samples < world.size * batch_per_rank:
         raise ValueError(f"samples={samples!r} is not allowed: it must be at least world_size x batch_per_rank "
-                         f"= {world_size * batch_per_rank}, so that every rank gets a full batch")
-    per_rank = launch(_sampler_on_rank, world_size, args=(model, samples, batch_per_rank, epochs, seed),
-                      backend=placement.backend, device=placement.device_type, timeout=120)
+                         f"= {world.size * batch_per_rank}, so that every rank gets a full batch")
+    per_rank = launch(_sampler_on_rank, world, args=(model, samples, batch_per_rank, epochs, seed), timeout=120)
     rows = []
     for name in per_rank[0]:
-        runs = [per_rank[r][name] for r in range(world_size)]
+        runs = [per_rank[r][name] for r in range(world.size)]
         first_step = [set(run["order"][0][:batch_per_rank]) for run in runs]
         epoch0 = [run["order"][0] for run in runs]
         seen = [i for share in epoch0 for i in share]
-        rows.append({"loader": name, "order": {r: runs[r]["order"] for r in range(world_size)},
+        rows.append({"loader": name, "order": {r: runs[r]["order"] for r in range(world.size)},
                      "steps_per_epoch": runs[0]["steps_per_epoch"],
                      "distinct_in_first_step": len(set().union(*first_step)),
                      "visits_per_sample": len(seen) / samples,
                      "shards_disjoint": len(seen) == len(set(seen)), "covers_dataset": set(seen) == set(range(samples)),
                      "grad_spread": runs[0]["grad_spread"], "average_vs_own": max(run["average_vs_own"] for run in runs),
                      "grad_scale": runs[0]["grad_scale"]})
-    return {"world_size": world_size, "backend": placement.backend, "device": placement.device_type, "model": model,
+    return {"world_size": world.size, "backend": world.backend, "device": world.device_type, "model": model,
             "samples": samples, "batch_per_rank": batch_per_rank, "epochs": epochs, "rows": rows}
 
 
@@ -181,7 +179,7 @@ def _notes(folder: str, world_size: int) -> dict:
     return notes
 
 
-def uneven_inputs(world_size: int = 2, model: str = "mlp", batches: int = 4, batch_per_rank: int = 16,
+def uneven_inputs(world_size: int | World | None = 2, model: str = "mlp", batches: int = 4, batch_per_rank: int = 16,
                   stall_timeout_s: float = 10.0, seed: int = 0, backend: str = "auto", device: str = "auto") -> dict:
     """Rank 0 holds ``batches + 1`` batches, the others ``batches``: the plain loop, then Join and drop-last.
 
@@ -192,31 +190,30 @@ def uneven_inputs(world_size: int = 2, model: str = "mlp", batches: int = 4, bat
     """
     check_model_name(model)
     _check_positive(batches=batches, batch_per_rank=batch_per_rank)
-    if isinstance(stall_timeout_s, bool) or not isinstance(stall_timeout_s, (int, float)) or stall_timeout_s <= 0:
-        raise ValueError(f"stall_timeout_s={stall_timeout_s!r} is not allowed: give seconds > 0")
-    world_size, placement = resolve_world(world_size, backend, device)
-    per_rank = [batches + 1] + [batches] * (world_size - 1)
-    common = dict(backend=placement.backend, device=placement.device_type, show_output=False)
+    validate.number("stall_timeout_s", stall_timeout_s, above=0, unit="seconds")
+    world = resolve_world(world_size, backend, device)
+    per_rank = [batches + 1] + [batches] * (world.size - 1)
+    common = dict(show_output=False)
     folder = tempfile.mkdtemp(prefix="dpteach-uneven-")
     try:
         start = time.perf_counter()
         plain = {"outcome": "finished", "message": ""}
         try:
-            launch(_uneven_on_rank, world_size, args=(["plain"], model, per_rank, batch_per_rank, seed, folder),
+            launch(_uneven_on_rank, world, args=(["plain"], model, per_rank, batch_per_rank, seed, folder),
                    timeout=stall_timeout_s, **common)
         except TimeoutError as err:
             plain = {"outcome": "stalled", "message": str(err)}
         except RankError as err:
             plain = {"outcome": "raised" if err.exc_type else "crashed", "message": str(err).splitlines()[0]}
-        plain.update(seconds=time.perf_counter() - start, where=_notes(folder, world_size))
+        plain.update(seconds=time.perf_counter() - start, where=_notes(folder, world.size))
         start = time.perf_counter()
-        fixed = launch(_uneven_on_rank, world_size, args=(FIXES, model, per_rank, batch_per_rank, seed, folder),
+        fixed = launch(_uneven_on_rank, world, args=(FIXES, model, per_rank, batch_per_rank, seed, folder),
                        timeout=120, **common)
         seconds = time.perf_counter() - start
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    fixes = [{"mode": mode, "steps_by_rank": [fixed[r][i]["steps"] for r in range(world_size)],
+    fixes = [{"mode": mode, "steps_by_rank": [fixed[r][i]["steps"] for r in range(world.size)],
               "replica_spread": fixed[0][i]["replica_spread"]} for i, mode in enumerate(FIXES)]
-    return {"world_size": world_size, "backend": placement.backend, "device": placement.device_type,
+    return {"world_size": world.size, "backend": world.backend, "device": world.device_type,
             "model": model, "batches_by_rank": per_rank, "stall_timeout_s": stall_timeout_s, "plain": plain,
             "fixes": fixes, "fixes_seconds": seconds}

@@ -29,16 +29,15 @@ from __future__ import annotations
 
 import re
 
-import torch
 import torch.distributed as dist
 
-from .. import context
-from ..backend import resolve_world
+from .. import context, validate
 from ..buckets import MB, assign_buckets
 from ..data import loss_fn, make_dataset, sample_batch
 from ..launcher import launch
 from ..models import build_model, check_model_name
 from ..sync.ddp import wrap_ddp
+from ..world import World, resolve_world
 
 DEFAULT_CAP_MB = 25.0  # DDP's bucket_cap_mb default
 DEFAULT_FIRST_CAP_BYTES = getattr(dist, "_DEFAULT_FIRST_BUCKET_BYTES", 1024 * 1024)
@@ -94,7 +93,7 @@ def _on_rank(model_name: str, bucket_cap_mb, find_unused: bool, iterations: int,
 
 
 def ddp_bucket_assignment(model: str = "mlp", bucket_cap_mb: float | None = None,
-                          find_unused_parameters: bool = False, iterations: int = 3, world_size: int = 2,
+                          find_unused_parameters: bool = False, iterations: int = 3, world_size: int | World | None = 2,
                           batch_per_rank: int = 8, seed: int = 0, backend: str = "auto",
                           device: str = "auto") -> dict:
     """The buckets DDP builds for ``model`` in each of ``iterations`` iterations, and the course's rule.
@@ -108,19 +107,13 @@ def ddp_bucket_assignment(model: str = "mlp", bucket_cap_mb: float | None = None
     "ranks_agree" (every rank was handed the same buckets)}``.
     """
     check_model_name(model)
-    if bucket_cap_mb is not None and (isinstance(bucket_cap_mb, bool) or not isinstance(bucket_cap_mb, (int, float))
-                                      or not bucket_cap_mb > 0):
-        raise ValueError(f"bucket_cap_mb={bucket_cap_mb!r} is not allowed: give a size in MiB > 0, "
-                         f"or None for DDP's default ({DEFAULT_CAP_MB:g} MiB)")
-    if not isinstance(find_unused_parameters, bool):
-        raise ValueError(f"find_unused_parameters={find_unused_parameters!r} is not allowed: give True or False")
-    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 2:
-        raise ValueError(f"iterations={iterations!r} is not allowed: give an integer >= 2 (DDP rebuilds "
-                         f"its buckets after the first one)")
-    world_size, placement = resolve_world(world_size, backend, device)
-    per_rank = launch(_on_rank, world_size, args=(model, bucket_cap_mb, find_unused_parameters, iterations,
-                                                  batch_per_rank, seed),
-                      backend=placement.backend, device=placement.device_type, timeout=120)
+    validate.optional(validate.number, "bucket_cap_mb", bucket_cap_mb, above=0, unit="a size in MiB",
+                      why=f", or None for DDP's default ({DEFAULT_CAP_MB:g} MiB)")
+    validate.choice("find_unused_parameters", find_unused_parameters, (True, False))
+    validate.integer("iterations", iterations, low=2, why=" (DDP rebuilds its buckets after the first one)")
+    world = resolve_world(world_size, backend, device)
+    per_rank = launch(_on_rank, world, args=(model, bucket_cap_mb, find_unused_parameters, iterations,
+                                                  batch_per_rank, seed), timeout=120)
     mine = per_rank[0]
     named = [(n, p) for n, p in build_model(model, seed=seed).named_parameters()]
     cap = (DEFAULT_CAP_MB if bucket_cap_mb is None else bucket_cap_mb) * MB
@@ -129,8 +122,8 @@ def ddp_bucket_assignment(model: str = "mlp", bucket_cap_mb: float | None = None
     rule = [[named[i][0] for i in bucket]
             for bucket in assign_buckets([p for _, p in named], cap / MB, first_cap / MB)]
     last = [b["params"] for b in mine["iterations"][-1]["buckets"]]
-    return {"model": model, "world_size": world_size, "backend": placement.backend,
-            "device": placement.device_type, "bucket_cap_mb": bucket_cap_mb,
+    return {"model": model, "world_size": world.size, "backend": world.backend,
+            "device": world.device_type, "bucket_cap_mb": bucket_cap_mb,
             "find_unused_parameters": find_unused_parameters, "cap_bytes": int(cap), "first_cap_bytes": int(first_cap),
             "parameters": [n for n, _ in named], "param_bytes": size, "iterations": mine["iterations"],
             "logging": mine["logging"], "rebuilt": bool(mine["logging"].get("has_rebuilt_buckets")),

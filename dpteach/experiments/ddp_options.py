@@ -30,13 +30,13 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from .. import context
-from ..backend import resolve_world
+from .. import context, validate
 from ..data import loss_fn, make_dataset, sample_batch
 from ..launcher import launch
 from ..models import NUM_CLASSES, build_model, check_model_name
+from ..replica import flat_weights, replica_spread
 from ..sync.ddp import wrap_ddp
-from ..train import flat_weights, replica_spread
+from ..world import World, resolve_world
 from .ddp_buckets import profiled
 
 UNUSED_SETTINGS = ("default", "find_unused_parameters", "static_graph")
@@ -119,7 +119,7 @@ def _unused_on_rank(model_name: str, steps: int, batch: int, seed: int) -> dict:
     return {"default": failed, "rows": rows}
 
 
-def unused_parameters(world_size: int = 2, model: str = "mlp", steps: int = 12, batch_per_rank: int = 16,
+def unused_parameters(world_size: int | World | None = 2, model: str = "mlp", steps: int = 12, batch_per_rank: int = 16,
                       seed: int = 0, backend: str = "auto", device: str = "auto") -> dict:
     """A model whose spare head gets no gradient, under DDP's default, ``find_unused_parameters`` and
     ``static_graph``, with the same model without the spare head as the baseline.
@@ -132,13 +132,11 @@ def unused_parameters(world_size: int = 2, model: str = "mlp", steps: int = 12, 
     step by step, in one run; compare them as ratios.
     """
     check_model_name(model)
-    for name, value, low in (("steps", steps, 6), ("batch_per_rank", batch_per_rank, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{name}={value!r} is not allowed: it must be an integer >= {low}")
-    world_size, placement = resolve_world(world_size, backend, device)
-    per_rank = launch(_unused_on_rank, world_size, args=(model, steps, batch_per_rank, seed),
-                      backend=placement.backend, device=placement.device_type, timeout=180)
-    return {"world_size": world_size, "backend": placement.backend, "device": placement.device_type,
+    validate.integer("steps", steps, low=6)
+    validate.integer("batch_per_rank", batch_per_rank, low=1)
+    world = resolve_world(world_size, backend, device)
+    per_rank = launch(_unused_on_rank, world, args=(model, steps, batch_per_rank, seed), timeout=180)
+    return {"world_size": world.size, "backend": world.backend, "device": world.device_type,
             "model": model, "steps": steps, **per_rank[0]}
 
 
@@ -178,7 +176,7 @@ def _views_on_rank(model_name: str, batch: int, seed: int) -> list[dict]:
     return rows
 
 
-def bucket_view_memory(world_size: int = 2, model: str = "mlp", batch_per_rank: int = 8, seed: int = 0,
+def bucket_view_memory(world_size: int | World | None = 2, model: str = "mlp", batch_per_rank: int = 8, seed: int = 0,
                        backend: str = "auto", device: str = "auto") -> dict:
     """Gradient memory of DDP with ``gradient_as_bucket_view`` off and on, read from the tensors' storages.
 
@@ -188,8 +186,7 @@ def bucket_view_memory(world_size: int = 2, model: str = "mlp", batch_per_rank: 
     a bucket's storage), "num_grads", "num_buckets"}]}``.
     """
     check_model_name(model)
-    world_size, placement = resolve_world(world_size, backend, device)
-    per_rank = launch(_views_on_rank, world_size, args=(model, batch_per_rank, seed),
-                      backend=placement.backend, device=placement.device_type, timeout=120)
-    return {"world_size": world_size, "backend": placement.backend, "device": placement.device_type,
+    world = resolve_world(world_size, backend, device)
+    per_rank = launch(_views_on_rank, world, args=(model, batch_per_rank, seed), timeout=120)
+    return {"world_size": world.size, "backend": world.backend, "device": world.device_type,
             "model": model, "rows": per_rank[0]}

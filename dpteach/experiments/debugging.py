@@ -29,9 +29,9 @@ import time
 import torch
 import torch.distributed as dist
 
-from .. import context
-from ..backend import resolve_world
+from .. import context, validate
 from ..launcher import RankError, launch
+from ..world import World, resolve_world
 
 DEBUG_LEVELS = ("OFF", "INFO", "DETAIL")
 
@@ -49,13 +49,12 @@ def _first_line_with(lines, words=("mismatch", "doesn't match", "Detected")) -> 
     return next((line for line in lines if any(w in line for w in words)), lines[-1] if lines else "")
 
 
-def _attempt(world_size: int, placement, level: str, base_numel: int, timeout: float) -> dict:
+def _attempt(world: World, level: str, base_numel: int, timeout: float) -> dict:
     start = time.perf_counter()
     row = {"debug": level, "outcome": "finished", "rank": None, "exit_code": None, "message": "",
            "results": None}
     try:
-        row["results"] = launch(_mismatched_all_reduce, world_size, args=(base_numel,),
-                                backend=placement.backend, device=placement.device_type, timeout=timeout,
+        row["results"] = launch(_mismatched_all_reduce, world, args=(base_numel,), timeout=timeout,
                                 show_output=False, progress=False, env={"TORCH_DISTRIBUTED_DEBUG": level})
     except RankError as err:
         row.update(rank=err.rank, exit_code=err.exit_code)
@@ -70,7 +69,7 @@ def _attempt(world_size: int, placement, level: str, base_numel: int, timeout: f
     return row
 
 
-def collective_mismatch(world_size: int = 2, debug_levels=("OFF", "DETAIL"), base_numel: int = 4,
+def collective_mismatch(world_size: int | World | None = 2, debug_levels=("OFF", "DETAIL"), base_numel: int = 4,
                         timeout: float = 30.0, backend: str = "auto", device: str = "auto") -> dict:
     """Run an all-reduce whose size differs between ranks once per ``TORCH_DISTRIBUTED_DEBUG`` level.
 
@@ -78,13 +77,9 @@ def collective_mismatch(world_size: int = 2, debug_levels=("OFF", "DETAIL"), bas
     "outcome" ("finished" | "raised" | "crashed" | "timed_out"), "rank" (the rank reported first),
     "exit_code", "message" (the line that explains it), "results" (only if it finished), "seconds"}]}``.
     """
-    world_size, placement = resolve_world(world_size, backend, device)
-    levels = tuple(debug_levels)
-    unknown = [level for level in levels if level not in DEBUG_LEVELS]
-    if not levels or unknown:
-        raise ValueError(f"debug_levels={debug_levels!r} is not allowed: choose from {', '.join(DEBUG_LEVELS)}")
-    if isinstance(base_numel, bool) or not isinstance(base_numel, int) or base_numel < 1:
-        raise ValueError(f"base_numel={base_numel!r} is not allowed: it must be an integer >= 1")
-    rows = [_attempt(world_size, placement, level, base_numel, timeout) for level in levels]
-    return {"world_size": world_size, "backend": placement.backend, "device": placement.device_type,
-            "numel_per_rank": [base_numel + 2 * r for r in range(world_size)], "rows": rows}
+    world = resolve_world(world_size, backend, device)
+    levels = tuple(validate.choices("debug_levels", debug_levels, DEBUG_LEVELS))
+    validate.integer("base_numel", base_numel, low=1)
+    rows = [_attempt(world, level, base_numel, timeout) for level in levels]
+    return {"world_size": world.size, "backend": world.backend, "device": world.device_type,
+            "numel_per_rank": [base_numel + 2 * r for r in range(world.size)], "rows": rows}

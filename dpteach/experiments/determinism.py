@@ -28,11 +28,11 @@ import torch
 import torch.distributed as dist
 
 from .. import context
-from ..backend import resolve_world, under_torchrun
 from ..launcher import launch
-from ..reference import train_single_process
+from ..reference import exact_tolerance, train_single_process
 from ..sync import EXACT
-from ..train import TrainConfig, exact_tolerance, train_on_rank
+from ..train import TrainConfig, train_on_rank
+from ..world import World, resolve_world, under_torchrun
 
 REFERENCES = {"global batch": False, "fixed order": True}  # name -> fixed_order
 
@@ -89,7 +89,7 @@ def _train_and_refer(configs: list[TrainConfig], device: torch.device) -> dict |
             "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG")}
 
 
-def bitwise_reproducibility(world_size: int | None = 3, model: str = "mlp", steps: int = 10,
+def bitwise_reproducibility(world_size: int | World | None = 3, model: str = "mlp", steps: int = 10,
                             batch_per_rank: int = 16, accum_steps: int = 1, optimizer: str = "sgd",
                             contrast: str = "bucketed", seed: int = 0, backend: str = "auto",
                             device: str = "auto") -> dict:
@@ -107,15 +107,14 @@ def bitwise_reproducibility(world_size: int | None = 3, model: str = "mlp", step
     if contrast not in EXACT or contrast == "deterministic":
         allowed = ", ".join(s for s in EXACT if s != "deterministic")
         raise ValueError(f"contrast={contrast!r} is not allowed: choose one of {allowed}")
-    world_size, placement = resolve_world(world_size, backend, device)
+    world = resolve_world(world_size, backend, device)
     base = TrainConfig(strategy="deterministic", model=model, steps=steps, batch_per_rank=batch_per_rank,
-                       accum_steps=accum_steps, optimizer=optimizer, seed=seed, timing_warmup=0).check(world_size)
+                       accum_steps=accum_steps, optimizer=optimizer, seed=seed, timing_warmup=0).check(world.size)
     configs = [base, replace(base, strategy=contrast)]
     # On a GPU the ranks need cuBLAS's setting from their first instant; under torchrun they are
     # already running, so it counts only if it was in their environment (reported below).
-    env = CUBLAS_DETERMINISTIC if placement.device_type == "cuda" and not under_torchrun() else None
-    result = launch(_rank_run, world_size, args=(configs,), backend=placement.backend,
-                    device=placement.device_type, env=env)[0]
+    env = CUBLAS_DETERMINISTIC if world.device_type == "cuda" and not under_torchrun() else None
+    result = launch(_rank_run, world, args=(configs,), env=env)[0]
     rows = []
     for strategy, run in result["runs"].items():
         for name, params in result["references"].items():
@@ -123,8 +122,8 @@ def bitwise_reproducibility(world_size: int | None = 3, model: str = "mlp", step
             rows.append({"strategy": strategy, "reference": name, "max_abs_diff": delta.max().item(),
                          "differing": int((delta > 0).sum()), "bitwise_equal": torch.equal(run["params"], params),
                          "replicas_identical": run["replica_spread"] == 0.0})
-    return {"world_size": world_size, "model": model, "steps": steps, "accum_steps": accum_steps,
+    return {"world_size": world.size, "model": model, "steps": steps, "accum_steps": accum_steps,
             "optimizer": optimizer, "num_params": result["references"]["global batch"].numel(), "rows": rows,
             "tolerance": exact_tolerance(base),
-            "cublas_workspace_config": result["cublas_workspace_config"] if placement.device_type == "cuda" else None,
-            "backend": placement.backend, "device": placement.device_type}
+            "cublas_workspace_config": result["cublas_workspace_config"] if world.device_type == "cuda" else None,
+            "backend": world.backend, "device": world.device_type}

@@ -20,11 +20,11 @@ import torch
 import torch.distributed as dist
 from torch.nn.utils import parameters_to_vector
 
-from .. import context
-from ..backend import resolve_world
+from .. import context, validate
 from ..data import global_batches, loss_fn, make_dataset, rank_microbatches, sample_batch
 from ..launcher import launch
 from ..models import build_model, check_model_name
+from ..world import World, resolve_world
 
 # float32 sums in a different order agree to ~1e-7 relative; 1e-5 leaves room for deeper models.
 GRAD_REL_TOLERANCE = 1e-5
@@ -67,7 +67,7 @@ def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a - b).norm() / b.norm()).item()
 
 
-def gradient_equivalence(world_size: int | None = 2, batch_per_rank: int = 16, model: str = "mlp",
+def gradient_equivalence(world_size: int | World | None = 2, batch_per_rank: int = 16, model: str = "mlp",
                          accum_steps: int = 1, seed: int = 0, backend: str = "auto",
                          device: str = "auto") -> dict:
     """Average the W ranks' shard gradients and compare them with the global-batch gradient.
@@ -82,23 +82,21 @@ def gradient_equivalence(world_size: int | None = 2, batch_per_rank: int = 16, m
          "tolerance": GRAD_REL_TOLERANCE, "backend", "device"}
     """
     check_model_name(model)
-    for name, value in (("batch_per_rank", batch_per_rank), ("accum_steps", accum_steps)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name}={value!r} is not allowed: it must be an integer >= 1")
-    world_size, placement = resolve_world(world_size, backend, device)
-    ranks = launch(_rank_gradient, world_size, args=(model, batch_per_rank, accum_steps, seed),
-                   backend=placement.backend, device=placement.device_type)
+    validate.integer("batch_per_rank", batch_per_rank, low=1)
+    validate.integer("accum_steps", accum_steps, low=1)
+    world = resolve_world(world_size, backend, device)
+    ranks = launch(_rank_gradient, world, args=(model, batch_per_rank, accum_steps, seed))
     # The reference: one process, one model, the whole global batch in a single forward and backward.
     reference_model = build_model(model, seed=seed)
-    dataset = make_dataset(model, batch_per_rank * world_size * accum_steps, seed=seed)
+    dataset = make_dataset(model, batch_per_rank * world.size * accum_steps, seed=seed)
     single = _gradient(reference_model, loss_fn(model), dataset, [ranks[0]["global_batch"]], "cpu")
     averaged = ranks[0]["averaged"]
     return {
-        "world_size": world_size, "batch_per_rank": batch_per_rank, "accum_steps": accum_steps,
+        "world_size": world.size, "batch_per_rank": batch_per_rank, "accum_steps": accum_steps,
         "global_batch": len(ranks[0]["global_batch"]), "model": model, "num_params": single.numel(),
         "shards": [r["shard"] for r in ranks],
         "max_abs_diff": (averaged - single).abs().max().item(), "rel_error": _relative(averaged, single),
         "norm_single": single.norm().item(), "norm_averaged": averaged.norm().item(),
         "local_rel_errors": [_relative(r["local"], single) for r in ranks],
-        "tolerance": GRAD_REL_TOLERANCE, "backend": placement.backend, "device": placement.device_type,
+        "tolerance": GRAD_REL_TOLERANCE, "backend": world.backend, "device": world.device_type,
     }

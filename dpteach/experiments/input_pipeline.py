@@ -40,13 +40,13 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset
 
-from .. import context
-from ..backend import resolve_world
+from .. import context, validate
 from ..data import ShardedSampler, loss_fn, make_dataset
 from ..launcher import launch
 from ..models import build_model
 from ..sync import make_strategy
 from ..timeline import Timeline, start_together
+from ..world import World, resolve_world
 
 
 def standard_loader_configs(num_workers: int = 2, prefetch_factor: int = 2, thread_prefetch: int = 2) -> list[dict]:
@@ -72,8 +72,7 @@ def check_loader_config(config: dict) -> dict:
     full = {"name": None, "num_workers": 0, "prefetch_factor": None, "pin_memory": False, "thread_prefetch": 0,
             "set_epoch": True, **config}
     for key in ("num_workers", "thread_prefetch"):
-        if isinstance(full[key], bool) or not isinstance(full[key], int) or full[key] < 0:
-            raise ValueError(f"{key}={full[key]!r} is not allowed: it must be an integer >= 0")
+        validate.integer(key, full[key], low=0)
     if full["prefetch_factor"] is not None and full["num_workers"] == 0:
         raise ValueError(f"prefetch_factor={full['prefetch_factor']!r} with num_workers=0 is not allowed: "
                          f"only worker processes prefetch (torch's DataLoader refuses it too)")
@@ -238,7 +237,7 @@ def _summarise(ranks: list[dict], batch: int, decode_ms: float) -> dict:
     }
 
 
-def input_pipeline(world_size: int | None = None, loader_configs: list[dict] | None = None, steps: int = 16,
+def input_pipeline(world_size: int | World | None = None, loader_configs: list[dict] | None = None, steps: int = 16,
                    decode_ms: float = 1.5, num_workers: int = 2, prefetch_factor: int = 2, epochs: int = 2,
                    batch_per_rank: int = 32, model: str = "mlp", seed: int = 0, bucket_mb: float = 25.0,
                    backend: str = "auto", device: str = "auto", timeout: float = 600.0) -> dict:
@@ -249,23 +248,21 @@ def input_pipeline(world_size: int | None = None, loader_configs: list[dict] | N
     ``{"world_size", "backend", "device", "model", "decode_ms", "batch_per_rank", "steps_per_epoch", "epochs",
     "rows": [one per configuration], "spans": {name: {rank: spans}}}``; times in seconds.
     """
-    world_size, placement = resolve_world(world_size, backend, device)
+    world = resolve_world(world_size, backend, device)
     configs = [check_loader_config(c) for c in (loader_configs if loader_configs is not None
                                                  else standard_loader_configs(num_workers, prefetch_factor))]
-    for name, value, low in (("steps", steps, 1), ("epochs", epochs, 1), ("batch_per_rank", batch_per_rank, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{name}={value!r} is not allowed: it must be an integer >= {low}")
-    if not decode_ms >= 0:
-        raise ValueError(f"decode_ms={decode_ms!r} is not allowed: it must be a number of milliseconds >= 0")
+    for name, value in (("steps", steps), ("epochs", epochs), ("batch_per_rank", batch_per_rank)):
+        validate.integer(name, value, low=1)
+    validate.number("decode_ms", decode_ms, low=0, unit="a number of milliseconds")
     steps_per_epoch = max(1, steps // epochs)
-    per_rank = launch(_on_rank, world_size, backend=placement.backend, device=placement.device_type,
+    per_rank = launch(_on_rank, world,
                       args=(configs, model, steps_per_epoch, epochs, batch_per_rank, float(decode_ms), seed, bucket_mb),
                       timeout=timeout)
     rows, spans = [], {}
     for i, config in enumerate(configs):
-        ranks = [per_rank[r][i] for r in range(world_size)]
+        ranks = [per_rank[r][i] for r in range(world.size)]
         rows.append({**_summarise(ranks, batch_per_rank, decode_ms), "config": config})
-        spans[config["name"]] = {r: ranks[r]["spans"] for r in range(world_size)}
-    return {"world_size": world_size, "backend": placement.backend, "device": placement.device_type,
+        spans[config["name"]] = {r: ranks[r]["spans"] for r in range(world.size)}
+    return {"world_size": world.size, "backend": world.backend, "device": world.device_type,
             "model": model, "decode_ms": float(decode_ms), "batch_per_rank": batch_per_rank,
             "steps_per_epoch": steps_per_epoch, "epochs": epochs, "rows": rows, "spans": spans}

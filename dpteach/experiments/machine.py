@@ -5,7 +5,7 @@ latency ``alpha`` every message pays before its first byte arrives, and the time
 ``beta`` (one over the bandwidth). On a laptop both come from the operating system copying bytes
 between processes; on a GPU box from NVLink or PCIe; on a cluster from the network. Measuring them
 here, with the same all-reduce sweep ``dpteach bench allreduce`` runs (algbw and busbw as
-nccl-tests defines them; each call timed on its own, see ``dpteach/bench.py``), lets every later
+nccl-tests defines them; each call timed on its own, see ``dpteach/experiments/bench.py``), lets every later
 prediction use *this* machine's numbers rather than a textbook's.
 
 ``link_on_rank`` is the small version of the same measurement, meant to run inside a world an
@@ -16,32 +16,30 @@ from __future__ import annotations
 
 import os
 import platform
-import statistics
-import time
 
 import torch
 import torch.distributed as dist
 
-from .. import context, costmodel
-from ..backend import choose_placement, gloo_available, nccl_available, visible_gpus
-from ..bench import allreduce_benchmark, parse_size
+from .. import context, costmodel, validate
+from ..backend import gloo_available, nccl_available, visible_gpus
+from ..world import World, resolve_world
+from .bench import allreduce_benchmark, parse_size, time_calls
 
 DEFAULT_SIZES = ("4KiB", "32KiB", "256KiB", "1MiB", "4MiB")
 LINK_SIZES = (4096, 4 << 20)  # far apart, so that noise cannot hide the slope (beta)
 
 
-def describe_machine(world_size: int = 2) -> dict:
+def describe_machine(world_size: int | World = 2) -> dict:
     """Python, torch, CPUs, GPUs and the backend W ranks get here (what ``dpteach doctor`` prints)."""
-    placement = choose_placement(world_size)
+    world = resolve_world(world_size)
     gpus = visible_gpus()
     return {"python": platform.python_version(), "torch": torch.__version__, "cpus": os.cpu_count(),
             "gpus": [torch.cuda.get_device_name(i) for i in range(gpus)], "cuda": torch.version.cuda,
             "gloo": gloo_available(), "nccl": nccl_available(),
-            "placement": {"world_size": world_size, "backend": placement.backend,
-                          "device": placement.device_type}}
+            "placement": {"world_size": world.size, "backend": world.backend, "device": world.device_type}}
 
 
-def machine_profile(world_size: int = 2, sizes=DEFAULT_SIZES, iters: int = 10, warmup: int = 3,
+def machine_profile(world_size: int | World = 2, sizes=DEFAULT_SIZES, iters: int = 10, warmup: int = 3,
                     algorithms=("builtin", "ring"), backend: str = "auto", device: str = "auto") -> dict:
     """Describe this machine and measure its all-reduce time over a sweep of message sizes.
 
@@ -57,8 +55,8 @@ def machine_profile(world_size: int = 2, sizes=DEFAULT_SIZES, iters: int = 10, w
     ``2(W-1) alpha + 2(W-1)/W n beta`` (``dpteach.costmodel``): alpha is per message, so it is
     comparable across world sizes and algorithms.
     """
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 2:
-        raise ValueError(f"world_size={world_size!r} is not allowed: measuring a link needs at least 2 ranks")
+    world = resolve_world(world_size, backend, device)
+    validate.ranks(world, 2, "measuring a link needs two ranks or more")
     algorithms = list(algorithms)
     if "ring" not in algorithms:
         raise ValueError(f"algorithms={algorithms!r} is not allowed: it must include 'ring', whose times "
@@ -69,14 +67,12 @@ def machine_profile(world_size: int = 2, sizes=DEFAULT_SIZES, iters: int = 10, w
                          f"different message sizes")
     # Largest first: whatever the first measurements of a fresh world pay once (connections, page
     # faults, caches) then lands where it is a small fraction of the time, not on the 4 KiB point.
-    report = allreduce_benchmark(world_size, byte_sizes[::-1], algorithms, iters=iters, warmup=warmup,
-                                 backend=backend, device=device)
-    machine = describe_machine(world_size)
+    report = allreduce_benchmark(world, byte_sizes[::-1], algorithms, iters=iters, warmup=warmup)
     params = costmodel.LinkParams(report["fit"]["alpha_s"], report["fit"]["beta_s_per_byte"])
     return {
-        "machine": machine, "world_size": world_size, "backend": report["backend"],
-        "device": report["device"], "sizes": byte_sizes, "rows": report["rows"], "fit": report["fit"],
-        "predicted_s": [costmodel.predict("ring", n, world_size, params) for n in byte_sizes],
+        "machine": describe_machine(world), "world_size": world.size, "backend": world.backend,
+        "device": world.device_type, "sizes": byte_sizes, "rows": report["rows"], "fit": report["fit"],
+        "predicted_s": [costmodel.predict("ring", n, world.size, params) for n in byte_sizes],
     }
 
 
@@ -97,20 +93,8 @@ def link_on_rank(sizes=LINK_SIZES, iters: int = 10) -> dict:
     world = dist.get_world_size()
     if world < 2:
         return {"alpha_s": 0.0, "beta_s_per_byte": 0.0, "samples": []}
-    samples = []
-    for nbytes in sizes:
-        buf = torch.ones(max(1, nbytes // 4), device=context.device())
-        times = []
-        for i in range(iters + 2):
-            context.synchronize()
-            dist.barrier()
-            start = time.perf_counter()
-            dist.all_reduce(buf)
-            context.synchronize()
-            if i >= 2:
-                times.append(time.perf_counter() - start)
-        slowest = torch.tensor(times, dtype=torch.float64)
-        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-        samples.append((buf.numel() * 4, world, statistics.median(slowest.tolist())))
+    buffers = {nbytes: torch.ones(max(1, nbytes // 4), device=context.device()) for nbytes in sizes}
+    seconds = time_calls({n: (lambda b=buf: dist.all_reduce(b)) for n, buf in buffers.items()}, iters, warmup=2)
+    samples = [(buf.numel() * 4, world, seconds[n]) for n, buf in buffers.items()]
     fit = costmodel.fit_alpha_beta(samples, algorithm="ring")
     return {"alpha_s": fit.params.alpha, "beta_s_per_byte": fit.params.beta, "samples": samples}

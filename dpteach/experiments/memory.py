@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import validate
 from ..data import loss_fn, make_dataset, sample_batch
 from ..models import build_model, model_names
 
@@ -54,11 +55,6 @@ BYTES_PER_PARAM = {
     ("fp32", "sgd"): (4, 4, 0), ("fp32", "sgd_momentum"): (4, 4, 4), ("fp32", "adam"): (4, 4, 8),
     ("mixed", "sgd"): (2, 2, 4), ("mixed", "sgd_momentum"): (2, 2, 8), ("mixed", "adam"): (2, 2, 12),
 }
-
-
-def _check_choice(name, value, allowed):
-    if value not in allowed:
-        raise ValueError(f"{name}={value!r} is not allowed: choose one of {', '.join(map(str, allowed))}")
 
 
 def _per_rank(parts: dict, world_size: int, stage: int) -> dict:
@@ -89,15 +85,12 @@ def memory_per_replica(params_billion: float = 7.0, optimizer: str = "adam", pre
                        traffic_bytes (sent per rank per step)}, ...],       # stages 0..3
          "max_params_billion": {stage: largest model that fits in gpu_gb}, "fits", ...inputs}
     """
-    if isinstance(params_billion, bool) or not isinstance(params_billion, (int, float)) or not params_billion > 0:
-        raise ValueError(f"params_billion={params_billion!r} is not allowed: it must be a number > 0")
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size={world_size!r} is not allowed: it must be an integer >= 1")
-    if isinstance(gpu_gb, bool) or not isinstance(gpu_gb, (int, float)) or not gpu_gb > 0:
-        raise ValueError(f"gpu_gb={gpu_gb!r} is not allowed: it must be a number of GB > 0")
-    _check_choice("optimizer", optimizer, OPTIMIZERS)
-    _check_choice("precision", precision, PRECISIONS)
-    _check_choice("zero_stage", zero_stage, STAGES)
+    validate.number("params_billion", params_billion, above=0)
+    validate.integer("world_size", world_size, low=1)
+    validate.number("gpu_gb", gpu_gb, above=0, unit="a number of GB")
+    validate.choice("optimizer", optimizer, OPTIMIZERS)
+    validate.choice("precision", precision, PRECISIONS)
+    validate.choice("zero_stage", zero_stage, STAGES)
     n = params_billion * 1e9
     p, g, o = BYTES_PER_PARAM[(precision, optimizer)]
     replica = {"params": p * n, "grads": g * n, "optimizer": o * n}
@@ -140,7 +133,7 @@ def measure_model_memory(models=None, optimizers=("sgd_momentum", "adam"), batch
         data = make_dataset(name, batch, seed=0)
         x, y = sample_batch(data, range(batch))
         for opt_name in optimizers:
-            _check_choice("optimizers", opt_name, OPTIMIZERS)
+            validate.choice("optimizers", opt_name, OPTIMIZERS)
             model = build_model(name, seed=0)
             params = [p for p in model.parameters() if p.requires_grad]
             if opt_name == "adam":

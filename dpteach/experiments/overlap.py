@@ -15,7 +15,7 @@ model must stay exactly what single-process training would give. This experiment
 
 Every run is compared with single-process training on the *original* recipe (B x W samples per
 step, no accumulation): the requirement of the question. Only the exact strategies stay within
-float32 rounding of it (``dpteach.train.exact_tolerance``).
+float32 rounding of it (``dpteach.reference.exact_tolerance``).
 
 Timings are what this machine measured. On a CPU with fewer cores than ranks, gloo's communication
 threads compete with backward for the same cores, so overlap hides little; on GPUs NCCL's kernels
@@ -29,14 +29,15 @@ from __future__ import annotations
 import statistics
 from dataclasses import replace
 
-from ..backend import resolve_world
+from .. import validate
 from ..launcher import launch
 from ..link import resolve_link
+from ..reference import exact_tolerance, reference_device, train_single_process
 from ..sync import EXACT
 from ..timeline import busy_time
-from ..reference import reference_device, train_single_process
-from ..train import TrainConfig, exact_tolerance
-from .compare import _train_each, link_report
+from ..train import TrainConfig, train_each_on_rank
+from ..world import World, resolve_world
+from .compare import link_report
 
 TIMELINE_STRATEGIES = ("naive", "bucketed", "overlap", "ddp")
 
@@ -106,7 +107,7 @@ def summarise_run(ranks: list[dict], steps: range) -> dict:
     return out
 
 
-def overlap_timeline(world_size: int | None = None, model: str = "mlp", bucket_mb: float | None = None, steps: int = 8,
+def overlap_timeline(world_size: int | World | None = None, model: str = "mlp", bucket_mb: float | None = None, steps: int = 8,
                      batch_per_rank: int = 32, seed: int = 0, link=None, backend: str = "auto", device: str = "auto",
                      timeout: float = 600.0) -> dict:
     """Run the exact strategies and the question's candidate answers in one world; return plain data.
@@ -119,9 +120,8 @@ def overlap_timeline(world_size: int | None = None, model: str = "mlp", bucket_m
     "timelines": {strategy: {rank: [spans of its typical step]}}, "candidates": [row per answer],
     "reference_losses"}``. Times are seconds; ``exposed_comm_s`` is step time minus ``local``'s.
     """
-    world_size, placement = resolve_world(world_size, backend, device)
-    if world_size < 2:
-        raise ValueError(f"world_size={world_size!r} is not allowed: overlap needs at least 2 ranks to talk")
+    world = resolve_world(world_size, backend, device)
+    validate.ranks(world, 2, "overlap needs two ranks or more to talk")
     emulated = resolve_link(link)
     base = TrainConfig(model=model, steps=steps, bucket_mb=bucket_mb, batch_per_rank=batch_per_rank, seed=seed,
                        link=emulated)
@@ -134,13 +134,12 @@ def overlap_timeline(world_size: int | None = None, model: str = "mlp", bucket_m
         "smaller_batch": replace(base, strategy="bucketed", batch_per_rank=half),
     })
     names = list(runs)
-    configs = [runs[n].check(world_size) for n in names]
+    configs = [runs[n].check(world.size) for n in names]
     # interleave=True: step s of every run, then step s+1, so that a burst of background load on a
     # shared machine hits all runs alike and their differences stay meaningful.
-    per_rank = launch(_train_each, world_size, args=(configs, True), backend=placement.backend,
-                      device=placement.device_type, timeout=timeout)
-    results = {n: [per_rank[r][i] for r in range(world_size)] for i, n in enumerate(names)}
-    reference = train_single_process(base, world_size, device=reference_device(placement))
+    per_rank = launch(train_each_on_rank, world, args=(configs, True), timeout=timeout)
+    results = {n: [per_rank[r][i] for r in range(world.size)] for i, n in enumerate(names)}
+    reference = train_single_process(base, world.size, device=reference_device(world.placement))
     timed = range(min(base.timing_warmup, steps - 1), steps)
 
     summaries = {name: summarise_run(results[name], timed) for name in names}
@@ -157,7 +156,7 @@ def overlap_timeline(world_size: int | None = None, model: str = "mlp", bucket_m
     candidates = []
     for key, answer, run, floor in CANDIDATES:
         summary, config = summaries[run], runs[run]
-        samples = config.global_batch(world_size)
+        samples = config.global_batch(world.size)
         candidates.append({
             "key": key, "answer": answer, "strategy": config.strategy, "accum_steps": config.accum_steps,
             "batch_per_rank": config.batch_per_rank, "samples_per_step": samples,
@@ -169,8 +168,8 @@ def overlap_timeline(world_size: int | None = None, model: str = "mlp", bucket_m
         })
     shown = {name: typical_step(results[name][0]["step_times"], timed) for name in ("local", *TIMELINE_STRATEGIES)}
     timelines = {name: {r: [s for s in results[name][r]["spans"] if s["step"] == shown[name]]
-                        for r in range(world_size)} for name in shown}
-    return {"world_size": world_size, "backend": placement.backend, "device": placement.device_type,
+                        for r in range(world.size)} for name in shown}
+    return {"world_size": world.size, "backend": world.backend, "device": world.device_type,
             "model": model, "bucket_mb": base.bucket_mb, "link": None if emulated is None else emulated.as_dict(),
             "steps": steps, "batch_per_rank": batch_per_rank,
             "tolerance": tolerance, "timed_steps": list(timed), "shown_steps": shown,

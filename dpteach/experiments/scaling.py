@@ -31,12 +31,15 @@ import torch
 
 from .. import context
 from .. import scaling as simulator
+from .. import validate
 from ..backend import choose_placement, cores_available
 from ..launcher import launch
 from ..link import resolve_link
 from ..models import build_model, check_model_name
+from ..sync import STRATEGIES, strategy_class
 from ..timeline import busy_time
 from ..train import TrainConfig, train_interleaved_on_rank
+from ..world import World
 from .compare import link_report
 from .machine import link_on_rank
 
@@ -132,17 +135,14 @@ def scaling_sweep(world_sizes=(1, 2, 3, 4), model: str = "mlp", steps: int = 10,
     if not sizes or sizes[0] != 1:
         raise ValueError(f"world_sizes={list(world_sizes)!r} is not allowed: include 1, the baseline every "
                          f"efficiency is measured against")
-    if threads_per_rank is not None and (isinstance(threads_per_rank, bool) or not isinstance(threads_per_rank, int)
-                                         or threads_per_rank < 1):
-        raise ValueError(f"threads_per_rank={threads_per_rank!r} is not allowed: an integer >= 1, or None "
-                         f"(the launcher's default: the cores shared out between the ranks)")
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"repeats={repeats!r} is not allowed: it must be an integer >= 1")
-    if strategy in ("local", "async"):
+    validate.optional(validate.integer, "threads_per_rank", threads_per_rank, low=1,
+                      why=", or None (the launcher's default: the cores shared out between the ranks)")
+    validate.integer("repeats", repeats, low=1)
+    validate.choice("strategy", strategy, STRATEGIES)
+    if not (strategy_class(strategy).lockstep and strategy_class(strategy).communicates):
         raise ValueError(f"strategy={strategy!r} is not allowed here: choose a synchronous data-parallel "
                          f"strategy (overlap, bucketed, naive, ddp, ...)")
-    if scaling not in SCALINGS:
-        raise ValueError(f"scaling={scaling!r} is not allowed: choose one of {', '.join(SCALINGS)}")
+    validate.choice("scaling", scaling, SCALINGS)
     if scaling == "strong":
         global_batch = batch_per_rank * sizes[-1] if global_batch is None else global_batch
         uneven = [w for w in sizes if isinstance(global_batch, bool) or not isinstance(global_batch, int)
@@ -166,8 +166,8 @@ def scaling_sweep(world_sizes=(1, 2, 3, 4), model: str = "mlp", steps: int = 10,
     rows = []
     for w in sizes:
         configs = configs_for(w)
-        ranks = launch(_scaling_on_rank, w, args=(configs, repeats, threads_per_rank), backend=placement.backend,
-                       device=placement.device_type, timeout=600)
+        world = World(w, placement, asked=(placement.backend, placement.device_type))
+        ranks = launch(_scaling_on_rank, world, args=(configs, repeats, threads_per_rank), timeout=600)
         local, run = _best_pass(ranks, 0), _best_pass(ranks, 1)
         step = run["median_step_s"]
         exposed = max(0.0, step - local["median_step_s"])
@@ -214,13 +214,8 @@ def scaling_simulation(compute_ms: float = 200.0, grad_mb: float = 2000.0, overl
     Pure arithmetic, instant. Returns ``{"curves": {link name: [predict_step rows]}, "title",
     "max_world_size", ...inputs}``.
     """
-    if isinstance(max_world_size, bool) or not isinstance(max_world_size, int) or max_world_size < 2:
-        raise ValueError(f"max_world_size={max_world_size!r} is not allowed: it must be an integer >= 2")
-    chosen = []
-    for name in links:
-        if name not in simulator.PRESETS:
-            raise ValueError(f"links={list(links)!r} is not allowed: choose from {', '.join(simulator.PRESETS)}")
-        chosen.append(simulator.PRESETS[name])
+    validate.integer("max_world_size", max_world_size, low=2)
+    chosen = [simulator.PRESETS[name] for name in validate.choices("links", links, simulator.PRESETS, at_least=0)]
     if measured_link is not None:
         chosen.insert(0, simulator.measured_link(measured_link["alpha_s"], measured_link["beta_s_per_byte"]))
     world_sizes = simulator.powers_of_two(max_world_size)

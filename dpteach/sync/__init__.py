@@ -15,10 +15,16 @@ name               what it does                                                 
 =================  ===========================================================  ======================
 
 "Up to rounding": an all-reduce adds the W gradients in an order of its own choosing, and float32
-addition is not associative, so the weights differ from one process's by ~1e-7 (``train.py`` states
-the tolerance). (*) ``deterministic`` fixes the order, and equals the reference that adds shard
-gradients in the same order (``reference.train_single_process(..., fixed_order=True)``) exactly.
+addition is not associative, so the weights differ from one process's by ~1e-7
+(``reference.exact_tolerance`` states the tolerance). (*) ``deterministic`` fixes the order, and
+equals the reference that adds shard gradients in the same order
+(``reference.train_single_process(..., fixed_order=True)``) exactly.
+
+Every strategy says what it is through the attributes of ``base.Strategy`` (exact? in lockstep?
+how many ranks only serve?), so the trainer and the experiments never test for a name.
 """
+from .async_ps import ParameterServer
+from .base import Strategy
 from .bucketed import BucketedSync
 from .compressed import CompressedSync
 from .ddp import TorchDDP
@@ -39,12 +45,21 @@ STRATEGIES = {
     "int8_ef": (CompressedSync, {"codec": "int8", "error_feedback": True}),
     "fp16": (CompressedSync, {"codec": "fp16"}),
     "bf16": (CompressedSync, {"codec": "bf16"}),
-    "async": (None, {}),  # its own loop: see async_ps.py
+    "async": (ParameterServer, {}),  # not in lockstep: its own loop (async_ps.py)
 }
-EXACT = ("naive", "bucketed", "overlap", "ddp", "deterministic")
+EXACT = tuple(name for name, (cls, _) in STRATEGIES.items() if cls.exact)
 
 
-def make_strategy(name: str, model, timeline, bucket_mb: float = 1.0, first_bucket_mb=None, link=None):
-    """Strategy ``name`` for this rank's ``model``; ``link`` (a ``dpteach.link.Link``) emulates a network."""
+def strategy_class(name: str) -> type[Strategy]:
+    """The class behind strategy ``name``: what it says about itself (``Strategy``'s attributes)."""
+    return STRATEGIES[name][0]
+
+
+def make_strategy(name: str, model, timeline, bucket_mb: float = 1.0, first_bucket_mb=None, link=None,
+                  all_reduce: str = "builtin"):
+    """Lockstep strategy ``name`` for this rank's ``model``; ``link`` (a ``dpteach.link.Link``) emulates a
+    network; ``all_reduce`` ("builtin", "ring", "tree") is the all-reduce it runs, where it takes one."""
     cls, options = STRATEGIES[name]
+    if all_reduce != "builtin":
+        options = {**options, "all_reduce": all_reduce}
     return cls(model, timeline, bucket_mb=bucket_mb, first_bucket_mb=first_bucket_mb, link=link, **options)

@@ -38,10 +38,78 @@ field towards all-reduce.
 from __future__ import annotations
 
 import time
+from itertools import islice
 
 import torch
 import torch.distributed as dist
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+from .. import context
+from ..data import sample_batch, split_for_rank
+from ..replica import build_replica, flat_weights, make_optimizer, replica_spread, step_batches, summarise
+from ..timeline import Timeline, start_together
+from .base import Strategy
+
+
+class ParameterServer(Strategy):
+    """The strategy as the trainer sees it: rank 0 serves, ranks 1..W-1 work, with no step in common.
+
+    It is not in lockstep, so it brings its own loop (:meth:`train_on_rank`) instead of the
+    per-step calls of ``train.SyncTrainer``; its point-to-point messages are not emulated on a link.
+    """
+
+    name = "async"
+    exact = False
+    lockstep = False
+    servers = 1
+    emulates_link = False
+
+    @classmethod
+    def check(cls, config, world_size: int) -> None:
+        if world_size < 2:
+            raise ValueError(f"strategy='async' with world_size={world_size} is not allowed: rank 0 is the "
+                             f"parameter server, so at least one more rank must be a worker")
+        super().check(config, world_size)
+
+    @classmethod
+    def train_on_rank(cls, config) -> dict:
+        """Serve (rank 0) or work (the others) for ``config.steps x (W-1)`` pushes; the summary reports
+        the server's weights, and the loss of those weights on the last global batch."""
+        model, dataset, criterion = build_replica(config)
+        timeline = Timeline(context.device())
+        rank, world, device = dist.get_rank(), dist.get_world_size(), context.device()
+        workers = cls.workers(world)
+        optimizer = make_optimizer(config, model.parameters())
+        batches = list(islice(step_batches(config, dataset, workers), config.steps))
+        start_together(timeline)
+        started = time.perf_counter()
+        if rank == 0:
+            server = serve(model, optimizer, config.steps * workers, config.max_staleness, timeline)
+            result = {"step_times": [], "wire_bytes": 0.0}
+        else:
+            def compute_gradient(update):  # a fast worker may do more updates than steps: wrap around
+                batch = batches[update % len(batches)]
+                for indices in split_for_rank(batch, rank - 1, workers, config.batch_per_rank, config.accum_steps):
+                    x, y = (t.to(device) for t in sample_batch(dataset, indices))
+                    with timeline.span(update, "forward"):
+                        loss = criterion(model(x), y) / config.accum_steps
+                    with timeline.span(update, "backward"):
+                        loss.backward()
+            slow = config.slow_ms if config.slow_rank == rank else 0.0
+            result = work(model, compute_gradient, slow, timeline)
+            server = None
+        context.synchronize()
+        timeline.resolve()  # on a GPU the workers' forward and backward spans are CUDA events until now
+        dist.barrier()
+        workers_spread = replica_spread(flat_weights(model))  # workers hold whatever weights they pulled last
+        for p in model.parameters():  # from here on, report the server's weights: the ones that count
+            dist.broadcast(p.data, src=0)
+        with torch.no_grad():  # no loss is shared per step: the final weights' loss on the last global batch
+            x, y = (t.to(device) for t in sample_batch(dataset, batches[-1]))
+            losses = [criterion(model(x), y).item()]
+        summary = summarise(config, model, losses, result["step_times"], [result["wire_bytes"]], timeline,
+                            average_losses=False)
+        return {**summary, "replica_spread": workers_spread, "async": server, "started_at": started}
 
 
 def serve(model, optimizer, pushes: int, max_staleness: int | None, timeline) -> dict:

@@ -34,18 +34,57 @@ from ..costmodel import busbw_factor
 from ..link import Comm
 
 
-class GradientSync:
-    """Base class: holds the model, the timeline, and the byte count; subclasses fill in ``finish``."""
+class Strategy:
+    """What every strategy says about itself, so that no caller needs to know strategies by name.
+
+    ``exact``: ends at single-process training's weights up to float32 rounding (``reference.py``).
+    ``lockstep``: every rank takes step s together, driven by ``train.SyncTrainer``; several such
+    strategies can then run step by step side by side (``train.train_interleaved_on_rank``). A
+    strategy that is not in lockstep runs its own loop: ``cls.train_on_rank(config)``.
+    ``servers``: ranks that only serve and compute no gradient; the other ``workers(W)`` ranks share
+    each global batch. ``emulates_link``: its messages can go through an emulated network
+    (``dpteach/link.py``). ``communicates``: False only for the no-communication floor, ``local``.
+    ``takes_all_reduce``: it all-reduces after backward and waits, so it can run on the course's own
+    ring or tree (``all_reduce=``) instead of torch's all-reduce.
+    """
 
     name = "base"
-    exact = True  # expected to equal single-process training up to float32 rounding
+    exact = True
+    lockstep = True
+    servers = 0
+    emulates_link = True
+    communicates = True
+    takes_all_reduce = False
 
-    def __init__(self, model: torch.nn.Module, timeline, link=None, **options):
+    @classmethod
+    def workers(cls, world_size: int) -> int:
+        """How many of ``world_size`` ranks compute gradients (and share the global batch)."""
+        return world_size - cls.servers
+
+    @classmethod
+    def check(cls, config, world_size: int) -> None:
+        """Refuse a world, link or all-reduce this strategy cannot run with (``TrainConfig.check`` calls it)."""
+        if cls.workers(world_size) < 1:
+            raise ValueError(f"strategy={config.strategy!r} with world_size={world_size} is not allowed: "
+                             f"{cls.servers} rank(s) only serve, so at least one more rank must be a worker")
+        if config.link is not None and not cls.emulates_link:
+            raise ValueError(f"link is not allowed with strategy={config.strategy!r}: its messages are not emulated; "
+                             f"leave link=None")
+        if config.all_reduce != "builtin" and not cls.takes_all_reduce:
+            raise ValueError(f"all_reduce={config.all_reduce!r} is not allowed with strategy={config.strategy!r}: only "
+                             f"strategies that all-reduce after backward and wait (naive, bucketed) can run the "
+                             f"course's own collectives; leave all_reduce='builtin'")
+
+
+class GradientSync(Strategy):
+    """Base class: holds the model, the timeline, and the byte count; subclasses fill in ``finish``."""
+
+    def __init__(self, model: torch.nn.Module, timeline, link=None, all_reduce: str = "builtin", **options):
         self.model = model
         self.timeline = timeline
         self.options = options
         self.world = dist.get_world_size()
-        self.comm = Comm(link, self.world)
+        self.comm = Comm(link, self.world, all_reduce)
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.will_sync = True
         self.wire_bytes = 0  # bytes this rank sent in the current step
@@ -73,7 +112,15 @@ class GradientSync:
         self.wire_bytes += int(tensor.numel() * tensor.element_size() * busbw_factor(self.world))
 
     def all_reduce_mean(self, tensor: torch.Tensor, async_op: bool = False):
-        """Divide by W, then sum across ranks: the mean, with no AVG op needed (DDP does the same)."""
+        """Divide by W, then sum across ranks: the mean, with no AVG op needed (DDP does the same).
+
+        torch's all-reduce is counted by the ring's formula; the course's own ring or tree counts
+        what its trace shows this rank sent."""
         tensor.div_(self.world)
-        self.count_all_reduce(tensor)
-        return self.comm.all_reduce(tensor, async_op=async_op)
+        if self.comm.algorithm == "builtin":
+            self.count_all_reduce(tensor)
+            return self.comm.all_reduce(tensor, async_op=async_op)
+        sent = self.comm.sent_bytes
+        work = self.comm.all_reduce(tensor, async_op=async_op)
+        self.wire_bytes += self.comm.sent_bytes - sent
+        return work

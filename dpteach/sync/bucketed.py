@@ -10,6 +10,7 @@ from .base import GradientSync
 
 class BucketedSync(GradientSync):
     name = "bucketed"
+    takes_all_reduce = True
 
     def __init__(self, model, timeline, bucket_mb=1.0, first_bucket_mb=None, **options):
         super().__init__(model, timeline, **options)

@@ -10,6 +10,7 @@ from .base import GradientSync
 class LocalOnly(GradientSync):
     name = "local"
     exact = False
+    communicates = False
 
     def finish(self, step: int) -> None:
         pass

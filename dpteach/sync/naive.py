@@ -10,6 +10,7 @@ from .base import GradientSync
 
 class NaiveSync(GradientSync):
     name = "naive"
+    takes_all_reduce = True
 
     def finish(self, step: int) -> None:
         for index, p in enumerate(self.params):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 from IPython.display import display
 
-from ..timeline import plot_gantt
+from .gantt import plot_gantt
 from .rendering import html_table, legend_below, show
 
 

@@ -9,7 +9,7 @@ from html import escape
 import matplotlib.pyplot as plt
 from IPython.display import HTML, display
 
-from ..timeline import plot_gantt
+from .gantt import plot_gantt
 from .rendering import html_table, legend_beside, show  # noqa: F401 (html_table: lesson 04 imports it from here)
 
 TIMELINE_STRATEGIES = ("naive", "bucketed", "overlap", "ddp")

@@ -198,7 +198,9 @@ CHECKS = (
 EXERCISE = Exercise(
     id="05", stem="05_accumulation", title="Gradient accumulation with no_sync()", names=("train_step",),
     stub=STUB, intro=INTRO, try_code=TRY, checks=CHECKS,
-    forbidden=ALL_COLLECTIVES + ("dpteach.train.train_on_rank", "dpteach.reference.train_single_process"),
+    forbidden=ALL_COLLECTIVES + ("dpteach.train.train_on_rank", "dpteach.train.train_each_on_rank",
+                                 "dpteach.train.train_interleaved_on_rank", "dpteach.train.SyncTrainer",
+                                 "dpteach.reference.train_single_process"),
     forbidden_methods=PROCESS_GROUP_METHODS, forbidden_modules=COLLECTIVE_MODULES,
     rule="this exercise asks DDP to do the communication, and your code calls a collective itself",
     after="Exercise 06 makes each all-reduce cheaper: 8 bits per gradient instead of 32.",

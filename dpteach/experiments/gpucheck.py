@@ -39,8 +39,9 @@ from contextlib import contextmanager
 import torch
 import torch.distributed as dist
 
-from . import context
-from .backend import SHARED_GPU_SWITCH, visible_gpus
+from .. import context
+from ..backend import SHARED_GPU_SWITCH, visible_gpus
+from ..sync import strategy_class
 
 # device -> the worlds one such device can hold: (label, backend, ranks, benchmark sizes, what runs)
 FULL, COLLECTIVES_ONLY = "full", "collectives"
@@ -59,7 +60,7 @@ EXACT_TOLERANCE = 1e-5
 
 def _collectives() -> dict:
     """On each rank: every all-reduce we wrote must equal the built-in one, on this rank's device."""
-    from .collectives import ALL_REDUCE, ring_all_gather, ring_all_reduce, ring_reduce_scatter
+    from ..collectives import ALL_REDUCE, ring_all_gather, ring_all_reduce, ring_reduce_scatter
     device, rank = context.device(), dist.get_rank()
     out = {"device": str(device)}
     for n in (1, 7, 1000, 1 << 20):  # one element, an odd count, small, 4 MiB of float32
@@ -104,12 +105,12 @@ def _fail_on_one_rank() -> None:
     context.synchronize()
 
 
-def _failure_comes_home(ranks: int, backend: str, device: str, timeout: float = 60.0) -> dict:
+def _failure_comes_home(world, timeout: float = 60.0) -> dict:
     """Launch :func:`_fail_on_one_rank`; report which rank the launcher blamed, for what, and how fast."""
-    from .launcher import RankError, launch
+    from ..launcher import RankError, launch
     start = time.perf_counter()
     try:
-        launch(_fail_on_one_rank, ranks, backend=backend, device=device, timeout=timeout, show_output=False)
+        launch(_fail_on_one_rank, world, timeout=timeout, show_output=False)
     except RankError as err:
         return {"rank": err.rank, "reported": "a deliberate failure on rank 1" in str(err),
                 "seconds": time.perf_counter() - start, "timeout": timeout}
@@ -141,7 +142,8 @@ def all_checks(report: dict) -> list[tuple[str, bool]]:
                     diff = row["max_abs_diff_vs_single"]
                     checks.append((f"{name} within {EXACT_TOLERANCE:g} of one process ({diff:.1e})",
                                    diff <= EXACT_TOLERANCE))
-                if row["strategy"] not in ("async", "local"):
+                strategy = strategy_class(row["strategy"])
+                if strategy.lockstep and strategy.communicates:  # every replica takes the same averaged step
                     checks.append((f"{name} replicas identical", row["replicas_identical"]))
         bitwise = world["bitwise"]
         row = next(r for r in bitwise["rows"] if (r["strategy"], r["reference"]) == ("deterministic", "fixed order"))
@@ -170,41 +172,40 @@ def _nccl_sharing_gpus(on: bool):
 
 
 def _check_world(label, backend, ranks, sizes, scope, device, steps) -> dict:
+    from ..launcher import launch
+    from ..world import resolve_world
     from .bench import allreduce_benchmark
-    from .experiments.compare import compare_strategies
-    from .experiments.determinism import bitwise_reproducibility
-    from .launcher import launch
+    from .compare import compare_strategies
+    from .determinism import bitwise_reproducibility
     shared = device == "cuda" and backend == "nccl" and ranks > visible_gpus()
-    world = {"label": label, "backend": backend, "world_size": ranks, "device": device, "scope": scope,
-             "shares_gpu": shared, "timings_meaningful": not shared}
+    row = {"label": label, "backend": backend, "world_size": ranks, "device": device, "scope": scope,
+           "shares_gpu": shared, "timings_meaningful": not shared}
     with _nccl_sharing_gpus(shared):
+        world = resolve_world(ranks, backend, device)  # once: every check below runs in this world
         try:  # the first launch is the one that finds out whether this world can form at all
-            world["collectives"] = launch(_collectives, ranks, backend=backend, device=device,
-                                          timeout=SHARED_GPU_JOIN_TIMEOUT if shared else 300, show_output=False)[0]
+            row["collectives"] = launch(_collectives, world, timeout=SHARED_GPU_JOIN_TIMEOUT if shared else 300,
+                                        show_output=False)[0]
         except Exception as exc:
             if not shared:
                 raise
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            world["unavailable"] = (f"{ranks} NCCL ranks could not share this GPU ({type(exc).__name__}: {first}); "
-                                    f"multi-rank NCCL was not covered - run the multigpu tests on a machine with "
-                                    f"two GPUs or more")
-            return world
+            row["unavailable"] = (f"{ranks} NCCL ranks could not share this GPU ({type(exc).__name__}: {first}); "
+                                  f"multi-rank NCCL was not covered - run the multigpu tests on a machine with "
+                                  f"two GPUs or more")
+            return row
         if ranks > 1:
-            world["failure"] = _failure_comes_home(ranks, backend, device)
+            row["failure"] = _failure_comes_home(world)
         if scope != FULL:
-            return world
-        world["bench"] = allreduce_benchmark(ranks, sizes, iters=10, backend=backend, device=device)
-        world["compare"] = _strip(compare_strategies(ranks, steps=steps, strategies=STRATEGIES,
-                                                     backend=backend, device=device))
-        world["accumulation"] = _strip(compare_strategies(ranks, steps=steps, accum_steps=2,
-                                                          strategies=("naive", "overlap", "ddp"),
-                                                          backend=backend, device=device))
-        world["models"] = {model: _strip(compare_strategies(ranks, model=model, steps=5,
-                                                            strategies=("local", "overlap", "ddp"),
-                                                            backend=backend, device=device))
-                           for model in OTHER_MODELS}
-        world["bitwise"] = bitwise_reproducibility(ranks, model="cnn", steps=4, backend=backend, device=device)
-    return world
+            return row
+        row["bench"] = allreduce_benchmark(world, sizes, iters=10)
+        row["compare"] = _strip(compare_strategies(world, steps=steps, strategies=STRATEGIES))
+        row["accumulation"] = _strip(compare_strategies(world, steps=steps, accum_steps=2,
+                                                        strategies=("naive", "overlap", "ddp")))
+        row["models"] = {model: _strip(compare_strategies(world, model=model, steps=5,
+                                                          strategies=("local", "overlap", "ddp")))
+                         for model in OTHER_MODELS}
+        row["bitwise"] = bitwise_reproducibility(world, model="cnn", steps=4)
+    return row
 
 
 def run_device_checks(device: str = "cuda", steps: int = 10) -> dict:

@@ -30,8 +30,9 @@ import time
 import torch
 import torch.distributed as dist
 
-from . import costmodel, context
-from .collectives import ALL_REDUCE
+from .. import context, costmodel, validate
+from ..collectives import ALL_REDUCE
+from ..world import World, resolve_world
 
 ALGORITHMS = ("builtin", "ring", "naive", "tree")
 _UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024**2, "MB": 1024**2,
@@ -52,14 +53,11 @@ def parse_size(text: str) -> int:
 
 
 def check_config(sizes, algorithms, iters, warmup, pieces=1) -> None:
-    unknown = [a for a in algorithms if a not in ALGORITHMS]
-    if unknown or not algorithms:
-        raise ValueError(f"algorithms={list(algorithms)} is not allowed: choose from {', '.join(ALGORITHMS)}")
+    validate.choices("algorithms", algorithms, ALGORITHMS)
     if not sizes:
         raise ValueError("sizes=[] is not allowed: give at least one message size")
     for name, value, low in (("iters", iters, 1), ("warmup", warmup, 0), ("pieces", pieces, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{name}={value!r} is not allowed: it must be an integer >= {low}")
+        validate.integer(name, value, low=low)
 
 
 def _one_call(algorithm: str, buf: torch.Tensor, pieces: int) -> None:
@@ -71,6 +69,39 @@ def _one_call(algorithm: str, buf: torch.Tensor, pieces: int) -> None:
         ALL_REDUCE[algorithm](buf, check=False)
 
 
+def time_calls(calls: dict, iters: int, warmup: int, before=None, after=None) -> dict[str, float]:
+    """Time each zero-argument function of ``calls`` (name -> function) on every rank; name -> seconds.
+
+    The one timing loop of the course (the sweep below, ``machine.link_on_rank``). Each call starts
+    after a barrier, so that no rank's clock starts while another is still busy with the last
+    call, and lasts as long as the slowest rank took (a collective is finished when its last rank
+    is); of ``iters`` such times, after ``warmup`` untimed rounds, the median is kept. The calls
+    are interleaved one by one, so that whatever else the machine is doing (on a laptop, plenty)
+    disturbs all of them alike and their ratios stay meaningful. ``before(name)`` and
+    ``after(name)``, when given, run untimed around each call (to reset or check its buffer).
+    """
+    times = {name: [] for name in calls}
+    for i in range(warmup + iters):
+        for name, call in calls.items():
+            if before is not None:
+                before(name)
+            context.synchronize()
+            dist.barrier()
+            start = time.perf_counter()
+            call()
+            context.synchronize()
+            if i >= warmup:
+                times[name].append(time.perf_counter() - start)
+            if after is not None:
+                after(name)
+    medians = {}
+    for name, values in times.items():
+        slowest = torch.tensor(values, dtype=torch.float64)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        medians[name] = statistics.median(slowest.tolist())
+    return medians
+
+
 def run_on_rank(sizes: list[int], algorithms: list[str], iters: int, warmup: int, pieces: int) -> list[dict]:
     """The per-rank body of the benchmark (call it inside ``dpteach.launch``); rank 0's rows matter."""
     world, me, device = dist.get_world_size(), dist.get_rank(), context.device()
@@ -80,34 +111,22 @@ def run_on_rank(sizes: list[int], algorithms: list[str], iters: int, warmup: int
     for nbytes in sizes:
         source = torch.ones(max(1, nbytes // 4), dtype=torch.float32, device=device)
         buf = source.clone()
-        times = {algorithm: [] for algorithm in algorithms}
-        # Interleave the algorithms call by call, so that whatever else the machine is doing
-        # (on a laptop, plenty) disturbs all of them alike and their ratios stay meaningful.
-        for i in range(warmup + iters):
-            for algorithm in algorithms:
-                buf.copy_(source)
-                context.synchronize()
-                dist.barrier()
-                start = time.perf_counter()
-                _one_call(algorithm, buf, pieces)
-                context.synchronize()
-                if i >= warmup:
-                    times[algorithm].append(time.perf_counter() - start)
-                if not torch.all(buf == world):  # a benchmark of a wrong answer is worthless
-                    raise RuntimeError(f"{algorithm} all-reduce of {nbytes} bytes gave a wrong result")
+
+        def must_be_right(algorithm):  # a benchmark of a wrong answer is worthless
+            if not torch.all(buf == world):
+                raise RuntimeError(f"{algorithm} all-reduce of {nbytes} bytes gave a wrong result")
+        calls = {algorithm: (lambda a=algorithm: _one_call(a, buf, pieces)) for algorithm in algorithms}
+        seconds = time_calls(calls, iters, warmup, before=lambda _: buf.copy_(source), after=must_be_right)
         for algorithm in algorithms:
-            slowest = torch.tensor(times[algorithm], dtype=torch.float64)
-            dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-            seconds = statistics.median(slowest.tolist())
-            algbw = buf.numel() * 4 / seconds / 1e9
-            rows.append({"algorithm": algorithm, "bytes": buf.numel() * 4, "time_s": seconds,
+            algbw = buf.numel() * 4 / seconds[algorithm] / 1e9
+            rows.append({"algorithm": algorithm, "bytes": buf.numel() * 4, "time_s": seconds[algorithm],
                          "algbw_GBps": algbw, "busbw_GBps": algbw * costmodel.busbw_factor(world)})
         if me == 0:
             context.report_progress(1)
     return rows
 
 
-def allreduce_benchmark(world_size: int | None = None, sizes=("4KiB", "1MiB", "16MiB"), algorithms=ALGORITHMS,
+def allreduce_benchmark(world_size: int | World | None = None, sizes=("4KiB", "1MiB", "16MiB"), algorithms=ALGORITHMS,
                         iters: int = 10, warmup: int = 2, pieces: int = 1, backend: str = "auto",
                         device: str = "auto", timeout: float = 900.0) -> dict:
     """Measure every algorithm at every size on ``world_size`` ranks; return plain data.
@@ -116,19 +135,17 @@ def allreduce_benchmark(world_size: int | None = None, sizes=("4KiB", "1MiB", "1
     alpha and beta fitted (least squares) to the ring's times: the machine's latency and inverse
     bandwidth as the course's cost model sees them.
     """
-    from .backend import resolve_world
-    from .launcher import launch
+    from ..launcher import launch
     byte_sizes = [parse_size(s) if isinstance(s, str) else int(s) for s in sizes]
     algorithms = list(algorithms)
     check_config(byte_sizes, algorithms, iters, warmup, pieces)
-    world_size, placement = resolve_world(world_size, backend, device)
-    results = launch(run_on_rank, world_size, args=(byte_sizes, algorithms, iters, warmup, pieces),
-                     backend=placement.backend, device=placement.device_type, timeout=timeout)
+    world = resolve_world(world_size, backend, device)
+    results = launch(run_on_rank, world, args=(byte_sizes, algorithms, iters, warmup, pieces), timeout=timeout)
     rows = results[0]
-    report = {"world_size": world_size, "backend": placement.backend, "device": placement.device_type,
+    report = {"world_size": world.size, "backend": world.backend, "device": world.device_type,
               "rows": rows}
-    ring = [(r["bytes"], world_size, r["time_s"]) for r in rows if r["algorithm"] == "ring"]
-    if world_size > 1 and len({n for n, _, _ in ring}) >= 2:
+    ring = [(r["bytes"], world.size, r["time_s"]) for r in rows if r["algorithm"] == "ring"]
+    if world.size > 1 and len({n for n, _, _ in ring}) >= 2:
         fit = costmodel.fit_alpha_beta(ring, algorithm="ring")
         report["fit"] = {"algorithm": "ring", "alpha_s": fit.params.alpha, "beta_s_per_byte": fit.params.beta,
                          "bandwidth_GBps": fit.params.bandwidth_GBps, "r2": fit.r2}

@@ -1,0 +1,89 @@
+"""What every trainer sets up on a rank, and what it reports when it is done.
+
+Both ways the course trains - in lockstep (``train.py``: every rank takes step s together) and
+with a parameter server (``sync/async_ps.py``: no step is shared) - start a rank the same way and
+end it the same way, so that their results can be laid side by side:
+
+* :func:`build_replica`: the model with rank 0's initial weights on every rank (DDP broadcasts
+  them too, in its constructor), the dataset drawn from the seed, and the loss;
+* :func:`make_optimizer` and :func:`step_batches`: the optimizer and the global batch of every
+  step, exactly as the single-process reference (``reference.py``) builds them;
+* :func:`summarise`: losses, step times, bytes sent, the timeline, and how far the replicas drifted
+  apart (:func:`replica_spread`, 0.0 exactly when every rank holds the same weights).
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict
+
+import torch
+import torch.distributed as dist
+from torch.nn.utils import parameters_to_vector
+
+from . import context
+from .data import global_batches, loss_fn, make_dataset
+from .models import DEFAULT_LR, build_model
+
+OPTIMIZERS = ("sgd", "adam")
+ADAM_LR = 1e-3  # SGD's default learning rate is the model's own (dpteach.models.DEFAULT_LR)
+
+
+def make_optimizer(config, params):
+    """SGD with momentum or Adam, as ``config.optimizer`` says, at ``config.lr`` or the default."""
+    if config.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=config.lr or DEFAULT_LR[config.model], momentum=config.momentum)
+    return torch.optim.Adam(params, lr=config.lr or ADAM_LR)
+
+
+def step_batches(config, dataset, world_size: int):
+    """The global batch of every step, epoch after epoch (each epoch reshuffled from seed + epoch)."""
+    epoch = 0
+    while True:
+        for batch in global_batches(dataset, config.batch_per_rank, world_size, config.accum_steps,
+                                    config.seed, epoch):
+            yield batch
+        epoch += 1
+
+
+def build_replica(config):
+    """This rank's model (rank 0's initial weights on every rank), its dataset and its loss function."""
+    model = build_model(config.model, seed=config.seed).to(context.device())
+    for p in model.parameters():
+        dist.broadcast(p.data, src=0)
+    dataset = make_dataset(config.model, config.dataset_size(dist.get_world_size()), seed=config.seed)
+    return model, dataset, loss_fn(config.model)
+
+
+def summarise(config, model, losses, step_times, wire_bytes, timeline, hook_calls=None,
+              average_losses: bool = True) -> dict:
+    """Plain data every trainer returns; ``average_losses`` averages each step's loss over the ranks
+    (in lockstep each rank's loss is the mean over its own shard of the same global batch)."""
+    world, rank = dist.get_world_size(), dist.get_rank()
+    loss_tensor = torch.tensor(losses, dtype=torch.float64)
+    if average_losses:
+        dist.all_reduce(loss_tensor)
+        loss_tensor /= world
+    flat = flat_weights(model)
+    spread = replica_spread(flat)
+    timed = step_times[config.timing_warmup:] or step_times
+    return {
+        "rank": rank, "config": asdict(config), "losses": loss_tensor.tolist(), "step_times": step_times,
+        "median_step_s": statistics.median(timed) if timed else 0.0,
+        "wire_bytes_per_step": statistics.mean(wire_bytes) if wire_bytes else 0.0,
+        "replica_spread": spread, "spans": timeline.spans, "hook_calls": hook_calls,
+        "params": flat if rank == 0 else None,
+    }
+
+
+def flat_weights(model) -> torch.Tensor:
+    """Every parameter of ``model`` in one float32 vector on the CPU."""
+    return parameters_to_vector(model.parameters()).detach().to("cpu", torch.float32)
+
+
+def replica_spread(flat: torch.Tensor) -> float:
+    """max |theta_r - theta_0| over all ranks r: 0.0 exactly when every replica is identical."""
+    reference = flat.clone()
+    dist.broadcast(reference, src=0)
+    spread = torch.tensor([(flat - reference).abs().max().item()])
+    dist.all_reduce(spread, op=dist.ReduceOp.MAX)
+    return spread.item()

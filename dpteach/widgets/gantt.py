@@ -1,0 +1,43 @@
+"""A Gantt chart of what each rank did, and when: the picture lessons 04, 05 and 08 read overlap from.
+
+Each rank gets a band with two rows, compute above communication (``dpteach/timeline.py`` records
+the spans). A comm bar under a compute bar of the same rank is communication hidden behind compute;
+a comm bar under a gap is communication the step waited for.
+"""
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+from matplotlib.patches import Patch
+
+from ..timeline import COLORS
+from .rendering import legend_beside
+
+
+def plot_gantt(timelines: dict, steps=None, ax=None, title: str | None = None):
+    """Draw one band per rank, with its compute row above its communication row.
+
+    ``timelines`` maps rank -> list of spans; ``steps`` restricts to some step numbers.
+    """
+    ranks = sorted(timelines)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(10, 0.9 * len(ranks) + 1.2))
+    spans_by_rank = {r: [s for s in timelines[r] if steps is None or s["step"] in steps] for r in ranks}
+    t0 = min((s["start"] for spans in spans_by_rank.values() for s in spans), default=0.0)
+    yticks, ylabels, used = [], [], set()
+    for row, rank in enumerate(reversed(ranks)):
+        base = row * 3
+        for span in spans_by_rank[rank]:
+            y = base + (1.0 if span["lane"] == "compute" else 0.0)
+            key = "comm" if span["lane"] == "comm" and span["name"] not in COLORS else span["name"]
+            used.add(key)
+            ax.broken_barh([((span["start"] - t0) * 1e3, (span["end"] - span["start"]) * 1e3)], (y, 0.9),
+                           facecolors=COLORS.get(key, "#999999"), edgecolor="white", linewidth=0.3)
+        yticks += [base + 0.45, base + 1.45]
+        ylabels += [f"rank {rank} comm", f"rank {rank} compute"]
+    ax.set_yticks(yticks, ylabels)
+    ax.set_xlabel("time from the first span drawn (ms)")
+    legend_beside(ax, handles=[Patch(color=COLORS.get(k, "#999999"), label=k) for k in COLORS if k in used])
+    if title:
+        ax.set_title(title)
+    ax.grid(axis="x", alpha=0.3)
+    return ax
