@@ -46,6 +46,21 @@ def compare_table(report: dict) -> list[str]:
     return out
 
 
+def sharding_lines(report: dict) -> list[str]:
+    """The sharding bars: memory per rank and traffic per step against ddp's, measured in one run."""
+    rows = {r["strategy"]: r for r in report["rows"]}
+    ddp = rows["ddp"]
+    out = ["", "| strategy | state per rank (MiB) | state / ddp | peak per rank (MiB) | bytes per step / ddp | "
+               "max abs diff vs 1 process |", "|---|---:|---:|---:|---:|---:|"]
+    for name, r in rows.items():
+        out.append(f"| {name} | {r['state_bytes_per_rank'] / 2**20:.2f} | "
+                   f"**{r['state_bytes_per_rank'] / ddp['state_bytes_per_rank']:.3f}** | "
+                   f"{r['peak_bytes_per_rank'] / 2**20:.2f} | **{r['bytes_per_step'] / ddp['bytes_per_step']:.3f}** | "
+                   f"{r['max_abs_diff_vs_single']:.1e} |")
+    out.append(f"\nTolerance of one process's weights: {report['tolerance']:.0e}.")
+    return out
+
+
 def link_lines(report: dict) -> list[str]:
     """The emulated-link bars: never faster than the link; overlap hides part of it."""
     link, rows = report["link"], {r["strategy"]: r for r in report["rows"]}
@@ -99,7 +114,8 @@ def main() -> int:
         if "rate_bits" in report:
             table = shaped_table(report)
         elif "strategy" in report["rows"][0]:
-            table = compare_table(report) + (link_lines(report) if report.get("link") else [])
+            table = compare_table(report) + (link_lines(report) if report.get("link") else []) + \
+                (sharding_lines(report) if "zero1" in {r["strategy"] for r in report["rows"]} else [])
         else:
             table = allreduce_table(report)
         print("\n".join(table) + "\n")

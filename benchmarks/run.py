@@ -25,6 +25,8 @@ RUNS = {
     "compare_w4_cpu.json": ["compare", "--world-size", "4", "--steps", "30", "--json"],
     "compare_w2_transformer_1gbe.json": ["compare", "--world-size", "2", "--model", "transformer", "--link", "1gbe",
                                          "--json"],
+    "sharding_w4_adam_cpu.json": ["compare", "-w", "4", "--optimizer", "adam", "--strategies",
+                                  "ddp,zero1,zero2,zero3,fsdp", "--json"],
 }
 # Written by tests/test_link_shaped.py when DPTEACH_SHAPED_RESULTS names this folder (root only):
 #     sudo DPTEACH_SHAPED_RESULTS=benchmarks/results .venv/bin/python -m pytest -s tests/test_link_shaped.py

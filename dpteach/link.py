@@ -48,7 +48,7 @@ import torch
 import torch.distributed as dist
 
 from . import costmodel, validate
-from .collectives import ALL_REDUCE
+from .collectives import ALL_REDUCE, ring_all_gather, ring_reduce_scatter
 
 RING_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 
@@ -174,6 +174,9 @@ class _LinkWork:
             time.sleep(remaining)  # a sleep: no CPU taken from compute
         return True
 
+    def is_completed(self) -> bool:
+        return self.future.done() if self.future is not None else self.work.is_completed()
+
     def get_future(self) -> torch.futures.Future:
         if self.future is None:
             raise RuntimeError("get_future() needs a collective launched with async_op=True")
@@ -244,6 +247,9 @@ class _Finished:
     def wait(self) -> bool:
         return True
 
+    def is_completed(self) -> bool:
+        return True
+
     def get_future(self) -> torch.futures.Future:
         return self.future
 
@@ -283,6 +289,14 @@ class Comm:
                              f"collectives return when they are done; use them after backward")
         return self._run("all_reduce", nbytes, lambda: self._course_all_reduce(tensor), False, self.algorithm)
 
+    def _course(self, output: torch.Tensor, run) -> _Finished:
+        """Run one of the course's collectives now, copy its result into ``output``, count what it sent."""
+        trace = []
+        output.copy_(run(trace).reshape(output.shape))
+        me = dist.get_rank()
+        self.sent_bytes += sum(t["elements"] for t in trace if t["src"] == me) * output.element_size()
+        return _Finished()
+
     def _course_all_reduce(self, tensor: torch.Tensor) -> _Finished:
         trace = []
         ALL_REDUCE[self.algorithm](tensor, trace=trace, check=False)
@@ -296,10 +310,23 @@ class Comm:
                          lambda: dist.all_gather(outputs, tensor, async_op=True), async_op)
 
     def all_gather_into_tensor(self, output: torch.Tensor, tensor: torch.Tensor, async_op: bool = False):
+        if self.algorithm == "ring":  # the course's own (blocking: "asynchronous" means already done)
+            return self._run("all_gather", output.numel() * output.element_size(),
+                             lambda: self._course(output, lambda trace: ring_all_gather(tensor, trace=trace)), async_op)
         # Newer torch releases call all_gather_into_tensor all_gather_single (and warn on the old name).
         gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
         return self._run("all_gather", output.numel() * output.element_size(),
                          lambda: gather(output, tensor, async_op=True), async_op)
+
+    def reduce_scatter(self, output: torch.Tensor, tensor: torch.Tensor, async_op: bool = False):
+        """Sum ``tensor`` (W equal chunks) over the ranks; chunk r of the sum lands in rank r's ``output``."""
+        if self.algorithm == "ring":
+            return self._run("reduce_scatter", tensor.numel() * tensor.element_size(),
+                             lambda: self._course(output, lambda trace: ring_reduce_scatter(tensor, trace=trace,
+                                                                                            check=False)), async_op)
+        scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor  # the newer name
+        return self._run("reduce_scatter", tensor.numel() * tensor.element_size(),
+                         lambda: scatter(output, tensor, async_op=True), async_op)
 
     def all_to_all_single(self, output: torch.Tensor, tensor: torch.Tensor, async_op: bool = False):
         return self._run("all_to_all", tensor.numel() * tensor.element_size(),

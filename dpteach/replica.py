@@ -76,8 +76,9 @@ def summarise(config, model, losses, step_times, wire_bytes, timeline, hook_call
 
 
 def flat_weights(model) -> torch.Tensor:
-    """Every parameter of ``model`` in one float32 vector on the CPU."""
-    return parameters_to_vector(model.parameters()).detach().to("cpu", torch.float32)
+    """Every parameter of ``model`` in one float32 vector on the CPU (a sharded DTensor whole: a collective)."""
+    return parameters_to_vector([p.full_tensor() if hasattr(p, "full_tensor") else p
+                                 for p in model.parameters()]).detach().to("cpu", torch.float32)
 
 
 def replica_spread(flat: torch.Tensor) -> float:

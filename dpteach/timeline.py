@@ -18,7 +18,8 @@ import torch
 import torch.distributed as dist
 
 COLORS = {"forward": "#4C72B0", "backward": "#55A868", "optimizer": "#8172B2", "wait": "#C44E52",
-          "comm": "#DD8452", "data": "#937860", "compress": "#DA8BC3", "idle": "#CCCCCC"}
+          "comm": "#DD8452", "data": "#937860", "compress": "#DA8BC3", "idle": "#CCCCCC",
+          "all_gather": "#CCB974", "reduce_scatter": "#64B5CD"}
 
 
 class Timeline:

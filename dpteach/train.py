@@ -98,7 +98,7 @@ class SyncTrainer:
         self.strategy = make_strategy(config.strategy, self.model, self.timeline, config.bucket_mb,
                                       config.first_bucket_mb, link=config.link, all_reduce=config.all_reduce)
         self.module = self.strategy.wrap()
-        self.optimizer = make_optimizer(config, self.model.parameters())
+        self.optimizer = self.strategy.make_optimizer(lambda params: make_optimizer(config, params))
         self.batches = step_batches(config, self.dataset, self.world)
         self.losses, self.step_times, self.wire_bytes = [], [], []
 
@@ -121,8 +121,7 @@ class SyncTrainer:
             step_loss += loss.detach()
         strategy.finish(step)
         with timeline.span(step, "optimizer"):
-            self.optimizer.step()
-            self.optimizer.zero_grad()
+            strategy.step_optimizer(self.optimizer)
         context.synchronize()
         self.step_times.append(time.perf_counter() - start)
         timeline.resolve()
@@ -130,9 +129,13 @@ class SyncTrainer:
         self.wire_bytes.append(strategy.wire_bytes)
 
     def summary(self) -> dict:
+        self.strategy.unshard()
         summary = summarise(self.config, self.model, self.losses, self.step_times, self.wire_bytes, self.timeline,
                             hook_calls=getattr(self.strategy, "hook_calls", None))
         summary["link"] = self.strategy.comm.report()  # None without an emulated link
+        summary["notes"] = getattr(self.strategy, "notes", None)  # what a strategy counts of its own last step
+        summary["state_bytes"] = getattr(self.strategy, "state_bytes", 0)
+        summary["peak_bytes"] = summary["state_bytes"] + getattr(self.strategy, "peak_extra_bytes", 0)
         return summary
 
 

@@ -42,14 +42,14 @@ def test_presets_and_custom_links_resolve():
     assert (custom.name, custom.alpha_s, custom.beta_s_per_byte) == ("custom", 1e-4, 2e-9)
 
 
-def _timed_collectives(link):
+def _timed_collectives(link, numel=1000):
     comm = Comm(link, dist.get_world_size())
-    x = torch.full((1000,), float(dist.get_rank() + 1))
+    x = torch.full((numel,), float(dist.get_rank() + 1))
     start = time.perf_counter()
     comm.all_reduce(x)  # blocking
     blocking = time.perf_counter() - start
     cpu_start, start = time.process_time(), time.perf_counter()
-    works = [comm.all_reduce(torch.ones(1000), async_op=True) for _ in range(3)]  # queue on the link
+    works = [comm.all_reduce(torch.ones(numel), async_op=True) for _ in range(3)]  # queue on the link
     futures = [w.get_future() for w in works]
     for f in futures:
         f.wait()
@@ -76,7 +76,9 @@ def test_a_slow_link_holds_every_collective_back_and_results_stay_exact():
 
 def test_a_link_faster_than_this_machine_is_reported_as_machine_bound():
     instant = Link("instant", 0.0, 0.0)  # no real transfer can finish in zero seconds
-    report = dpteach.launch(_timed_collectives, 2, args=(instant,), timeout=120, **CPU)[0]["report"]
+    # 8 MB per all-reduce: milliseconds for real, far beyond the slack a message may finish late by
+    # (a 4 KB one can finish within it on an idle machine); the tiny all-gather may still make it
+    report = dpteach.launch(_timed_collectives, 2, args=(instant, 2_000_000), timeout=120, **CPU)[0]["report"]
     assert report["messages"] == 5 and report["machine_bound"] >= 4 and report["time_set_by"] == "machine"
 
 

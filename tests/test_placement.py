@@ -133,12 +133,14 @@ EXPERIMENTS = {  # name -> a call with world_size W that reaches its launch
     "sampler_sharding": lambda w: ex.sampler_sharding(w),
     "uneven_inputs": lambda w: ex.uneven_inputs(w),
     "bench": lambda w: allreduce_benchmark(w, ("4KiB",)),
+    "sharding_memory": lambda w: ex.sharding_memory(w),
+    "sharding_timeline": lambda w: ex.sharding_timeline(w),
 }
 
 
 def test_every_experiment_that_launches_is_listed():
     launching = {name for name in ex.__all__} - {"memory_per_replica", "measure_model_memory", "bucket_assignment",
-                                                 "scaling_simulation", "scaling_sweep"}  # no ranks, or its own test
+                                                 "scaling_simulation", "scaling_sweep", "sharding_payoff"}  # no ranks, or its own test
     assert launching <= set(EXPERIMENTS), sorted(launching - set(EXPERIMENTS))
 
 

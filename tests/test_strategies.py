@@ -11,7 +11,7 @@ import torch.distributed as dist
 import dpteach
 from dpteach.experiments.compare import compare_strategies
 from dpteach.models import build_model
-from dpteach.sync import EXACT
+from dpteach.sync import REPLICATED as EXACT  # the sharded ones: tests/test_sharding.py
 from dpteach.reference import train_single_process
 from dpteach.reference import SGD_TOLERANCE, exact_tolerance
 from dpteach.train import TrainConfig, train_each_on_rank
@@ -228,7 +228,9 @@ def test_compare_cli_json_and_errors():
     assert report["link"] is None  # no emulated link unless asked for
     for row in report["rows"]:
         assert set(row) == {"strategy", "all_reduce", "step_time_s", "exposed_comm_s", "bytes_per_step", "final_loss",
-                            "max_abs_diff_vs_single", "exact", "replicas_identical", "link_report"}
+                            "max_abs_diff_vs_single", "exact", "replicas_identical", "state_bytes_per_rank",
+                            "peak_bytes_per_rank", "link_report"}
+        assert row["peak_bytes_per_rank"] >= row["state_bytes_per_rank"] > 0
         assert row["link_report"] is None and row["all_reduce"] == "builtin"
         assert row["exact"] == (row["strategy"] != "local")
         if row["strategy"] != "local":

@@ -9,7 +9,8 @@ from ..link import PRESETS
 from ..train import ALL_REDUCE_CHOICES
 
 COLUMNS = ("strategy", "all_reduce", "step_time_s", "exposed_comm_s", "bytes_per_step", "final_loss",
-           "max_abs_diff_vs_single", "exact", "replicas_identical", "link_report")
+           "max_abs_diff_vs_single", "exact", "replicas_identical", "state_bytes_per_rank", "peak_bytes_per_rank",
+           "link_report")
 
 
 def add_arguments(parser) -> None:
@@ -32,8 +33,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--link-beta", type=float, default=None, metavar="S_PER_BYTE",
                         help="a custom emulated link's seconds per byte, 1 / bandwidth (with --link-alpha)")
     parser.add_argument("--all-reduce", default="builtin", choices=ALL_REDUCE_CHOICES,
-                        help="the all-reduce naive and bucketed run: torch's (builtin, the default) or the "
-                             "course's own ring or tree from dpteach/collectives; the other strategies keep torch's")
+                        help="the collectives to run: torch's (builtin, the default) or the course's own from "
+                             "dpteach/collectives - naive and bucketed all-reduce on its ring or tree, zero1-3 "
+                             "reduce-scatter and all-gather on its ring; the other strategies keep torch's")
     parser.add_argument("--sequential", action="store_true",
                         help="run the strategies one after another instead of step by step side by side")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -71,18 +73,22 @@ def run(args) -> int:
               f"{1 / link['beta_s_per_byte'] / 1e9 if link['beta_s_per_byte'] else float('inf'):g} GB/s; "
               f"'set by' says whether the link or this machine set the time of most messages")
     if report["all_reduce"] != "builtin":
-        print(f"# naive and bucketed all-reduce with the course's own {report['all_reduce']} "
-              f"(dpteach/collectives); the other strategies with torch's")
+        print(f"# the course's own {report['all_reduce']} (dpteach/collectives) where a strategy takes it "
+              f"(see the all-reduce column); the other strategies with torch's")
     width = max(len("strategy"), *(len(r["strategy"]) for r in rows))
     print(f"{'strategy':>{width}} {'all-reduce':>10} {'step ms':>8} {'exposed ms':>10} {'MB/step':>8} {'final loss':>10} "
-          f"{'max|dθ| vs 1 proc':>17} {'replicas equal':>14}" + (f" {'set by':>8}" if report["link"] else ""))
+          f"{'max|dθ| vs 1 proc':>17} {'replicas equal':>14} {'state MB':>8} {'peak MB':>8}"
+          + (f" {'set by':>8}" if report["link"] else ""))
     for r in rows:
         exposed = "-" if r["exposed_comm_s"] is None else f"{r['exposed_comm_s'] * 1e3:.1f}"
         set_by = (r["link_report"] or {}).get("time_set_by", "-") if report["link"] else None
         print(f"{r['strategy']:>{width}} {r['all_reduce']:>10} {r['step_time_s'] * 1e3:>8.1f} {exposed:>10} "
               f"{r['bytes_per_step'] / 2**20:>8.2f} {r['final_loss']:>10.4f} {r['max_abs_diff_vs_single']:>17.2e} "
-              f"{str(r['replicas_identical']):>14}" + (f" {set_by:>8}" if set_by else ""))
+              f"{str(r['replicas_identical']):>14} {r['state_bytes_per_rank'] / 2**20:>8.2f} "
+              f"{r['peak_bytes_per_rank'] / 2**20:>8.2f}" + (f" {set_by:>8}" if set_by else ""))
     print("exposed = step time minus the step time of 'local' (no communication), measured in the same run")
+    print("state = parameters, gradients and optimizer state a rank holds when its optimizer steps; "
+          "peak adds the transient buffers (unsharded parameters, buckets) alive at once")
     print(f"the exact strategies ({', '.join(r['strategy'] for r in rows if r['exact'])}) must end within "
           f"{report['tolerance']:.0e} of one process's weights")
     return 0

@@ -20,6 +20,7 @@ from .compression import compression_bytes, compression_on_links, compression_tr
 from .asynchronous import async_staleness
 from .input_pipeline import input_pipeline
 from .data_sharding import sampler_sharding, uneven_inputs
+from .sharding import sharding_memory, sharding_payoff, sharding_timeline
 
 __all__ = ["compare_strategies", "run_strategy",
            "machine_profile", "gradient_equivalence", "bitwise_reproducibility",
@@ -28,4 +29,5 @@ __all__ = ["compare_strategies", "run_strategy",
            "bucket_assignment", "bucket_size_sweep", "ddp_bucket_assignment", "unused_parameters", "bucket_view_memory",
            "scaling_sweep", "scaling_simulation",
            "overlap_timeline", "accumulation_sweep", "compression_tradeoff", "compression_bytes", "compression_on_links", "async_staleness",
-           "input_pipeline", "sampler_sharding", "uneven_inputs"]
+           "input_pipeline", "sampler_sharding", "uneven_inputs",
+           "sharding_memory", "sharding_timeline", "sharding_payoff"]

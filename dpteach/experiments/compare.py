@@ -49,6 +49,9 @@ def _row(name: str, ranks: list[dict], reference: dict, local_step: float | None
         "final_loss": ranks[0]["losses"][-1], "max_abs_diff_vs_single": diff,
         "replicas_identical": all(r["replica_spread"] == 0.0 for r in ranks),
         "exact": strategy_class(name).exact, "link_report": link_report(ranks),
+        # what the worst rank holds when its optimizer steps, and at most at once (sync/sharding.py)
+        "state_bytes_per_rank": max(r.get("state_bytes", 0) for r in ranks),
+        "peak_bytes_per_rank": max(r.get("peak_bytes", 0) for r in ranks),
     }
 
 
@@ -62,9 +65,9 @@ def compare_strategies(world_size: int | World | None = None, model: str = "mlp"
     ratios on a busy machine; the command line does this); the default runs them one after another,
     which keeps each strategy's timeline free of gaps for the Gantt plots.
 
-    ``all_reduce="ring"`` (or ``"tree"``) trains every strategy that all-reduces after backward
-    (naive, bucketed) on the course's own collective from ``dpteach/collectives``; the others keep
-    torch's, and each row says which one it ran (``"all_reduce"``).
+    ``all_reduce="ring"`` (or ``"tree"``) runs the course's own collectives from ``dpteach/collectives``
+    in every strategy that takes them (naive and bucketed: ring or tree; zero1-3: the ring's
+    reduce-scatter and all-gather); the others keep torch's, and each row says which ran (``"all_reduce"``).
     """
     link = resolve_link(link)
     world = resolve_world(world_size, backend, device)
@@ -76,7 +79,8 @@ def compare_strategies(world_size: int | World | None = None, model: str = "mlp"
                        optimizer=optimizer, **options)
     validate.choice("all_reduce", all_reduce, ALL_REDUCE_CHOICES)
     configs = [replace(base, strategy=s, link=link if strategy_class(s).emulates_link else None,
-                       all_reduce=all_reduce if strategy_class(s).takes_all_reduce else "builtin").check(world.size)
+                       all_reduce=all_reduce if all_reduce in strategy_class(s).takes_all_reduce else "builtin")
+               .check(world.size)
                for s in strategies]
     per_rank = launch(train_each_on_rank, world, args=(configs, interleave), timeout=timeout)
     runs = {s: [per_rank[r][i] for r in range(world.size)] for i, s in enumerate(strategies)}

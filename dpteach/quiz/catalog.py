@@ -25,6 +25,7 @@ TOPICS = {
     "memory": "Memory limits of replication",
     "scaling": "Scaling efficiency",
     "multinode": "Across nodes: NICs and hierarchical collectives",
+    "sharding": "Sharded data parallelism: ZeRO stages and FSDP2",
 }
 
 NOTEBOOKS = (
@@ -39,6 +40,7 @@ NOTEBOOKS = (
     "08_input_pipeline.ipynb",
     "09_scaling.ipynb",
     "10_practice_exam.ipynb",
+    "11_sharding.ipynb",
 )
 
 # Functions of dpteach.experiments; each returns plain data a notebook plots.
@@ -67,4 +69,7 @@ EXPERIMENTS = (
     "uneven_inputs",
     "scaling_sweep",
     "scaling_simulation",
+    "sharding_memory",
+    "sharding_timeline",
+    "sharding_payoff",
 )

@@ -29,9 +29,13 @@ from .bucketed import BucketedSync
 from .compressed import CompressedSync
 from .ddp import TorchDDP
 from .deterministic import DeterministicSync
+from .fsdp import TorchFSDP
 from .local import LocalOnly
 from .naive import NaiveSync
 from .overlap import OverlapSync
+from .zero1 import Zero1
+from .zero2 import Zero2
+from .zero3 import Zero3
 
 # name -> (class, extra options)
 STRATEGIES = {
@@ -45,9 +49,15 @@ STRATEGIES = {
     "int8_ef": (CompressedSync, {"codec": "int8", "error_feedback": True}),
     "fp16": (CompressedSync, {"codec": "fp16"}),
     "bf16": (CompressedSync, {"codec": "bf16"}),
+    "zero1": (Zero1, {}),
+    "zero2": (Zero2, {}),
+    "zero3": (Zero3, {}),
+    "fsdp": (TorchFSDP, {}),
     "async": (ParameterServer, {}),  # not in lockstep: its own loop (async_ps.py)
 }
 EXACT = tuple(name for name, (cls, _) in STRATEGIES.items() if cls.exact)
+SHARDED = tuple(name for name, (cls, _) in STRATEGIES.items() if cls.shards)  # ZeRO's stages and FSDP2
+REPLICATED = tuple(name for name in EXACT if name not in SHARDED)  # every rank holds everything
 
 
 def strategy_class(name: str) -> type[Strategy]:

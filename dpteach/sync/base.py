@@ -34,6 +34,18 @@ from ..costmodel import busbw_factor
 from ..link import Comm
 
 
+def held_bytes(tensors) -> int:
+    """Bytes of memory behind ``tensors``, each storage counted once (views of one flat buffer share it)."""
+    storages = {}
+    for t in tensors:
+        if t is None:
+            continue
+        t = t.to_local() if hasattr(t, "to_local") else t  # a DTensor: this rank's piece
+        storage = t.untyped_storage()
+        storages[storage.data_ptr()] = storage.nbytes()
+    return sum(storages.values())
+
+
 class Strategy:
     """What every strategy says about itself, so that no caller needs to know strategies by name.
 
@@ -44,8 +56,9 @@ class Strategy:
     ``servers``: ranks that only serve and compute no gradient; the other ``workers(W)`` ranks share
     each global batch. ``emulates_link``: its messages can go through an emulated network
     (``dpteach/link.py``). ``communicates``: False only for the no-communication floor, ``local``.
-    ``takes_all_reduce``: it all-reduces after backward and waits, so it can run on the course's own
-    ring or tree (``all_reduce=``) instead of torch's all-reduce.
+    ``takes_all_reduce``: the course's collectives it can run on instead of torch's (``all_reduce=``).
+    ``shards``: what each rank keeps only 1/W of (ZeRO's stages: "optimizer state", then "gradients",
+    then "parameters"); a strategy that shards the parameters gathers them again every micro-batch.
     """
 
     name = "base"
@@ -54,7 +67,8 @@ class Strategy:
     servers = 0
     emulates_link = True
     communicates = True
-    takes_all_reduce = False
+    takes_all_reduce = ()  # the course's collectives it can run on instead of torch's: "ring", "tree"
+    shards = ()
 
     @classmethod
     def workers(cls, world_size: int) -> int:
@@ -70,10 +84,11 @@ class Strategy:
         if config.link is not None and not cls.emulates_link:
             raise ValueError(f"link is not allowed with strategy={config.strategy!r}: its messages are not emulated; "
                              f"leave link=None")
-        if config.all_reduce != "builtin" and not cls.takes_all_reduce:
-            raise ValueError(f"all_reduce={config.all_reduce!r} is not allowed with strategy={config.strategy!r}: only "
-                             f"strategies that all-reduce after backward and wait (naive, bucketed) can run the "
-                             f"course's own collectives; leave all_reduce='builtin'")
+        if config.all_reduce != "builtin" and config.all_reduce not in cls.takes_all_reduce:
+            raise ValueError(f"all_reduce={config.all_reduce!r} is not allowed with strategy={config.strategy!r}: the "
+                             f"course's own collectives block until done, so only strategies that can wait for them "
+                             f"take them (naive and bucketed: ring or tree; zero1-3: ring, for their reduce-scatter "
+                             f"and all-gather); leave all_reduce='builtin'")
 
 
 class GradientSync(Strategy):
@@ -105,6 +120,38 @@ class GradientSync(Strategy):
 
     def finish(self, step: int) -> None:
         raise NotImplementedError
+
+    # -- the optimizer: every parameter, or (sharded strategies) this rank's shard ------------
+    def make_optimizer(self, build):
+        """The optimizer, from ``build(params)``; a sharded strategy hands it only its own shard."""
+        return build(self.model.parameters())
+
+    def step_optimizer(self, optimizer) -> None:
+        """Step, note what this rank holds at that moment (``state_bytes``), and clear the gradients."""
+        optimizer.step()
+        self.note_state(optimizer)
+        optimizer.zero_grad()
+
+    def held_tensors(self) -> list:
+        """The tensors behind this rank's parameters and gradients (flat buffers count once)."""
+        return [t for p in self.model.parameters() for t in (p, p.grad)]
+
+    def note_state(self, optimizer) -> None:
+        """Parameters, gradients and optimizer state this rank holds, measured from its tensors."""
+        state = [t for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t)]
+        self.state_bytes = max(getattr(self, "state_bytes", 0), held_bytes(self.held_tensors() + state))
+
+    def unshard(self) -> None:
+        """Make the model's own parameters whole again (a sharded strategy, before the run reports them)."""
+
+    def hold(self, nbytes: int) -> None:
+        """A transient buffer of ``nbytes`` is alive (unsharded parameters, a bucket before its
+        reduce-scatter): ``peak_extra_bytes`` keeps the most alive at once."""
+        self.transient_bytes = getattr(self, "transient_bytes", 0) + nbytes
+        self.peak_extra_bytes = max(getattr(self, "peak_extra_bytes", 0), self.transient_bytes)
+
+    def release(self, nbytes: int) -> None:
+        self.transient_bytes -= nbytes
 
     # -- helpers the strategies share --------------------------------------------------------
     def count_all_reduce(self, tensor: torch.Tensor) -> None:

@@ -10,11 +10,14 @@ from .base import GradientSync
 
 class BucketedSync(GradientSync):
     name = "bucketed"
-    takes_all_reduce = True
+    takes_all_reduce = ("ring", "tree")
 
     def __init__(self, model, timeline, bucket_mb=1.0, first_bucket_mb=None, **options):
         super().__init__(model, timeline, **options)
         self.buckets = build_buckets(model, bucket_mb, first_bucket_mb)
+
+    def held_tensors(self) -> list:
+        return super().held_tensors() + [b.buffer for b in self.buckets]  # a second copy of the gradients
 
     def finish(self, step: int) -> None:
         for bucket in self.buckets:

@@ -14,7 +14,6 @@ so DDP's timeline can be drawn next to ours.
 """
 from contextlib import contextmanager
 
-import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from .. import context

@@ -10,7 +10,7 @@ from .base import GradientSync
 
 class NaiveSync(GradientSync):
     name = "naive"
-    takes_all_reduce = True
+    takes_all_reduce = ("ring", "tree")
 
     def finish(self, step: int) -> None:
         for index, p in enumerate(self.params):

@@ -102,6 +102,9 @@ class OverlapSync(GradientSync):
             return fut.value()
         work.get_future().then(done)
 
+    def held_tensors(self) -> list:
+        return super().held_tensors() + [b.buffer for b in self.buckets]  # a second copy of the gradients
+
     def finish(self, step: int) -> None:
         self._launch_ready_buckets(force=True)
         with self.timeline.span(step, "wait"):

@@ -1,0 +1,115 @@
+"""Sharded data parallelism (lesson 11): what ZeRO's stages and FSDP2 save, measured on real ranks.
+
+* ``sharding_memory`` trains ``ddp``, ``zero1``, ``zero2``, ``zero3`` and ``fsdp`` side by side and
+  reports, per strategy, what a rank holds when its optimizer steps (measured from its tensors), its
+  peak with the transient unsharded buffers, and the bytes it sends per step - next to what the ZeRO
+  paper's accounting predicts for this model (Rajbhandari et al., SC 2020, section 5).
+* ``sharding_timeline`` records every rank's spans for ``zero3``: the all-gathers of the next layer
+  issued before the current layer computes (prefetching).
+* ``sharding_payoff`` is arithmetic, instant: for a model size, a GPU and a link, the memory per GPU
+  of each stage as W grows (the lesson-01 calculator) and what its communication costs per step
+  (the alpha-beta model of ``dpteach.costmodel``).
+"""
+from __future__ import annotations
+
+from .. import validate
+from ..link import resolve_link
+from ..models import build_model, check_model_name
+from ..replica import OPTIMIZERS
+from ..train import TrainConfig
+from ..world import World, resolve_world
+from .compare import compare_strategies, run_strategy
+from .memory import memory_per_replica
+
+COMPARED = ("ddp", "zero1", "zero2", "zero3", "fsdp")  # the replicated reference, then each stage
+OPTIMIZER_FLOATS = {"sgd": 1, "adam": 2}  # state per parameter: SGD's momentum; Adam's two moments
+
+
+def predicted_state_bytes(strategy: str, param_bytes: int, optimizer: str, world_size: int) -> float:
+    """What a rank holds at its optimizer step under the ZeRO paper's accounting, in fp32 as here.
+
+    Parameters P, gradients G and optimizer state K x P bytes: replicated by DDP, and sharded 1/W
+    by each stage in turn - the optimizer state (stage 1), the gradients too (stage 2), and the
+    parameters too (stage 3, and FSDP).
+    """
+    p, k, w = param_bytes, OPTIMIZER_FLOATS[optimizer], world_size
+    return {"ddp": p + p + k * p, "zero1": p + p + k * p / w, "zero2": p + (1 + k) * p / w,
+            "zero3": (2 + k) * p / w, "fsdp": (2 + k) * p / w}[strategy]
+
+
+def sharding_memory(world_size: int | World | None = None, model: str = "mlp", optimizer: str = "adam",
+                    steps: int = 4, accum_steps: int = 1, backend: str = "auto", device: str = "auto",
+                    timeout: float = 600.0) -> dict:
+    """Train DDP, ZeRO stages 1-3 and FSDP2 in one world; memory and traffic per rank, measured.
+
+    Returns ``{"world_size", "backend", "device", "model", "optimizer", "param_bytes", "tolerance",
+    "rows": [{"strategy", "state_bytes", "predicted_state_bytes", "peak_bytes", "state_vs_ddp",
+    "bytes_per_step", "bytes_vs_ddp", "max_abs_diff_vs_single", "replicas_identical"}]}``.
+    """
+    check_model_name(model)
+    validate.choice("optimizer", optimizer, OPTIMIZERS)
+    world = resolve_world(world_size, backend, device)
+    validate.ranks(world, 2, "sharding needs ranks to share the work")
+    report = compare_strategies(world, model=model, steps=steps, accum_steps=accum_steps, strategies=COMPARED,
+                                optimizer=optimizer, timeout=timeout)
+    param_bytes = sum(p.numel() * p.element_size() for p in build_model(model).parameters())
+    by_name = {r["strategy"]: r for r in report["rows"]}
+    ddp = by_name["ddp"]
+    rows = [{"strategy": name, "state_bytes": r["state_bytes_per_rank"], "peak_bytes": r["peak_bytes_per_rank"],
+             "predicted_state_bytes": predicted_state_bytes(name, param_bytes, optimizer, world.size),
+             "state_vs_ddp": r["state_bytes_per_rank"] / ddp["state_bytes_per_rank"],
+             "bytes_per_step": r["bytes_per_step"], "bytes_vs_ddp": r["bytes_per_step"] / ddp["bytes_per_step"],
+             "step_time_s": r["step_time_s"], "max_abs_diff_vs_single": r["max_abs_diff_vs_single"],
+             "replicas_identical": r["replicas_identical"]} for name, r in by_name.items()]
+    return {"world_size": world.size, "backend": world.backend, "device": world.device_type, "model": model,
+            "optimizer": optimizer, "steps": steps, "accum_steps": accum_steps, "param_bytes": param_bytes,
+            "tolerance": report["tolerance"], "rows": rows}
+
+
+def sharding_timeline(world_size: int | World | None = None, model: str = "mlp", steps: int = 3,
+                      backend: str = "auto", device: str = "auto", timeout: float = 300.0) -> dict:
+    """Every rank's spans of the last step of ``zero3``: forward, backward, and each all-gather and
+    reduce-scatter. From the second step on, each layer's all-gather is launched ahead of its use.
+
+    Returns ``{"world_size", "backend", "device", "model", "step", "spans": {rank: [span, ...]},
+    "gathers": {rank: {"prefetched", "on_demand"}}}`` - the last step's all-gathers, by whether they
+    had been launched before the layer needed them.
+    """
+    validate.integer("steps", steps, low=2, why=" (prefetching starts once the first step has shown the order)")
+    world = resolve_world(world_size, backend, device)
+    validate.ranks(world, 2, "sharding needs ranks to share the work")
+    config = TrainConfig(strategy="zero3", model=model, steps=steps, timing_warmup=0)
+    ranks = run_strategy(world, config, timeout=timeout)["ranks"]
+    last = steps - 1
+    return {"world_size": world.size, "backend": world.backend, "device": world.device_type, "model": model,
+            "step": last, "spans": {r: [s for s in run["spans"] if s["step"] == last] for r, run in enumerate(ranks)},
+            "gathers": {r: run["notes"] for r, run in enumerate(ranks)}}
+
+
+def sharding_payoff(params_billion: float = 7.5, world_sizes=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
+                    gpu_gb: float = 80.0, link="ib", optimizer: str = "adam", precision: str = "mixed") -> dict:
+    """Which ZeRO stage fits, and what its communication costs per step, as W grows. Pure arithmetic.
+
+    Memory per GPU comes from the lesson-01 calculator (``memory_per_replica``); the time per step of
+    each stage's collectives from the alpha-beta model on ``link`` (a preset of ``dpteach.link`` or
+    ``{"alpha_s", "beta_s_per_byte"}``): stages 0-2 move a reduce-scatter and an all-gather of the
+    gradients' size, stage 3 one all-gather more (ZeRO section 7). Activations are left out: they do
+    not depend on the stage.
+
+    Returns ``{"params_billion", "gpu_gb", "link", "rows": [{"world_size", "stage", "gb_per_gpu",
+    "fits", "comm_s"}]}``.
+    """
+    emulated = resolve_link(link)
+    if emulated is None:
+        raise validate.refusal("link", link, "give a link (a preset name or {'alpha_s', 'beta_s_per_byte'})")
+    sizes = [validate.integer("world_sizes", w, low=1) for w in world_sizes]
+    rows = []
+    for w in sizes:
+        calc = memory_per_replica(params_billion, optimizer, precision, world_size=w, gpu_gb=gpu_gb)
+        grad_bytes = calc["params"] * calc["bytes_per_param"]["grads"]
+        half = emulated.collective_time("reduce_scatter", grad_bytes, w)  # one reduce-scatter or all-gather
+        for stage in calc["by_stage"]:
+            rows.append({"world_size": w, "stage": stage["stage"], "gb_per_gpu": stage["total"] / 1e9,
+                         "fits": stage["fits"], "comm_s": half * (3 if stage["stage"] == 3 else 2)})
+    return {"params_billion": params_billion, "gpu_gb": gpu_gb, "optimizer": optimizer, "precision": precision,
+            "link": emulated.as_dict(), "rows": rows}

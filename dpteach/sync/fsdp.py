@@ -1,0 +1,58 @@
+"""``fsdp``: torch's FSDP2, ``fully_shard`` on every layer - the reference for ``zero3``, as ``ddp`` is for ``overlap``.
+
+``fully_shard(layer)`` turns each parameter of the layer into a DTensor sharded on dim 0 across the W
+ranks; the layer's parameters are all-gathered before its forward and freed after it
+(``reshard_after_forward=True``), all-gathered again for backward, and their gradients are
+reduce-scattered as soon as backward has produced them. The next layer's all-gather is issued early
+(implicit prefetching), so communication can hide behind compute. The optimizer is built *after*
+``fully_shard``, over the sharded DTensor parameters, and steps only the local shards. Sources: the
+``fully_shard`` docstrings and the FSDP2 tutorial (docs.pytorch.org); Zhao et al., "PyTorch FSDP",
+VLDB 2023. FSDP2 runs on gloo with CPU tensors, so all of this runs on a laptop too.
+
+What this file adds is only measurement: the bytes a step sends, counted from the sizes FSDP2 shards
+(it pads each parameter's dim 0 to a multiple of W), and, for the peak, a layer's unsharded
+parameters while its forward runs - all that hooks outside FSDP2 can see. FSDP2's own prefetch and
+reduce-scatter buffers are not counted, so its peak is a lower bound.
+"""
+from contextlib import contextmanager
+
+from .base import GradientSync
+from .sharding import ring_bytes
+
+
+class TorchFSDP(GradientSync):
+    name = "fsdp"
+    shards = ("optimizer state", "gradients", "parameters")
+
+    def __init__(self, model, timeline, **options):
+        from torch.distributed.fsdp import fully_shard
+        super().__init__(model, timeline, **options)
+        self.layers = [m for m in model.modules() if any(p.requires_grad for p in m.parameters(recurse=False))]
+        self.unsharded = {}  # layer -> bytes of its parameters all-gathered: each local shard, padded, times W
+        for layer in self.layers:
+            fully_shard(layer)
+            self.unsharded[layer] = sum(p.to_local().numel() * p.element_size() * self.world
+                                        for p in layer.parameters(recurse=False))
+            layer.register_forward_pre_hook(lambda m, inputs: self.hold(self.unsharded[m]))
+            layer.register_forward_hook(lambda m, inputs, output: self.release(self.unsharded[m]))
+        fully_shard(model)  # the root: groups whatever parameters no layer took (none here) and drives the rest
+        self.params = [p for p in model.parameters() if p.requires_grad]
+
+    @contextmanager
+    def micro_batch(self, sync: bool):
+        self.will_sync = sync
+        self.model.set_requires_gradient_sync(sync)  # FSDP2's no_sync: keep unsharded gradients, no reduce-scatter
+        yield
+        # Every micro-batch gathers every layer for forward and again for backward; the last one also
+        # reduce-scatters each layer's gradient.
+        for layer in self.layers:
+            self.wire_bytes += ring_bytes(self.unsharded[layer], self.world) * (3 if sync else 2)
+
+    def finish(self, step: int) -> None:
+        pass  # FSDP2 has already reduce-scattered the gradients inside backward
+
+    def held_tensors(self) -> list:
+        return [t for p in self.model.parameters() for t in (p, p.grad)]
+
+    def full_weights(self) -> list:
+        return [p.full_tensor() for p in self.model.parameters()]

@@ -1,0 +1,106 @@
+"""Plots and tables for lesson 11: what each rank holds under ZeRO and FSDP2, when, and what it costs."""
+from __future__ import annotations
+
+from .gantt import plot_gantt
+from .rendering import legend_beside, show, table
+
+STRATEGY_LABELS = {"ddp": "ddp (replicated)", "zero1": "zero1: optimizer state", "zero2": "zero2: + gradients",
+                   "zero3": "zero3: + parameters", "fsdp": "fsdp (torch's FSDP2)"}
+STAGE_COLORS = ["#4C72B0", "#DD8452", "#55A868", "#C44E52"]
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:.2f}"
+
+
+def plot_sharding_memory(result: dict):
+    """Per strategy: held at the optimizer step (measured and predicted), peak, and traffic against ddp."""
+    import matplotlib.pyplot as plt
+    rows = result["rows"]
+    names = [STRATEGY_LABELS[r["strategy"]] for r in rows]
+    fig, (mem, sent) = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [3, 2]})
+    x = range(len(rows))
+    mem.bar([i - 0.27 for i in x], [r["state_bytes"] / 2**20 for r in rows], 0.27, color="#4C72B0",
+            label="held at the optimizer step (measured)")
+    mem.bar(list(x), [r["predicted_state_bytes"] / 2**20 for r in rows], 0.27, color="#A1C9F4",
+            label="predicted (ZeRO paper's accounting)")
+    mem.bar([i + 0.27 for i in x], [r["peak_bytes"] / 2**20 for r in rows], 0.27, color="#DD8452",
+            label="peak, with transient buffers (measured)")
+    mem.set_xticks(list(x), names, rotation=20, ha="right", fontsize="small")
+    mem.set_ylabel("MiB per rank")
+    mem.set_title(f"{result['model']}, {result['optimizer']}, W={result['world_size']}: memory per rank")
+    mem.set_ylim(0, max(max(r["peak_bytes"], r["state_bytes"]) for r in rows) / 2**20 * 1.5)
+    mem.legend(loc="upper right", fontsize="small")  # the sharded bars are low on the right: room above them
+    mem.grid(axis="y", alpha=0.3)
+    sent.bar(list(x), [r["bytes_vs_ddp"] for r in rows], color="#55A868")
+    sent.axhline(1.0, color="black", linewidth=0.8)
+    for i, r in enumerate(rows):
+        sent.annotate(f"{r['bytes_vs_ddp']:.2f}x", (i, r["bytes_vs_ddp"]), ha="center", va="bottom", fontsize="small")
+    sent.set_xticks(list(x), [r["strategy"] for r in rows], fontsize="small")
+    sent.set_ylabel("bytes sent per step / ddp's")
+    sent.set_title("traffic per step")
+    sent.set_ylim(0, max(r["bytes_vs_ddp"] for r in rows) * 1.2)
+    sent.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def render_sharding_memory(result: dict) -> None:
+    print(f"parameters of the {result['model']}: {result['param_bytes']:,} bytes (fp32); {result['steps']} steps "
+          f"of {result['optimizer']} on {result['world_size']} ranks ({result['backend']}, {result['device']})")
+    table(["strategy", "held MiB", "predicted MiB", "held / ddp", "peak MiB", "MiB sent / step", "sent / ddp",
+           "max |dθ| vs 1 process", "replicas equal"],
+          [[r["strategy"], _mib(r["state_bytes"]), _mib(r["predicted_state_bytes"]), f"{r['state_vs_ddp']:.3f}",
+            _mib(r["peak_bytes"]), _mib(r["bytes_per_step"]), f"{r['bytes_vs_ddp']:.2f}",
+            f"{r['max_abs_diff_vs_single']:.1e}", "yes" if r["replicas_identical"] else "no"] for r in result["rows"]])
+    show(plot_sharding_memory(result))
+
+
+def render_sharding_timeline(result: dict) -> None:
+    import matplotlib.pyplot as plt
+    ranks = sorted(result["spans"])
+    fig, ax = plt.subplots(figsize=(12, 1.1 * len(ranks) + 1.6))
+    plot_gantt({r: result["spans"][r] for r in ranks}, ax=ax,
+               title=f"zero3, {result['model']}, W={result['world_size']}: step {result['step']} "
+                     f"(all-gathers and reduce-scatters in the comm rows)")
+    fig.tight_layout()
+    show(fig)
+
+
+def plot_sharding_payoff(result: dict):
+    """Memory per GPU of each stage as W grows, against the GPU; and each stage's communication per step."""
+    import matplotlib.pyplot as plt
+    fig, (mem, comm) = plt.subplots(1, 2, figsize=(12, 4.2))
+    for stage in range(4):
+        rows = [r for r in result["rows"] if r["stage"] == stage]
+        ws = [r["world_size"] for r in rows]
+        mem.plot(ws, [r["gb_per_gpu"] for r in rows], marker="o", color=STAGE_COLORS[stage], label=f"stage {stage}")
+        comm.plot(ws, [r["comm_s"] * 1e3 for r in rows], marker="o", color=STAGE_COLORS[stage],
+                  linestyle="--" if stage in (1, 2) else "-", label=f"stage {stage}")
+    mem.axhline(result["gpu_gb"], color="black", linestyle="--", label=f"GPU memory ({result['gpu_gb']:g} GB)")
+    for ax in (mem, comm):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("ranks W (log scale)")
+        ax.grid(alpha=0.3)
+    mem.set_yscale("log")
+    mem.set_ylabel("GB per GPU (log scale), activations not included")
+    mem.set_title(f"{result['params_billion']:g}B parameters, {result['optimizer']}, {result['precision']}")
+    comm.set_ylabel("collectives per step (ms)")
+    comm.set_title(f"on {result['link']['name']}: stages 0-2 level, stage 3 x1.5")
+    legend_beside(comm)
+    mem.legend(fontsize="small", loc="lower left")
+    fig.tight_layout()
+    return fig
+
+
+def render_sharding_payoff(result: dict) -> None:
+    by_w = {}
+    for r in result["rows"]:
+        by_w.setdefault(r["world_size"], {})[r["stage"]] = r
+    table(["W"] + [f"stage {s} GB" for s in range(4)] + ["smallest stage that fits", "its comm ms / step"],
+          [[w] + [f"{stages[s]['gb_per_gpu']:,.1f}" for s in range(4)]
+           + ([next(f"stage {s}" for s in range(4) if stages[s]["fits"]),
+               f"{next(stages[s]['comm_s'] for s in range(4) if stages[s]['fits']) * 1e3:.1f}"]
+              if any(stages[s]["fits"] for s in range(4)) else ["none", "-"])
+           for w, stages in by_w.items()])
+    show(plot_sharding_payoff(result))

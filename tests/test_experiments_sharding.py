@@ -1,0 +1,52 @@
+"""Lesson 11's experiments: measured memory against the ZeRO paper's accounting, the zero3 timeline,
+and the payoff arithmetic against the paper's own example."""
+import pytest
+
+from dpteach.experiments import sharding_memory, sharding_payoff, sharding_timeline
+
+CPU = {"backend": "gloo", "device": "cpu"}
+
+
+@pytest.fixture(scope="module")
+def memory():
+    return sharding_memory(2, optimizer="adam", steps=3, **CPU)
+
+
+def test_measured_state_is_what_the_paper_predicts_for_every_strategy(memory):
+    assert [r["strategy"] for r in memory["rows"]] == ["ddp", "zero1", "zero2", "zero3", "fsdp"]
+    for row in memory["rows"]:
+        # the prediction has no padding and no Adam step counters: a fraction of a percent
+        assert row["state_bytes"] == pytest.approx(row["predicted_state_bytes"], rel=0.005), row["strategy"]
+        assert row["peak_bytes"] >= row["state_bytes"]
+        assert row["max_abs_diff_vs_single"] <= memory["tolerance"] and row["replicas_identical"]
+
+
+def test_each_stage_holds_less_and_only_stage_3_sends_more(memory):
+    rows = {r["strategy"]: r for r in memory["rows"]}
+    held = [rows[s]["state_bytes"] for s in ("ddp", "zero1", "zero2", "zero3")]
+    assert held == sorted(held, reverse=True) and len(set(held)) == 4
+    assert rows["zero1"]["bytes_vs_ddp"] == pytest.approx(1.0, rel=0.01)
+    assert rows["zero3"]["bytes_vs_ddp"] == pytest.approx(1.5, rel=0.01) == rows["fsdp"]["bytes_vs_ddp"]
+
+
+def test_the_zero3_timeline_has_every_ranks_gathers_and_scatters():
+    result = sharding_timeline(2, steps=2, **CPU)
+    assert result["step"] == 1 and set(result["spans"]) == {0, 1}
+    for rank, spans in result["spans"].items():
+        names = {s["name"] for s in spans}
+        assert {"forward", "backward", "all_gather", "reduce_scatter"} <= names
+        assert result["gathers"][rank]["on_demand"] == 2 and result["gathers"][rank]["prefetched"] > 0
+    with pytest.raises(ValueError, match="steps=1 is not allowed"):
+        sharding_timeline(2, steps=1, **CPU)
+
+
+def test_payoff_reproduces_the_zero_papers_example():
+    """Rajbhandari et al. 2020, Figure 1: 7.5B parameters, mixed-precision Adam, 64 GPUs."""
+    result = sharding_payoff(7.5, world_sizes=(64,), gpu_gb=32, link="ib")
+    by_stage = {r["stage"]: r for r in result["rows"]}
+    assert [round(by_stage[s]["gb_per_gpu"], 1) for s in range(4)] == [120.0, 31.4, 16.6, 1.9]
+    assert [by_stage[s]["fits"] for s in range(4)] == [False, True, True, True]
+    assert by_stage[3]["comm_s"] == pytest.approx(1.5 * by_stage[0]["comm_s"])
+    assert by_stage[1]["comm_s"] == by_stage[2]["comm_s"] == by_stage[0]["comm_s"]
+    with pytest.raises(ValueError, match="link=None is not allowed"):
+        sharding_payoff(link=None)
