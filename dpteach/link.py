@@ -287,21 +287,20 @@ class Comm:
         if async_op:
             raise ValueError(f"all_reduce={self.algorithm!r} cannot run with async_op=True: the course's own "
                              f"collectives return when they are done; use them after backward")
-        return self._run("all_reduce", nbytes, lambda: self._course_all_reduce(tensor), False, self.algorithm)
+        all_reduce = ALL_REDUCE[self.algorithm]  # in place
+        return self._run("all_reduce", nbytes, lambda: self._course(lambda trace: all_reduce(tensor, trace=trace,
+                                                                                             check=False)),
+                         False, self.algorithm)
 
-    def _course(self, output: torch.Tensor, run) -> _Finished:
-        """Run one of the course's collectives now, copy its result into ``output``, count what it sent."""
+    def _course(self, run, output: torch.Tensor | None = None) -> _Finished:
+        """Run one of the course's collectives now (``run(trace)``), copy its result into ``output`` when it
+        is not in place, and count the bytes this rank sent from the trace."""
         trace = []
-        output.copy_(run(trace).reshape(output.shape))
+        result = run(trace)
+        if output is not None:
+            output.copy_(result.reshape(output.shape))
         me = dist.get_rank()
-        self.sent_bytes += sum(t["elements"] for t in trace if t["src"] == me) * output.element_size()
-        return _Finished()
-
-    def _course_all_reduce(self, tensor: torch.Tensor) -> _Finished:
-        trace = []
-        ALL_REDUCE[self.algorithm](tensor, trace=trace, check=False)
-        me = dist.get_rank()
-        self.sent_bytes += sum(t["elements"] for t in trace if t["src"] == me) * tensor.element_size()
+        self.sent_bytes += sum(t["elements"] for t in trace if t["src"] == me) * result.element_size()
         return _Finished()
 
     def all_gather(self, outputs: list, tensor: torch.Tensor, async_op: bool = False):
@@ -312,7 +311,7 @@ class Comm:
     def all_gather_into_tensor(self, output: torch.Tensor, tensor: torch.Tensor, async_op: bool = False):
         if self.algorithm == "ring":  # the course's own (blocking: "asynchronous" means already done)
             return self._run("all_gather", output.numel() * output.element_size(),
-                             lambda: self._course(output, lambda trace: ring_all_gather(tensor, trace=trace)), async_op)
+                             lambda: self._course(lambda trace: ring_all_gather(tensor, trace=trace), output), async_op)
         # Newer torch releases call all_gather_into_tensor all_gather_single (and warn on the old name).
         gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
         return self._run("all_gather", output.numel() * output.element_size(),
@@ -322,8 +321,8 @@ class Comm:
         """Sum ``tensor`` (W equal chunks) over the ranks; chunk r of the sum lands in rank r's ``output``."""
         if self.algorithm == "ring":
             return self._run("reduce_scatter", tensor.numel() * tensor.element_size(),
-                             lambda: self._course(output, lambda trace: ring_reduce_scatter(tensor, trace=trace,
-                                                                                            check=False)), async_op)
+                             lambda: self._course(lambda trace: ring_reduce_scatter(tensor, trace=trace, check=False),
+                                                  output), async_op)
         scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor  # the newer name
         return self._run("reduce_scatter", tensor.numel() * tensor.element_size(),
                          lambda: scatter(output, tensor, async_op=True), async_op)

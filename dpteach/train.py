@@ -133,9 +133,9 @@ class SyncTrainer:
         summary = summarise(self.config, self.model, self.losses, self.step_times, self.wire_bytes, self.timeline,
                             hook_calls=getattr(self.strategy, "hook_calls", None))
         summary["link"] = self.strategy.comm.report()  # None without an emulated link
-        summary["notes"] = getattr(self.strategy, "notes", None)  # what a strategy counts of its own last step
-        summary["state_bytes"] = getattr(self.strategy, "state_bytes", 0)
-        summary["peak_bytes"] = summary["state_bytes"] + getattr(self.strategy, "peak_extra_bytes", 0)
+        summary["notes"] = self.strategy.notes
+        summary["state_bytes"] = self.strategy.state_bytes
+        summary["peak_bytes"] = self.strategy.state_bytes + self.strategy.peak_extra_bytes
         return summary
 
 

@@ -62,6 +62,7 @@ class Strategy:
     """
 
     name = "base"
+    notes = None  # what a strategy counts of its own last step, reported with its run (zero3's gathers)
     exact = True
     lockstep = True
     servers = 0
@@ -103,6 +104,8 @@ class GradientSync(Strategy):
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.will_sync = True
         self.wire_bytes = 0  # bytes this rank sent in the current step
+        self.state_bytes = 0  # held at the optimizer step, the most seen (note_state)
+        self.transient_bytes = self.peak_extra_bytes = 0  # buffers alive now, and the most at once (hold)
 
     def wrap(self) -> torch.nn.Module:
         """The module the trainer calls for forward (DDP returns its wrapper)."""
@@ -139,7 +142,7 @@ class GradientSync(Strategy):
     def note_state(self, optimizer) -> None:
         """Parameters, gradients and optimizer state this rank holds, measured from its tensors."""
         state = [t for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t)]
-        self.state_bytes = max(getattr(self, "state_bytes", 0), held_bytes(self.held_tensors() + state))
+        self.state_bytes = max(self.state_bytes, held_bytes(self.held_tensors() + state))
 
     def unshard(self) -> None:
         """Make the model's own parameters whole again (a sharded strategy, before the run reports them)."""
@@ -147,8 +150,8 @@ class GradientSync(Strategy):
     def hold(self, nbytes: int) -> None:
         """A transient buffer of ``nbytes`` is alive (unsharded parameters, a bucket before its
         reduce-scatter): ``peak_extra_bytes`` keeps the most alive at once."""
-        self.transient_bytes = getattr(self, "transient_bytes", 0) + nbytes
-        self.peak_extra_bytes = max(getattr(self, "peak_extra_bytes", 0), self.transient_bytes)
+        self.transient_bytes += nbytes
+        self.peak_extra_bytes = max(self.peak_extra_bytes, self.transient_bytes)
 
     def release(self, nbytes: int) -> None:
         self.transient_bytes -= nbytes

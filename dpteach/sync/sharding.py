@@ -28,7 +28,7 @@ class FlatGroup:
     """Some parameters moved into one padded flat buffer; ``shard`` is this rank's piece of it."""
 
     def __init__(self, params: list, world: int, rank: int):
-        self.params, self.world, self.rank = params, world, rank
+        self.params = params
         numel = sum(p.numel() for p in params)
         self.shard_numel = -(-numel // world)  # ceil: every shard the same length
         first = params[0]
@@ -105,6 +105,11 @@ class ShardedSync(GradientSync):
     2-3) and waited for after backward, and the all-gather of the updated shards (stages 1-2)."""
 
     groups: list
+
+    def __init__(self, model, timeline, **options):
+        super().__init__(model, timeline, **options)
+        self.in_flight = []  # (group, full gradient, work) of the reduce-scatters not yet waited for
+        self.spans = InFlight(timeline)
 
     def make_optimizer(self, build):
         return build([group.shard for group in self.groups])  # the optimizer never sees the other shards

@@ -10,7 +10,7 @@ stay whole, as in every strategy here, until the last one.
 """
 import torch.distributed as dist
 
-from .sharding import InFlight, ShardedSync, shard_buckets
+from .sharding import ShardedSync, shard_buckets
 
 
 class Zero2(ShardedSync):
@@ -23,8 +23,7 @@ class Zero2(ShardedSync):
         self.groups = shard_buckets(model, self.world, dist.get_rank(), bucket_mb, first_bucket_mb)
         self.group_of = {p: g for g in self.groups for p in g.params}
         self.handles = [p.register_post_accumulate_grad_hook(self._on_gradient_ready) for p in self.params]
-        self.missing, self.in_flight = {}, []
-        self.spans = InFlight(timeline)
+        self.missing = {}
 
     def start_step(self, step: int) -> None:
         super().start_step(step)

@@ -17,7 +17,7 @@ al., "PyTorch FSDP", VLDB 2023). The order is the one the first step ran in, as 
 import torch
 import torch.distributed as dist
 
-from .sharding import FlatGroup, InFlight, ShardedSync, ring_bytes
+from .sharding import FlatGroup, ShardedSync, ring_bytes
 
 
 class Zero3(ShardedSync):
@@ -40,9 +40,8 @@ class Zero3(ShardedSync):
         self.group_of = {p: g for g in self.groups for p in g.params}
         self.handles = [p.register_post_accumulate_grad_hook(self._on_gradient_ready) for p in self.params]
         self.order, self.recorded = [], False  # the groups in the order the first forward used them
-        self.gathering, self.missing, self.in_flight = {}, {}, []
+        self.gathering, self.missing = {}, {}
         self.reporting = False  # gathering for the run's final report: not part of any step
-        self.spans = InFlight(timeline)
         self.notes = {"prefetched": 0, "on_demand": 0}
 
     # -- gathering and freeing a layer's full parameters ----------------------------------------
@@ -116,7 +115,6 @@ class Zero3(ShardedSync):
     def start_step(self, step: int) -> None:
         super().start_step(step)
         self.notes = {"prefetched": 0, "on_demand": 0}  # this step's all-gathers, by when they were asked for
-        self.missing = {g: len(g.params) for g in self.groups}
 
     def finish(self, step: int) -> None:
         for group in self.groups:  # a layer that got no gradient this step still takes part
