@@ -29,6 +29,7 @@ from .buckets import check_bucket_sizes
 from .data import sample_batch, split_for_rank
 from .link import Link
 from .models import DEFAULT_BUCKET_MB, check_model_name
+from .precision import PRECISIONS, Precision
 from .replica import OPTIMIZERS, build_replica, make_optimizer, step_batches, summarise
 from .sync import STRATEGIES, make_strategy, strategy_class
 from .timeline import Timeline, start_together
@@ -58,6 +59,15 @@ class TrainConfig:
     timing_warmup: int = 2  # steps left out of the median step time
     link: Link | None = None  # an emulated network (dpteach/link.py); None: this machine's own transfers
     all_reduce: str = "builtin"  # or the course's own "ring" / "tree" (dpteach/collectives), where a strategy takes it
+    # Mixed precision (dpteach/precision.py): the forward pass in "bf16" or "fp16" (fp16 with a dynamic loss
+    # scale starting at init_scale, growing after growth_interval clean steps), clipping, and the dtype DDP's
+    # gradients travel in ("grad_comm", a communication hook). unscale_before_clip=False is a mistake, on purpose.
+    precision: str = "fp32"
+    clip_norm: float | None = None
+    init_scale: float = 2.0**16
+    growth_interval: int = 2000
+    unscale_before_clip: bool = True
+    grad_comm: str = "fp32"
 
     def __post_init__(self):
         if self.bucket_mb is None:
@@ -78,6 +88,11 @@ class TrainConfig:
             raise validate.refusal("link", self.link, "give a dpteach.link.Link (dpteach.link.resolve_link turns a "
                                                       "preset name into one) or None")
         validate.choice("all_reduce", self.all_reduce, ALL_REDUCE_CHOICES)
+        validate.choice("precision", self.precision, PRECISIONS)
+        validate.optional(validate.number, "clip_norm", self.clip_norm, above=0)
+        validate.number("init_scale", self.init_scale, above=0)
+        validate.integer("growth_interval", self.growth_interval, low=1)
+        validate.choice("grad_comm", self.grad_comm, PRECISIONS)
         strategy_class(self.strategy).check(self, world_size)
         return self
 
@@ -96,7 +111,10 @@ class SyncTrainer:
         self.model, self.dataset, self.criterion = build_replica(config)
         self.timeline = Timeline(context.device())
         self.strategy = make_strategy(config.strategy, self.model, self.timeline, config.bucket_mb,
-                                      config.first_bucket_mb, link=config.link, all_reduce=config.all_reduce)
+                                      config.first_bucket_mb, link=config.link, all_reduce=config.all_reduce,
+                                      grad_comm=config.grad_comm)
+        self.precision = Precision(config.precision, config.clip_norm, config.init_scale, config.growth_interval,
+                                   config.unscale_before_clip)
         self.module = self.strategy.wrap()
         self.optimizer = self.strategy.make_optimizer(lambda params: make_optimizer(config, params))
         self.batches = step_batches(config, self.dataset, self.world)
@@ -114,14 +132,14 @@ class SyncTrainer:
         for k, indices in enumerate(micro_batches):
             x, y = (t.to(device) for t in sample_batch(self.dataset, indices))
             with strategy.micro_batch(sync=(k == len(micro_batches) - 1)):  # decided before forward
-                with timeline.span(step, "forward"):
+                with timeline.span(step, "forward"), self.precision.autocast():
                     loss = self.criterion(self.module(x), y) / config.accum_steps
                 with timeline.span(step, "backward"):
-                    loss.backward()
+                    self.precision.backward(loss)  # fp16: the loss times the scale
             step_loss += loss.detach()
         strategy.finish(step)
         with timeline.span(step, "optimizer"):
-            strategy.step_optimizer(self.optimizer)
+            self.precision.step(strategy, self.optimizer)  # unscale and clip if asked, then step (or skip)
         context.synchronize()
         self.step_times.append(time.perf_counter() - start)
         timeline.resolve()
@@ -136,6 +154,7 @@ class SyncTrainer:
         summary["notes"] = self.strategy.notes
         summary["state_bytes"] = self.strategy.state_bytes
         summary["peak_bytes"] = self.strategy.state_bytes + self.strategy.peak_extra_bytes
+        summary["precision"] = self.precision.report()  # None in plain fp32 without clipping
         return summary
 
 

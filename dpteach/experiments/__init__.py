@@ -21,6 +21,7 @@ from .asynchronous import async_staleness
 from .input_pipeline import input_pipeline
 from .data_sharding import sampler_sharding, uneven_inputs
 from .sharding import sharding_memory, sharding_payoff, sharding_timeline
+from .mixed_precision import comm_precision, loss_scaling, precision_drift
 
 __all__ = ["compare_strategies", "run_strategy",
            "machine_profile", "gradient_equivalence", "bitwise_reproducibility",
@@ -30,4 +31,5 @@ __all__ = ["compare_strategies", "run_strategy",
            "scaling_sweep", "scaling_simulation",
            "overlap_timeline", "accumulation_sweep", "compression_tradeoff", "compression_bytes", "compression_on_links", "async_staleness",
            "input_pipeline", "sampler_sharding", "uneven_inputs",
-           "sharding_memory", "sharding_timeline", "sharding_payoff"]
+           "sharding_memory", "sharding_timeline", "sharding_payoff",
+           "precision_drift", "loss_scaling", "comm_precision"]

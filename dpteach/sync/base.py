@@ -70,6 +70,7 @@ class Strategy:
     communicates = True
     takes_all_reduce = ()  # the course's collectives it can run on instead of torch's: "ring", "tree"
     shards = ()
+    takes_grad_comm = False  # can send its gradients in a 16-bit dtype (``grad_comm=``): ddp, with a comm hook
 
     @classmethod
     def workers(cls, world_size: int) -> int:
@@ -90,6 +91,18 @@ class Strategy:
                              f"course's own collectives block until done, so only strategies that can wait for them "
                              f"take them (naive and bucketed: ring or tree; zero1-3: ring, for their reduce-scatter "
                              f"and all-gather); leave all_reduce='builtin'")
+        if config.grad_comm != "fp32" and not cls.takes_grad_comm:
+            raise ValueError(f"grad_comm={config.grad_comm!r} is not allowed with strategy={config.strategy!r}: only "
+                             f"'ddp' sends its gradients through a communication hook that casts them (the 'fp16' and "
+                             f"'bf16' strategies cast them by hand); leave grad_comm='fp32'")
+        if config.precision != "fp32" and not cls.lockstep:
+            raise ValueError(f"precision={config.precision!r} is not allowed with strategy={config.strategy!r}: it runs "
+                             f"its own loop outside the trainer; use a lockstep strategy or precision='fp32'")
+        if cls.shards and (config.precision == "fp16" or config.clip_norm is not None):
+            raise ValueError(f"precision='fp16' and clip_norm are not allowed with strategy={config.strategy!r}: each "
+                             f"rank holds a different shard of the gradients, so the overflow flag and the gradient "
+                             f"norm would need an all-reduce first (FSDP's ShardedGradScaler does it); this course "
+                             f"applies them to the replicated strategies only (bf16 works with every strategy)")
 
 
 class GradientSync(Strategy):

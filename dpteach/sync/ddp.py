@@ -10,13 +10,21 @@ For accumulation, ``no_sync()`` wraps the forward *and* backward of every micro-
 
 We install a communication hook that does what DDP's default does - divide the bucket by W and
 all-reduce it asynchronously - and also notes when each bucket's all-reduce starts and finishes,
-so DDP's timeline can be drawn next to ours.
+so DDP's timeline can be drawn next to ours. With ``grad_comm="bf16"`` (or ``"fp16"``) the hook
+does what torch's ``bf16_compress_hook`` (``fp16_compress_hook``) does, in
+``torch/distributed/algorithms/ddp_comm_hooks/default_hooks.py``: cast the fp32 bucket to 16 bits,
+divide by W, all-reduce the 16-bit copy (half the bytes), and copy the result back into the fp32
+bucket. The sum of W gradients is then rounded to 8 (bf16) or 11 (fp16) significant bits. (DDP itself
+refuses a hook named ``bf16_compress_hook`` unless it runs on CUDA with NCCL 2.10 or later - see
+``_check_comm_hook`` in ``torch/nn/parallel/distributed.py`` - while gloo sums bf16 on the CPU; this
+hook, being our own, runs on both.)
 """
 from contextlib import contextmanager
 
 from torch.nn.parallel import DistributedDataParallel
 
 from .. import context
+from ..precision import PRECISIONS
 from .base import GradientSync
 
 
@@ -29,10 +37,12 @@ def wrap_ddp(module, **options) -> DistributedDataParallel:
 
 class TorchDDP(GradientSync):
     name = "ddp"
+    takes_grad_comm = True
 
-    def __init__(self, model, timeline, bucket_mb=1.0, first_bucket_mb=None, **options):
+    def __init__(self, model, timeline, bucket_mb=1.0, first_bucket_mb=None, grad_comm="fp32", **options):
         super().__init__(model, timeline, **options)
         self.ddp = wrap_ddp(model, bucket_cap_mb=bucket_mb)
+        self.wire_dtype = PRECISIONS[grad_comm]
         self.ddp.register_comm_hook(None, self._timed_allreduce)
 
     def wrap(self):
@@ -48,13 +58,14 @@ class TorchDDP(GradientSync):
                 yield
 
     def _timed_allreduce(self, state, bucket):
-        tensor = bucket.buffer()
+        bucket_buffer = bucket.buffer()
         start, step, index = self.timeline.event(), self.step, bucket.index()
-        work = self.all_reduce_mean(tensor, async_op=True)
+        tensor = bucket_buffer.to(self.wire_dtype)  # a 16-bit copy, or the fp32 bucket itself
+        work = self.all_reduce_mean(tensor, async_op=True)  # bytes counted at the size that travels
 
         def done(fut):
             self.timeline.add(step, "comm", start, self.timeline.event(), lane="comm", bucket=index)
-            return fut.value()[0]
+            return bucket_buffer.copy_(fut.value()[0]) if tensor is not bucket_buffer else fut.value()[0]
         return work.get_future().then(done)
 
     def finish(self, step: int) -> None:

@@ -1,0 +1,151 @@
+"""Mixed precision with data parallelism (lesson 12), measured on real ranks.
+
+* ``precision_drift`` trains ``ddp`` in fp32, under bf16 autocast and under fp16 autocast with a
+  loss scale, side by side on the same batches, and reports how far each ends from the fp32 run,
+  what a rank holds (the fp32 parameters, gradients and optimizer state: the same in all three)
+  and what one forward pass saves for backward (measured from the saved tensors).
+* ``loss_scaling`` follows fp16's dynamic loss scale step by step - the skipped steps, the halving,
+  the growth - and shows what clipping does when it is applied before unscaling instead of after.
+* ``comm_precision`` sends DDP's gradients in fp32, bf16 and fp16 (a communication hook, as torch's
+  ``bf16_compress_hook``) and reports the bytes per step and the drift each costs.
+
+``dpteach/precision.py`` holds the mechanics; these functions only choose runs and compare them.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+from torch.nn.utils import parameters_to_vector
+
+from .. import validate
+from ..data import loss_fn, make_dataset, sample_batch
+from ..launcher import launch
+from ..models import build_model, check_model_name
+from ..precision import PRECISIONS, saved_for_backward
+from ..reference import exact_tolerance, reference_device, train_single_process
+from ..replica import OPTIMIZERS
+from ..train import TrainConfig, train_each_on_rank
+from ..world import World, resolve_world
+
+
+def _side_by_side(world: World, configs: dict, timeout: float) -> dict:
+    """Train every config in one world, step by step side by side (fair timing); name -> rank 0's run
+    plus whether every rank ended with the same weights."""
+    checked = [config.check(world.size) for config in configs.values()]
+    per_rank = launch(train_each_on_rank, world, args=(checked, True), timeout=timeout)
+    runs = {}
+    for i, name in enumerate(configs):
+        runs[name] = {**per_rank[0][i], "replicas_identical": all(rank[i]["replica_spread"] == 0.0 for rank in per_rank),
+                      "bytes_per_step": max(rank[i]["wire_bytes_per_step"] for rank in per_rank)}
+    return runs
+
+
+def _drift(params: torch.Tensor, baseline: torch.Tensor, start: torch.Tensor) -> dict:
+    """How far ``params`` ended from ``baseline``: the largest element, and the distance relative to
+    how far the baseline itself moved from ``start`` (0: the same run; 1: as far as training went)."""
+    gap = params - baseline
+    return {"max_abs_diff_vs_fp32": gap.abs().max().item(),
+            "relative_drift": (gap.norm() / (baseline - start).norm()).item()}
+
+
+def _start(model: str, seed: int) -> torch.Tensor:
+    return parameters_to_vector(build_model(model, seed=seed).parameters()).detach()
+
+
+def _checked(model, optimizer, steps, low=2):
+    check_model_name(model)
+    validate.choice("optimizer", optimizer, OPTIMIZERS)
+    validate.integer("steps", steps, low=low)
+
+
+def precision_drift(world_size: int | World | None = None, model: str = "mlp", steps: int = 30,
+                    optimizer: str = "adam", batch_per_rank: int = 32, backend: str = "auto", device: str = "auto",
+                    timeout: float = 300.0) -> dict:
+    """``ddp`` in fp32, bf16 and fp16 (with torch's default loss scale), trained on the same batches.
+
+    Returns ``{"world_size", "backend", "device", "model", "optimizer", "steps", "tolerance",
+    "fp32_vs_single", "rows": [{"precision", "losses", "final_loss", "max_abs_diff_vs_fp32",
+    "relative_drift", "skipped_steps", "state_bytes", "saved_activation_bytes",
+    "saved_weight_copy_bytes", "step_time_s", "replicas_identical"}]}``. ``fp32_vs_single`` is the
+    fp32 run's largest difference from one process (within ``tolerance``: the run is exact).
+    """
+    _checked(model, optimizer, steps)
+    validate.integer("batch_per_rank", batch_per_rank, low=1)
+    world = resolve_world(world_size, backend, device)
+    base = TrainConfig(strategy="ddp", model=model, steps=steps, optimizer=optimizer, batch_per_rank=batch_per_rank,
+                       timing_warmup=min(2, steps - 1))
+    runs = _side_by_side(world, {p: replace(base, precision=p) for p in PRECISIONS}, timeout)
+    reference = train_single_process(base, world.size, device=reference_device(world.placement))
+    start, fp32 = _start(model, base.seed), runs["fp32"]["params"]
+    criterion, dataset = loss_fn(model), make_dataset(model, batch_per_rank, seed=base.seed)
+    x, y = sample_batch(dataset, range(batch_per_rank))  # one rank's micro-batch, on the CPU
+    rows = []
+    for name, run in runs.items():
+        saved = saved_for_backward(build_model(model, seed=base.seed), lambda m: criterion(m(x), y), name)
+        skipped = run["precision"]["skipped"] if run["precision"] else []
+        rows.append({"precision": name, "losses": run["losses"], "final_loss": run["losses"][-1],
+                     **_drift(run["params"], fp32, start), "skipped_steps": sum(skipped),
+                     "state_bytes": run["state_bytes"], "saved_activation_bytes": saved["activations"],
+                     "saved_weight_copy_bytes": saved["weight_copies"], "step_time_s": run["median_step_s"],
+                     "replicas_identical": run["replicas_identical"]})
+    return {"world_size": world.size, "backend": world.backend, "device": world.device_type, "model": model,
+            "optimizer": optimizer, "steps": steps, "batch_per_rank": batch_per_rank,
+            "tolerance": exact_tolerance(base), "fp32_vs_single": (fp32 - reference["params"]).abs().max().item(),
+            "rows": rows}
+
+
+def loss_scaling(world_size: int | World | None = None, model: str = "mlp", steps: int = 40,
+                 init_scale: float = 2.0**24, growth_interval: int = 8, clip_norm: float = 1.0,
+                 backend: str = "auto", device: str = "auto", timeout: float = 300.0) -> dict:
+    """fp16 with a dynamic loss scale on ``ddp``, clipped after unscaling (right) and before (the
+    mistake), next to fp32 with the same clipping. SGD, so that a gradient's size is its update's.
+
+    Returns ``{"world_size", "backend", "device", "model", "steps", "init_scale", "growth_interval",
+    "clip_norm", "runs": {name: {"losses", "scales", "skipped", "grad_norms", "moved",
+    "replicas_identical", "skipped_on_every_rank_alike"}}}``; ``moved`` is how far the weights
+    went from where every run starts, ``grad_norms`` the norm clipping saw each step.
+    """
+    _checked(model, "sgd", steps)
+    validate.number("init_scale", init_scale, above=0)
+    validate.integer("growth_interval", growth_interval, low=1)
+    validate.number("clip_norm", clip_norm, above=0)
+    world = resolve_world(world_size, backend, device)
+    base = TrainConfig(strategy="ddp", model=model, steps=steps, optimizer="sgd", precision="fp16",
+                       init_scale=init_scale, growth_interval=growth_interval, clip_norm=clip_norm, timing_warmup=0)
+    configs = {"fp16, unscaled then clipped": base,
+               "fp16, clipped while scaled": replace(base, unscale_before_clip=False),
+               "fp32, clipped": replace(base, precision="fp32")}
+    runs = _side_by_side(world, configs, timeout)
+    start = _start(model, base.seed)
+    return {"world_size": world.size, "backend": world.backend, "device": world.device_type, "model": model,
+            "steps": steps, "init_scale": init_scale, "growth_interval": growth_interval, "clip_norm": clip_norm,
+            "runs": {name: {"losses": run["losses"], "scales": run["precision"]["scales"],
+                            "skipped": run["precision"]["skipped"], "grad_norms": run["precision"]["grad_norms"],
+                            "moved": (run["params"] - start).norm().item(),
+                            "replicas_identical": run["replicas_identical"]} for name, run in runs.items()}}
+
+
+def comm_precision(world_size: int | World | None = None, model: str = "mlp", steps: int = 30,
+                   optimizer: str = "adam", backend: str = "auto", device: str = "auto",
+                   timeout: float = 300.0) -> dict:
+    """``ddp`` with its gradients all-reduced in fp32, bf16 and fp16 (``grad_comm``), the forward pass
+    in fp32 throughout, so that the only difference is the dtype on the wire.
+
+    Returns ``{"world_size", "backend", "device", "model", "optimizer", "steps", "rows":
+    [{"grad_comm", "bytes_per_step", "bytes_vs_fp32", "max_abs_diff_vs_fp32", "relative_drift",
+    "losses", "final_loss", "replicas_identical"}]}``.
+    """
+    _checked(model, optimizer, steps)
+    world = resolve_world(world_size, backend, device)
+    validate.ranks(world, 2, "gradients only travel between ranks")
+    base = TrainConfig(strategy="ddp", model=model, steps=steps, optimizer=optimizer, timing_warmup=0)
+    runs = _side_by_side(world, {d: replace(base, grad_comm=d) for d in PRECISIONS}, timeout)
+    start, fp32 = _start(model, base.seed), runs["fp32"]
+    rows = [{"grad_comm": name, "bytes_per_step": run["bytes_per_step"],
+             "bytes_vs_fp32": run["bytes_per_step"] / fp32["bytes_per_step"],
+             **_drift(run["params"], fp32["params"], start), "losses": run["losses"],
+             "final_loss": run["losses"][-1], "replicas_identical": run["replicas_identical"]}
+            for name, run in runs.items()]
+    return {"world_size": world.size, "backend": world.backend, "device": world.device_type, "model": model,
+            "optimizer": optimizer, "steps": steps, "rows": rows}

@@ -1,0 +1,125 @@
+"""Plots and tables for lesson 12: what 16-bit forward passes, loss scales and 16-bit gradients cost and save."""
+from __future__ import annotations
+
+import math
+
+from .rendering import human_bytes, show, table
+
+PRECISION_COLORS = {"fp32": "#4C72B0", "bf16": "#55A868", "fp16": "#DD8452"}
+RUN_COLORS = ["#55A868", "#C44E52", "#4C72B0"]
+
+
+def _kib(n: float) -> str:
+    return f"{n / 2**10:,.0f}"
+
+
+def plot_precision_drift(result: dict):
+    """Losses of the three precisions; and per precision what one forward pass saves for backward."""
+    import matplotlib.pyplot as plt
+    rows = result["rows"]
+    fig, (curve, mem) = plt.subplots(1, 2, figsize=(12, 4.2))
+    for r in rows:
+        curve.plot(range(1, len(r["losses"]) + 1), r["losses"], color=PRECISION_COLORS[r["precision"]],
+                   label=f"{r['precision']} (drift {r['relative_drift']:.1%})", linewidth=1.4)
+    curve.set_xlabel("step")
+    curve.set_ylabel("training loss (mean over ranks)")
+    curve.set_title(f"{result['model']}, {result['optimizer']}, W={result['world_size']}: the same batches")
+    curve.grid(alpha=0.3)
+    curve.legend(fontsize="small")
+    x = list(range(len(rows)))
+    acts = [r["saved_activation_bytes"] / 2**10 for r in rows]
+    copies = [r["saved_weight_copy_bytes"] / 2**10 for r in rows]
+    mem.bar(x, acts, color="#4C72B0", label="activations")
+    mem.bar(x, copies, bottom=acts, color="#DD8452", label="16-bit copies of the weights")
+    mem.set_xticks(x, [r["precision"] for r in rows])
+    mem.set_ylabel("KiB saved for backward, per rank")
+    mem.set_title(f"one forward pass, {result['batch_per_rank']} samples (held in fp32 by every run: "
+                  f"{rows[0]['state_bytes'] / 2**20:.1f} MiB)", fontsize="medium")
+    mem.grid(axis="y", alpha=0.3)
+    mem.legend(fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
+def render_precision_drift(result: dict) -> None:
+    print(f"ddp on {result['world_size']} ranks ({result['backend']}, {result['device']}), {result['steps']} steps of "
+          f"{result['optimizer']}; the fp32 run is {result['fp32_vs_single']:.1e} from one process "
+          f"(tolerance {result['tolerance']:.0e})")
+    table(["precision", "final loss", "max |dθ| vs fp32", "drift / distance trained", "skipped steps",
+           "held KiB", "saved activations KiB", "saved weight copies KiB", "step ms"],
+          [[r["precision"], f"{r['final_loss']:.4f}", f"{r['max_abs_diff_vs_fp32']:.1e}", f"{r['relative_drift']:.2%}",
+            r["skipped_steps"], _kib(r["state_bytes"]), _kib(r["saved_activation_bytes"]),
+            _kib(r["saved_weight_copy_bytes"]), f"{r['step_time_s'] * 1e3:.1f}"] for r in result["rows"]])
+    show(plot_precision_drift(result))
+
+
+def plot_loss_scaling(result: dict):
+    """The loss scale step by step, skipped steps marked; and the losses of the three runs."""
+    import matplotlib.pyplot as plt
+    fig, (scale, curve) = plt.subplots(1, 2, figsize=(12, 4.2))
+    for color, (name, run) in zip(RUN_COLORS, result["runs"].items()):
+        steps = range(1, len(run["losses"]) + 1)
+        curve.plot(steps, run["losses"], color=color, label=f"{name} (skipped {sum(run['skipped'])})")
+        if not run["scales"]:
+            continue
+        scale.step(steps, [math.log2(s) for s in run["scales"]], where="mid", color=color, label=name)
+        skipped = [(i + 1, math.log2(s)) for i, (s, skip) in enumerate(zip(run["scales"], run["skipped"])) if skip]
+        if skipped:
+            scale.scatter(*zip(*skipped), marker="x", color="black", zorder=3,
+                          label="skipped: an inf or NaN gradient" if color == RUN_COLORS[0] else None)
+    scale.set_xlabel("step")
+    scale.set_ylabel("log2 of the loss scale")
+    scale.set_title(f"fp16: start at 2^{math.log2(result['init_scale']):g}, x2 after "
+                    f"{result['growth_interval']} clean steps, x0.5 on overflow")
+    scale.grid(alpha=0.3)
+    scale.legend(fontsize="small")
+    curve.set_xlabel("step")
+    curve.set_ylabel("training loss (mean over ranks)")
+    curve.set_title(f"{result['model']}, SGD, clipped to norm {result['clip_norm']:g}")
+    curve.grid(alpha=0.3)
+    curve.legend(fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
+def render_loss_scaling(result: dict) -> None:
+    rows = []
+    for name, run in result["runs"].items():
+        clean = [n for n, skip in zip(run["grad_norms"], run["skipped"] or [False] * len(run["grad_norms"]))
+                 if not skip and math.isfinite(n)]
+        rows.append([name, sum(run["skipped"]), f"{min(run['scales']):g}" if run["scales"] else "-",
+                     f"{sum(clean) / len(clean):.3g}" if clean else "-", f"{run['losses'][-1]:.4f}",
+                     f"{run['moved']:.3g}", "yes" if run["replicas_identical"] else "no"])
+    table(["run", "skipped steps", "smallest scale", "mean norm clipping saw", "final loss", "weights moved",
+           "replicas equal"], rows)
+    show(plot_loss_scaling(result))
+
+
+def plot_comm_precision(result: dict):
+    import matplotlib.pyplot as plt
+    rows = result["rows"]
+    fig, (sent, drift) = plt.subplots(1, 2, figsize=(12, 3.8))
+    names = [r["grad_comm"] for r in rows]
+    colors = [PRECISION_COLORS[n] for n in names]
+    sent.bar(names, [r["bytes_per_step"] / 2**20 for r in rows], color=colors)
+    for i, r in enumerate(rows):
+        sent.annotate(human_bytes(r["bytes_per_step"]), (i, r["bytes_per_step"] / 2**20), ha="center", va="bottom",
+                      fontsize="small")
+    sent.set_ylabel("MiB a rank sends per step")
+    sent.set_title(f"DDP's gradients on the wire, {result['model']}, W={result['world_size']}")
+    sent.grid(axis="y", alpha=0.3)
+    drift.bar(names, [r["relative_drift"] * 100 for r in rows], color=colors)
+    drift.set_ylabel("distance from the fp32 run, % of the distance trained")
+    drift.set_title(f"after {result['steps']} steps of {result['optimizer']}")
+    drift.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def render_comm_precision(result: dict) -> None:
+    table(["gradients sent in", "bytes / step", "vs fp32", "max |dθ| vs fp32", "drift / distance trained",
+           "final loss", "replicas equal"],
+          [[r["grad_comm"], human_bytes(r["bytes_per_step"]), f"{r['bytes_vs_fp32']:.2f}",
+            f"{r['max_abs_diff_vs_fp32']:.1e}", f"{r['relative_drift']:.2%}", f"{r['final_loss']:.4f}",
+            "yes" if r["replicas_identical"] else "no"] for r in result["rows"]])
+    show(plot_comm_precision(result))
