@@ -26,6 +26,7 @@ TOPICS = {
     "scaling": "Scaling efficiency",
     "multinode": "Across nodes: NICs and hierarchical collectives",
     "sharding": "Sharded data parallelism: ZeRO stages and FSDP2",
+    "mixed_precision": "Mixed precision with data parallelism",
 }
 
 NOTEBOOKS = (
@@ -41,6 +42,7 @@ NOTEBOOKS = (
     "09_scaling.ipynb",
     "10_practice_exam.ipynb",
     "11_sharding.ipynb",
+    "12_mixed_precision.ipynb",
 )
 
 # Functions of dpteach.experiments; each returns plain data a notebook plots.
@@ -72,4 +74,7 @@ EXPERIMENTS = (
     "sharding_memory",
     "sharding_timeline",
     "sharding_payoff",
+    "precision_drift",
+    "loss_scaling",
+    "comm_precision",
 )
