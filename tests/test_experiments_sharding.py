@@ -40,6 +40,26 @@ def test_the_zero3_timeline_has_every_ranks_gathers_and_scatters():
         sharding_timeline(2, steps=1, **CPU)
 
 
+def test_the_fsdp_timeline_reads_fsdp2s_own_collectives_from_the_profiler():
+    """FSDP2 on CPU tensors: forward all-gathers issued by each layer (its forward prefetching needs CUDA
+    streams), backward ones prefetched one layer ahead, one reduce-scatter per layer - all inside the step."""
+    result = sharding_timeline(2, steps=2, strategy="fsdp", **CPU)
+    assert result["strategy"] == "fsdp" and set(result["spans"]) == {0, 1}
+    for rank, spans in result["spans"].items():
+        gathers = [s for s in spans if s["name"] == "all_gather"]
+        scatters = [s for s in spans if s["name"] == "reduce_scatter"]
+        layers = {s["layer"] for s in gathers}
+        assert len(layers) > 2 and {s["layer"] for s in scatters} == layers and len(scatters) == len(layers)
+        assert result["gathers"][rank] == {"on_demand": len(layers) + 1, "prefetched": len(layers) - 1}
+        assert sum(s["prefetched"] for s in gathers) == len(layers) - 1
+        # the profiler's clock mapped onto the trainer's: every collective falls inside forward..backward
+        start = min(s["start"] for s in spans if s["name"] == "forward")
+        end = max(s["end"] for s in spans if s["name"] == "backward")
+        assert all(start - 5e-3 <= s["start"] <= s["end"] <= end + 5e-3 for s in gathers + scatters)
+    with pytest.raises(ValueError, match="strategy='zero2' is not allowed"):
+        sharding_timeline(2, strategy="zero2", **CPU)
+
+
 def test_payoff_reproduces_the_zero_papers_example():
     """Rajbhandari et al. 2020, Figure 1: 7.5B parameters, mixed-precision Adam, 64 GPUs."""
     result = sharding_payoff(7.5, world_sizes=(64,), gpu_gb=32, link="ib")

@@ -4,8 +4,8 @@
   reports, per strategy, what a rank holds when its optimizer steps (measured from its tensors), its
   peak with the transient unsharded buffers, and the bytes it sends per step - next to what the ZeRO
   paper's accounting predicts for this model (Rajbhandari et al., SC 2020, section 5).
-* ``sharding_timeline`` records every rank's spans for ``zero3``: the all-gathers of the next layer
-  issued before the current layer computes (prefetching).
+* ``sharding_timeline`` records every rank's spans for ``zero3`` or ``fsdp``: the all-gathers of the
+  next layer issued before the current layer computes (prefetching), and where FSDP2 on CPU does not.
 * ``sharding_payoff`` is arithmetic, instant: for a model size, a GPU and a link, the memory per GPU
   of each stage as W grows (the lesson-01 calculator) and what its communication costs per step
   (the alpha-beta model of ``dpteach.costmodel``).
@@ -13,15 +13,19 @@
 from __future__ import annotations
 
 from .. import validate
+from ..launcher import launch
 from ..link import resolve_link
 from ..models import build_model, check_model_name
 from ..replica import OPTIMIZERS
-from ..train import TrainConfig
+from ..sync.fsdp_trace import fsdp_spans, profile_step
+from ..timeline import start_together
+from ..train import SyncTrainer, TrainConfig
 from ..world import World, resolve_world
 from .compare import compare_strategies, run_strategy
 from .memory import memory_per_replica
 
 COMPARED = ("ddp", "zero1", "zero2", "zero3", "fsdp")  # the replicated reference, then each stage
+TIMELINE_STRATEGIES = ("zero3", "fsdp")  # the two that gather parameters, and so can prefetch
 OPTIMIZER_FLOATS = {"sgd": 1, "adam": 2}  # state per parameter: SGD's momentum; Adam's two moments
 
 
@@ -67,23 +71,44 @@ def sharding_memory(world_size: int | World | None = None, model: str = "mlp", o
 
 
 def sharding_timeline(world_size: int | World | None = None, model: str = "mlp", steps: int = 3,
-                      backend: str = "auto", device: str = "auto", timeout: float = 300.0) -> dict:
-    """Every rank's spans of the last step of ``zero3``: forward, backward, and each all-gather and
-    reduce-scatter. From the second step on, each layer's all-gather is launched ahead of its use.
+                      strategy: str = "zero3", backend: str = "auto", device: str = "auto",
+                      timeout: float = 300.0) -> dict:
+    """Every rank's spans of the last step of ``zero3`` or ``fsdp``: forward, backward, and each
+    all-gather and reduce-scatter. ``zero3`` draws its own collectives; for ``fsdp`` they are read from
+    the ranges FSDP2 records for the profiler (``dpteach/sync/fsdp_trace.py``), the last step profiled.
 
-    Returns ``{"world_size", "backend", "device", "model", "step", "spans": {rank: [span, ...]},
+    Returns ``{"world_size", "backend", "device", "model", "strategy", "step", "spans": {rank: [span, ...]},
     "gathers": {rank: {"prefetched", "on_demand"}}}`` - the last step's all-gathers, by whether they
     had been launched before the layer needed them.
     """
     validate.integer("steps", steps, low=2, why=" (prefetching starts once the first step has shown the order)")
+    validate.choice("strategy", strategy, TIMELINE_STRATEGIES)
     world = resolve_world(world_size, backend, device)
     validate.ranks(world, 2, "sharding needs ranks to share the work")
-    config = TrainConfig(strategy="zero3", model=model, steps=steps, timing_warmup=0)
-    ranks = run_strategy(world, config, timeout=timeout)["ranks"]
+    config = TrainConfig(strategy=strategy, model=model, steps=steps, timing_warmup=0)
+    config.check(world.size)
+    if strategy == "fsdp":
+        ranks = launch(trace_fsdp_on_rank, world, args=(config,), timeout=timeout)
+    else:
+        ranks = run_strategy(world, config, timeout=timeout)["ranks"]
     last = steps - 1
     return {"world_size": world.size, "backend": world.backend, "device": world.device_type, "model": model,
-            "step": last, "spans": {r: [s for s in run["spans"] if s["step"] == last] for r, run in enumerate(ranks)},
+            "strategy": strategy, "step": last,
+            "spans": {r: [s for s in run["spans"] if s["step"] == last] for r, run in enumerate(ranks)},
             "gathers": {r: run["notes"] for r, run in enumerate(ranks)}}
+
+
+def trace_fsdp_on_rank(config: TrainConfig) -> dict:
+    """Train ``fsdp`` on this rank and profile its last step: the trainer's spans plus FSDP2's collectives."""
+    trainer = SyncTrainer(config)
+    start_together(trainer.timeline)
+    for step in range(config.steps - 1):
+        trainer.step(step)
+    last = config.steps - 1
+    events, offset = profile_step(lambda: trainer.step(last), trainer.timeline)
+    collectives, gathers = fsdp_spans(events, last, offset)
+    summary = trainer.summary()
+    return {"spans": summary["spans"] + collectives, "notes": gathers}
 
 
 def sharding_payoff(params_billion: float = 7.5, world_sizes=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),

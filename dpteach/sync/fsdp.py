@@ -3,8 +3,10 @@
 ``fully_shard(layer)`` turns each parameter of the layer into a DTensor sharded on dim 0 across the W
 ranks; the layer's parameters are all-gathered before its forward and freed after it
 (``reshard_after_forward=True``), all-gathered again for backward, and their gradients are
-reduce-scattered as soon as backward has produced them. The next layer's all-gather is issued early
-(implicit prefetching), so communication can hide behind compute. The optimizer is built *after*
+reduce-scattered as soon as backward has produced them. In backward the next layer's all-gather is
+issued one layer early (explicit prefetching); in forward, on GPUs, a separate all-gather stream lets
+the CPU issue it early too (implicit prefetching), which CPU tensors, without streams, do not get -
+``fsdp_trace.py`` reads both from a profile. The optimizer is built *after*
 ``fully_shard``, over the sharded DTensor parameters, and steps only the local shards. Sources: the
 ``fully_shard`` docstrings and the FSDP2 tutorial (docs.pytorch.org); Zhao et al., "PyTorch FSDP",
 VLDB 2023. FSDP2 runs on gloo with CPU tensors, so all of this runs on a laptop too.

@@ -61,8 +61,8 @@ def render_sharding_timeline(result: dict) -> None:
     ranks = sorted(result["spans"])
     fig, ax = plt.subplots(figsize=(12, 1.1 * len(ranks) + 1.6))
     plot_gantt({r: result["spans"][r] for r in ranks}, ax=ax,
-               title=f"zero3, {result['model']}, W={result['world_size']}: step {result['step']} "
-                     f"(all-gathers and reduce-scatters in the comm rows)")
+               title=f"{result.get('strategy', 'zero3')}, {result['model']}, W={result['world_size']}: step "
+                     f"{result['step']} (all-gathers and reduce-scatters in the comm rows)")
     fig.tight_layout()
     show(fig)
 
