@@ -135,6 +135,10 @@ EXPERIMENTS = {  # name -> a call with world_size W that reaches its launch
     "bench": lambda w: allreduce_benchmark(w, ("4KiB",)),
     "sharding_memory": lambda w: ex.sharding_memory(w),
     "sharding_timeline": lambda w: ex.sharding_timeline(w),
+    "sharding_timeline, fsdp": lambda w: ex.sharding_timeline(w, strategy="fsdp"),
+    "precision_drift": lambda w: ex.precision_drift(w, steps=2),
+    "loss_scaling": lambda w: ex.loss_scaling(w, steps=2),
+    "comm_precision": lambda w: ex.comm_precision(w, steps=2),
 }
 
 

@@ -27,6 +27,7 @@ EXERCISE_MODULES = (
     "dpteach.grading.checks.ex06_int8",
     "dpteach.grading.checks.ex07_parameter_server",
     "dpteach.grading.checks.ex08_zero1",
+    "dpteach.grading.checks.ex09_zero2",
 )
 
 # Every stub function's body is ``raise NotImplementedError("your code here")``; this text in a code

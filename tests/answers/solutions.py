@@ -281,6 +281,46 @@ class ZeroSGD:
 '''
 
 
+SOLUTIONS["09"] = '''\
+import torch
+import torch.distributed as dist
+from dpteach.collectives import chunk_bounds, ring_all_gather, ring_reduce_scatter
+
+
+class Zero2SGD:
+    def __init__(self, params, lr, momentum):
+        self.params, self.lr, self.momentum = list(params), lr, momentum
+        self.world = dist.get_world_size()
+        total = sum(p.numel() for p in self.params)
+        self.start, self.stop = chunk_bounds(total, self.world)[dist.get_rank()]
+        self.buf = torch.zeros(self.stop - self.start, dtype=self.params[0].dtype)
+        self.grad = None
+
+    def reduce_gradients(self):
+        flat = torch.cat([p.grad.reshape(-1) for p in self.params])
+        self.grad = ring_reduce_scatter(flat) / self.world
+        for p in self.params:
+            p.grad = None
+
+    def step(self):
+        flat = torch.cat([p.detach().reshape(-1) for p in self.params])
+        self.buf.mul_(self.momentum).add_(self.grad)
+        updated = flat[self.start:self.stop] - self.lr * self.buf
+        full = ring_all_gather(updated)
+        offset = 0
+        with torch.no_grad():
+            for p in self.params:
+                p.copy_(full[offset:offset + p.numel()].view_as(p))
+                offset += p.numel()
+
+    def grad_slice(self):
+        return self.grad
+
+    def momentum_slice(self):
+        return self.buf
+'''
+
+
 def solution(exercise: str) -> str:
     """The reference solution cell of an exercise (by id, stem or notebook name)."""
     return SOLUTIONS[get_exercise(exercise).id]

@@ -244,5 +244,5 @@ EXERCISE = Exercise(
     names=("quantize", "dequantize", "compress_with_feedback"), stub=STUB, intro=INTRO, try_code=TRY, checks=CHECKS,
     forbidden=("dpteach.sync.compressed.quantize_int8", "dpteach.sync.compressed.dequantize_int8"),
     rule="this exercise asks you to write the quantiser, and your code calls dpteach's own",
-    after="Two stretch exercises follow: 07, an asynchronous parameter server, and 08, ZeRO stage 1.",
+    after="Three stretch exercises follow: 07, an asynchronous parameter server, then 08 and 09, ZeRO stages 1 and 2.",
 )

@@ -186,5 +186,5 @@ EXERCISE = Exercise(
                "torch.distributed.all_reduce_coalesced"),
     forbidden_methods=("allreduce", "allreduce_coalesced"),
     rule="this exercise asks for reduce-scatter / update / all-gather, and your code all-reduces instead",
-    after="That is the end of the exercises: `dpteach progress` shows where you stand.",
+    after="Exercise 09 (also a stretch) shards the gradients as well: ZeRO stage 2.",
 )
