@@ -79,13 +79,6 @@ class LossScaler:
                 self.clean_steps = 0
 
 
-def total_norm(grads: list) -> float:
-    """The 2-norm of all gradients together (what ``clip_grad_norm_`` compares with its limit)."""
-    if not grads:
-        return 0.0
-    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads])).item()
-
-
 class Precision:
     """The precision choices of one training run, applied by the trainer around forward, backward and step.
 
@@ -120,14 +113,14 @@ class Precision:
         if not self.active:
             return strategy.step_optimizer(optimizer)
         grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        clip_while_scaled = self.scaler is not None and not self.unscale_before_clip
+        if clip_while_scaled:
+            self._clip(grads)  # the mistake: the norm is S times too large, so clipping cuts too much
         found_inf = False
         if self.scaler:
             self.scales.append(self.scaler.scale.item())
-        if self.scaler and not self.unscale_before_clip:
-            self._clip(grads)  # the mistake: the norm is S times too large, so clipping cuts too much
-        if self.scaler:
             found_inf = self.scaler.unscale(grads)
-        if not self.scaler or self.unscale_before_clip:
+        if not clip_while_scaled:
             self._clip(grads)
         self.skipped.append(found_inf)
         if found_inf:  # every rank holds the same averaged gradients, so every rank skips together
@@ -138,7 +131,7 @@ class Precision:
             self.scaler.update(found_inf)
 
     def _clip(self, grads: list) -> None:
-        norm = total_norm(grads)
+        norm = torch.nn.utils.get_total_norm(grads).item() if grads else 0.0  # what clip_grad_norm_ compares
         self.grad_norms.append(norm)
         if self.clip_norm is not None and norm > self.clip_norm and all(torch.isfinite(g).all() for g in grads):
             for g in grads:

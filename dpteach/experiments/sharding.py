@@ -86,9 +86,8 @@ def sharding_timeline(world_size: int | World | None = None, model: str = "mlp",
     world = resolve_world(world_size, backend, device)
     validate.ranks(world, 2, "sharding needs ranks to share the work")
     config = TrainConfig(strategy=strategy, model=model, steps=steps, timing_warmup=0)
-    config.check(world.size)
-    if strategy == "fsdp":
-        ranks = launch(trace_fsdp_on_rank, world, args=(config,), timeout=timeout)
+    if strategy == "fsdp":  # run_strategy checks the config itself
+        ranks = launch(trace_fsdp_on_rank, world, args=(config.check(world.size),), timeout=timeout)
     else:
         ranks = run_strategy(world, config, timeout=timeout)["ranks"]
     last = steps - 1

@@ -4,9 +4,10 @@
 its collectives inside ``fully_shard``, where no hook reaches; what it does offer is a
 ``torch.profiler.record_function`` range around each phase (``torch/distributed/fsdp/_fully_shard/``:
 ``FSDP::pre_forward (net.2)``, ``FSDP::all_gather (net.2)``, ``FSDP::backward_prefetch for net.0``,
-``FSDP::post_backward_reduce (net.2)``, ... with the layer's module name). gloo records the collectives themselves on its worker
-threads (``gloo:all_gather``, ``gloo:all_reduce``). :func:`profile_step` profiles one training step
-on this rank and :func:`fsdp_spans` turns those ranges into spans of the course's timeline:
+``FSDP::post_backward_reduce (net.2)``, ... with the layer's module name). gloo records the
+collectives themselves on its worker threads (``gloo:all_gather``, ``gloo:all_reduce``).
+:func:`profile_step` profiles one training step on this rank and :func:`fsdp_spans` turns those
+ranges into spans of the course's timeline:
 
 * an **all-gather** span per ``gloo:all_gather``, from its start to its end on gloo's thread, named
   after the layer whose ``FSDP::all_gather (...)`` range encloses it, and counted as *prefetched* when that
@@ -14,8 +15,8 @@ on this rank and :func:`fsdp_spans` turns those ranges into spans of the course'
   layer asked for it) and *on demand* otherwise;
 * a **reduce-scatter** span per layer's ``FSDP::post_backward_reduce (...)`` range. On gloo the
   reduce-scatter of a flat tensor is an all-reduce followed by a copy of this rank's chunk (the
-  profile shows ``gloo:all_reduce`` inside it): the same result, twice the bytes of a ring
-  reduce-scatter.
+  profile shows ``gloo:all_reduce`` inside it): the same result, for about twice the bytes of a
+  ring reduce-scatter.
 
 What the profile says about prefetching on a CPU, measured rather than assumed: in **backward**
 FSDP2 prefetches explicitly, one layer ahead; in **forward** its prefetching is *implicit* - the
@@ -33,7 +34,7 @@ import time
 
 import torch
 
-LAYER = re.compile(r"^FSDP::(all_gather|post_backward_reduce) \((.+)\)$")  # (the layer\'s module name)
+LAYER = re.compile(r"^FSDP::(all_gather|post_backward_reduce) \((.+)\)$")  # (the layer's module name)
 PREFETCH = ("FSDP::forward_prefetch", "FSDP::backward_prefetch")
 
 
@@ -59,13 +60,13 @@ def fsdp_spans(events, step: int, offset: float) -> tuple[list[dict], dict]:
         raise RuntimeError(f"the profile holds no FSDP::all_gather ranges: this torch ({torch.__version__}) "
                            f"names FSDP2's ranges differently, so its collectives cannot be read from a profile")
     prefetches = [e for e in events if e.name.startswith(PREFETCH)]
-    gloo = [e for e in events if e.name in ("gloo:all_gather", "gloo:all_reduce")]
+    gloo = [e for e in events if e.name == "gloo:all_gather"]
     at = lambda us: offset + us / 1e6  # noqa: E731 - profiler microseconds to timeline seconds
     spans, counts = [], {"prefetched": 0, "on_demand": 0}
     for outer in sorted(ranges, key=lambda e: e.time_range.start):
         kind, layer = LAYER.match(outer.name).groups()
-        inner = [g for g in gloo if _inside(g, outer)]
         if kind == "all_gather":
+            inner = [g for g in gloo if _inside(g, outer)]
             ahead = any(_inside(outer, p) for p in prefetches)
             counts["prefetched" if ahead else "on_demand"] += 1
             for g in inner or [outer]:  # gloo's own span where the profile has it
@@ -73,6 +74,5 @@ def fsdp_spans(events, step: int, offset: float) -> tuple[list[dict], dict]:
                               "prefetched": ahead, "start": at(g.time_range.start), "end": at(g.time_range.end)})
         else:
             spans.append({"step": step, "name": "reduce_scatter", "lane": "comm", "layer": layer,
-                          "gloo_all_reduce": bool(inner),
                           "start": at(outer.time_range.start), "end": at(outer.time_range.end)})
     return spans, counts

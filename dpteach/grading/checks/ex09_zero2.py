@@ -32,7 +32,8 @@ from torch import nn
 
 from ...collectives import chunk_bounds
 from ..spec import Check, Exercise, Fail
-from .ex08_zero1 import EXERCISE as ZERO1, LR, MOMENTUM, _batch, _model
+from .ex08_zero1 import EXERCISE as ZERO1
+from .ex08_zero1 import LR, MOMENTUM, _batch, _model, _trajectory
 
 STUB = '''\
 import torch
@@ -140,29 +141,6 @@ with explain_failures():  # if a rank fails, two lines say which and why
         # expect: True, 6 and 6 on every rank, and the same bias everywhere
         print(f"rank {rank}: .grad freed {freed}; keeps {kept} gradient and {state} momentum values; bias {bias}")
 '''
-
-
-def _trajectory(widths, seed, world, steps):
-    """Per step, the flat gradients of every rank and the flat momentum after the update; the final weights.
-    SGD with momentum as torch.optim.SGD defines it, written out as in exercise 08 (no torch optimizer)."""
-    model = _model(widths, seed)
-    params = list(model.parameters())
-    buffer = torch.zeros(sum(p.numel() for p in params), dtype=torch.float64)
-    grads, buffers = [], []
-    for step in range(steps):
-        per_rank = []
-        for rank in range(world):
-            model.zero_grad()
-            x, y = _batch(widths, seed, step, rank)
-            nn.functional.mse_loss(model(x), y).backward()
-            per_rank.append(torch.cat([p.grad.reshape(-1) for p in params]))
-        buffer = MOMENTUM * buffer + sum(per_rank) / world
-        grads.append(per_rank)
-        buffers.append(buffer)
-        with torch.no_grad():
-            for p, piece in zip(params, buffer.split([p.numel() for p in params])):
-                p.sub_(LR * piece.view_as(p))
-    return grads, buffers, [p.detach() for p in params]
 
 
 def _close(a, b):
