@@ -54,10 +54,10 @@ def main() -> int:
     threads = env.get("DPTEACH_THREADS")
     if threads:
         torch.set_num_threads(int(threads))
-    core = env.get("DPTEACH_CORE")
-    if core:  # every thread so far (the mask is per thread); gloo's, started later, inherit it
+    cores = env.get("DPTEACH_CORES")
+    if cores:  # every thread so far (the mask is per thread); gloo's, started later, inherit it
         for thread in os.listdir("/proc/self/task"):
-            os.sched_setaffinity(int(thread), {int(core)})
+            os.sched_setaffinity(int(thread), {int(c) for c in cores.split(",")})
     joining = False  # True only while this rank connects to its peers: a failure then is not fn's fault
     try:
         with open(env["DPTEACH_PAYLOAD"], "rb") as f:

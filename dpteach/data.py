@@ -1,4 +1,4 @@
-"""Synthetic data for the three models, and the rules that split it between ranks.
+"""Synthetic data for the course's models, and the rules that split it between ranks.
 
 The data is made on the spot from a seed, so nothing is downloaded and every process that asks for
 the same dataset gets the same tensors. Each task is easy enough that plain SGD lowers the loss
@@ -24,10 +24,15 @@ import torch.nn.functional as F
 from torch.utils.data import Dataset, Sampler, TensorDataset
 
 from . import validate
-from .models import IMAGE_SHAPE, INPUT_DIM, NUM_CLASSES, SEQ_LEN, VOCAB, check_model_name
+from .models import IMAGE_SHAPE, INPUT_DIM, NUM_CLASSES, SPECS, check_model_name, is_transformer
 
 TASK_SEED = 1234
 MAX_STEP = 4  # transformer task: each sequence counts up by a step of 1..MAX_STEP
+# Transformer task: sequences count modulo this many token ids, for every size of the family. The
+# GPU-sized models keep their full vocabulary - the embedding and the output layer over all of it cost
+# what a language model's do - but a task over 16k ids, with a few thousand tokens per step, would teach
+# them nothing visible in the 20 steps of a lesson; over 64 ids the loss falls at once.
+TASK_VOCAB = 64
 
 
 def _check_int(name: str, value, minimum: int) -> int:
@@ -71,20 +76,18 @@ def _patterned_images(num_samples: int, gen: torch.Generator) -> TensorDataset:
     return TensorDataset(inputs, labels)
 
 
-def _counting_sequences(num_samples: int, gen: torch.Generator) -> TensorDataset:
-    """Transformer task: sequences that count up modulo VOCAB by a step of their own, e.g. 5 7 9 11 ...
+def _counting_sequences(num_samples: int, gen: torch.Generator, vocab: int, seq_len: int) -> TensorDataset:
+    """Transformer task: sequences that count up modulo ``vocab`` by a step of their own, e.g. 5 7 9 11 ...
 
     The step (1..MAX_STEP) differs from sequence to sequence, so the next token cannot be told from
     the current token alone: the model has to look back (attention) to find the step. Inputs are
-    tokens 0..31 and targets are tokens 1..32, i.e. the input shifted by one.
+    tokens 0..seq_len-1 and targets are tokens 1..seq_len, i.e. the input shifted by one. Every size
+    of the transformer family gets the same task (``TASK_VOCAB`` ids), at its own sequence length.
     """
-    start = torch.randint(0, VOCAB, (num_samples, 1), generator=gen)
+    start = torch.randint(0, vocab, (num_samples, 1), generator=gen)
     step = torch.randint(1, MAX_STEP + 1, (num_samples, 1), generator=gen)
-    tokens = (start + step * torch.arange(SEQ_LEN + 1)) % VOCAB
+    tokens = (start + step * torch.arange(seq_len + 1)) % vocab
     return TensorDataset(tokens[:, :-1], tokens[:, 1:])
-
-
-_MAKERS = {"mlp": _gaussian_classes, "cnn": _patterned_images, "transformer": _counting_sequences}
 
 
 def make_dataset(model: str, num_samples: int, seed: int = 0) -> TensorDataset:
@@ -92,7 +95,10 @@ def make_dataset(model: str, num_samples: int, seed: int = 0) -> TensorDataset:
     check_model_name(model)
     _check_int("num_samples", num_samples, 1)
     _check_int("seed", seed, 0)
-    return _MAKERS[model](num_samples, torch.Generator().manual_seed(seed))
+    gen = torch.Generator().manual_seed(seed)
+    if is_transformer(model):
+        return _counting_sequences(num_samples, gen, min(SPECS[model].vocab, TASK_VOCAB), SPECS[model].seq_len)
+    return {"mlp": _gaussian_classes, "cnn": _patterned_images}[model](num_samples, gen)
 
 
 def loss_fn(model_name: str):
@@ -103,7 +109,7 @@ def loss_fn(model_name: str):
     exactly the single-process gradient.
     """
     check_model_name(model_name)
-    if model_name == "transformer":
+    if is_transformer(model_name):
         def next_token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
             # (batch, seq, vocab) against (batch, seq): every position is one classification.
             return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))

@@ -106,7 +106,7 @@ def launch(fn, world_size: int | World | None, args=(), kwargs=None, backend: st
         return run_in_torchrun_world(fn, world_size, backend, device, args, kwargs, timeout)
     if "DPTEACH_PARENT_PID" in os.environ:
         raise RuntimeError("launch() was called inside a rank: ranks cannot start worlds of their own")
-    world = resolve_world(world_size, backend, device)
+    world = resolve_world(world_size, backend, device, emulated_peers_ok=True)  # what the caller resolved
     check_memory_for_ranks(world.size)  # a container over its limit kills the notebook's kernel, not a rank
     try:
         payload = cloudpickle.dumps((fn, tuple(args), kwargs))
@@ -142,6 +142,7 @@ class _Ranks:
 
     def __init__(self, world: World, payload, timeout, show_output, progress, env):
         self.world_size, self.placement, self.timeout = world.size, world.placement, float(timeout)
+        self.timed_size = world.emulated_size  # one real rank standing for a larger world (dpteach.world)
         self.show_output, self.want_progress, self.extra_env = show_output, progress, env
         self.last_lines = [deque(maxlen=self.LAST_LINES) for _ in range(world.size)]
         self.tmp = tempfile.mkdtemp(prefix="dpteach-launch-")
@@ -188,14 +189,19 @@ class _Ranks:
             "DPTEACH_TIMEOUT": str(self.timeout), "DPTEACH_SYS_PATH": json.dumps(sys.path),
             "PYTHONUNBUFFERED": "1",
         })
+        env.pop("DPTEACH_TIMED_WORLD_SIZE", None)
+        if self.timed_size is not None:
+            env["DPTEACH_TIMED_WORLD_SIZE"] = str(self.timed_size)
         env.update(self.placement.rank_env(rank, str(self.store.port)))
         # W ranks share the cores: without this each would start one thread per core and they
-        # would trample each other (a user's OMP_NUM_THREADS still wins).
+        # would trample each other (a user's OMP_NUM_THREADS still wins). A rank pinned to its own
+        # cores runs exactly one thread per core it holds: two threads on one core spin-wait for each
+        # other, which made a lone rank train many times slower than a plain process.
+        cores = self._cores_for(rank)
         if "OMP_NUM_THREADS" not in os.environ:
-            env["DPTEACH_THREADS"] = str(max(1, cpus // self.world_size))
-        core = self._core_for(rank)
-        if core is not None:
-            env["DPTEACH_CORE"] = str(core)
+            env["DPTEACH_THREADS"] = str(len(cores) if cores else max(1, cpus // self.world_size))
+        if cores:
+            env["DPTEACH_CORES"] = ",".join(map(str, cores))
         proc = subprocess.Popen([sys.executable, "-u", "-m", "dpteach._worker"], env=env,
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True, cwd=os.getcwd())
@@ -204,8 +210,9 @@ class _Ranks:
         reader.start()
         self.readers.append(reader)
 
-    def _core_for(self, rank: int) -> int | None:
-        """The core a CPU rank runs on when each can have its own (Linux), as a GPU rank has its GPU.
+    def _cores_for(self, rank: int) -> list[int] | None:
+        """The cores a CPU rank runs on when each can have its own (Linux), as a GPU rank has its GPU:
+        an equal block of the cores this process may use (W=1 on 8 cores: all 8; W=4: two each).
 
         Left free, the scheduler wakes a rank's gloo threads on its peer's core and stalls the peer's
         backward, and the overlap strategies lose much of what they hide (``benchmarks/README.md``).
@@ -213,7 +220,10 @@ class _Ranks:
         if self.placement.device_type != "cpu" or not hasattr(os, "sched_getaffinity"):
             return None
         allowed = sorted(os.sched_getaffinity(0))
-        return allowed[rank] if self.world_size <= len(allowed) else None
+        if self.world_size > len(allowed):
+            return None
+        per_rank = len(allowed) // self.world_size
+        return allowed[rank * per_rank:(rank + 1) * per_rank]
 
     def _read(self, rank, stream) -> None:
         for raw in iter(stream.readline, b""):

@@ -45,10 +45,8 @@ import time
 from dataclasses import dataclass
 
 import torch
-import torch.distributed as dist
 
 from . import costmodel, validate
-from .collectives import ALL_REDUCE, ring_all_gather, ring_reduce_scatter
 
 RING_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 
@@ -235,103 +233,3 @@ class EmulatedLink:
             return {**self.link.as_dict(), "messages": self.messages, "machine_bound": self.machine_bound,
                     "machine_bound_share": share, "link_seconds": self.link_seconds,
                     "time_set_by": "machine" if share > 0.5 else "link"}
-
-
-class _Finished:
-    """The work handle of a collective that has already run to the end (the course's own all-reduce)."""
-
-    def __init__(self):
-        self.future = torch.futures.Future()
-        self.future.set_result(None)
-
-    def wait(self) -> bool:
-        return True
-
-    def is_completed(self) -> bool:
-        return True
-
-    def get_future(self) -> torch.futures.Future:
-        return self.future
-
-
-class Comm:
-    """The collectives a strategy uses, each on the emulated link when there is one, else straight to torch.
-
-    Every call takes the same arguments as its ``torch.distributed`` namesake (plus ``async_op``) and
-    returns a work handle (``wait()``, ``get_future()``) when asynchronous, ``None`` when blocking.
-
-    ``all_reduce`` chooses which all-reduce runs: ``"builtin"`` (``torch.distributed``'s, whatever
-    algorithm the backend picks) or one the course builds from send and receive (``"ring"``, ``"tree"``:
-    ``dpteach/collectives``), so that a learner can train with the ring they just read. Those block
-    until done, and count the bytes this rank sent from their own trace (``sent_bytes``).
-    """
-
-    def __init__(self, link: Link | None, world_size: int, all_reduce: str = "builtin"):
-        self.emulator = EmulatedLink(link, world_size) if link is not None else None
-        self.algorithm = all_reduce
-        self.sent_bytes = 0  # by the course's own all-reduces; the builtin one is counted by formula
-
-    def _run(self, kind: str, nbytes: int, start_real, async_op: bool, algorithm: str = "ring"):
-        if self.emulator is None:
-            work = start_real()
-            if async_op:
-                return work
-            work.wait()
-            return None
-        return self.emulator.launch(kind, nbytes, start_real, async_op, algorithm)
-
-    def all_reduce(self, tensor: torch.Tensor, async_op: bool = False):
-        nbytes = tensor.numel() * tensor.element_size()
-        if self.algorithm == "builtin":
-            return self._run("all_reduce", nbytes, lambda: dist.all_reduce(tensor, async_op=True), async_op)
-        if async_op:
-            raise ValueError(f"all_reduce={self.algorithm!r} cannot run with async_op=True: the course's own "
-                             f"collectives return when they are done; use them after backward")
-        all_reduce = ALL_REDUCE[self.algorithm]  # in place
-        return self._run("all_reduce", nbytes, lambda: self._course(lambda trace: all_reduce(tensor, trace=trace,
-                                                                                             check=False)),
-                         False, self.algorithm)
-
-    def _course(self, run, output: torch.Tensor | None = None) -> _Finished:
-        """Run one of the course's collectives now (``run(trace)``), copy its result into ``output`` when it
-        is not in place, and count the bytes this rank sent from the trace."""
-        trace = []
-        result = run(trace)
-        if output is not None:
-            output.copy_(result.reshape(output.shape))
-        me = dist.get_rank()
-        self.sent_bytes += sum(t["elements"] for t in trace if t["src"] == me) * result.element_size()
-        return _Finished()
-
-    def all_gather(self, outputs: list, tensor: torch.Tensor, async_op: bool = False):
-        total = tensor.numel() * tensor.element_size() * len(outputs)
-        return self._run("all_gather", total,
-                         lambda: dist.all_gather(outputs, tensor, async_op=True), async_op)
-
-    def all_gather_into_tensor(self, output: torch.Tensor, tensor: torch.Tensor, async_op: bool = False):
-        if self.algorithm == "ring":  # the course's own (blocking: "asynchronous" means already done)
-            return self._run("all_gather", output.numel() * output.element_size(),
-                             lambda: self._course(lambda trace: ring_all_gather(tensor, trace=trace), output), async_op)
-        # Newer torch releases call all_gather_into_tensor all_gather_single (and warn on the old name).
-        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-        return self._run("all_gather", output.numel() * output.element_size(),
-                         lambda: gather(output, tensor, async_op=True), async_op)
-
-    def reduce_scatter(self, output: torch.Tensor, tensor: torch.Tensor, async_op: bool = False):
-        """Sum ``tensor`` (W equal chunks) over the ranks; chunk r of the sum lands in rank r's ``output``."""
-        if self.algorithm == "ring":
-            return self._run("reduce_scatter", tensor.numel() * tensor.element_size(),
-                             lambda: self._course(lambda trace: ring_reduce_scatter(tensor, trace=trace, check=False),
-                                                  output), async_op)
-        scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor  # the newer name
-        return self._run("reduce_scatter", tensor.numel() * tensor.element_size(),
-                         lambda: scatter(output, tensor, async_op=True), async_op)
-
-    def all_to_all_single(self, output: torch.Tensor, tensor: torch.Tensor, async_op: bool = False):
-        return self._run("all_to_all", tensor.numel() * tensor.element_size(),
-                         lambda: dist.all_to_all_single(output, tensor, async_op=True),
-                         async_op)
-
-    def report(self) -> dict | None:
-        """Messages, the link's time for them, and how many this machine was too slow to emulate."""
-        return None if self.emulator is None else self.emulator.report()

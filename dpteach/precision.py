@@ -100,10 +100,11 @@ class Precision:
         """False for plain fp32 without clipping: then the trainer steps exactly as it always has."""
         return self.name != "fp32" or self.clip_norm is not None
 
-    def autocast(self):
+    def autocast(self, device_type: str | None = None):
+        """The forward pass's autocast on ``device_type`` (default: this rank's device)."""
         if self.dtype is torch.float32:
             return contextlib.nullcontext()
-        return torch.autocast(context.device().type, dtype=self.dtype)
+        return torch.autocast(device_type or context.device().type, dtype=self.dtype)
 
     def backward(self, loss: torch.Tensor) -> None:
         (self.scaler.scale_loss(loss) if self.scaler else loss).backward()
@@ -164,7 +165,8 @@ def saved_for_backward(model: torch.nn.Module, loss_of, precision: str = "fp32")
             seen["weight_copies" if is_weight_copy(t) else "activations"][storage.data_ptr()] = storage.nbytes()
         return t
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), Precision(precision).autocast():
+    device_type = next(model.parameters()).device.type
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), Precision(precision).autocast(device_type):
         loss = loss_of(model)
     del loss
     return {kind: sum(found.values()) for kind, found in seen.items()}

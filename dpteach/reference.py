@@ -16,7 +16,7 @@ import torch
 
 from .backend import plain_fp32
 from .data import loss_fn, make_dataset, sample_batch, split_for_rank
-from .models import build_model
+from .models import SPECS, build_model
 from .replica import ADAM_LR, flat_weights, make_optimizer, step_batches
 from .sync.deterministic import flat_gradient, set_gradients, sum_in_rank_order
 
@@ -70,7 +70,7 @@ def train_single_process(config, world_size: int, fixed_order: bool = False,
 
 def _train(config, world_size: int, fixed_order: bool, device: str) -> dict:
     torch.manual_seed(config.seed)
-    model = build_model(config.model, seed=config.seed).to(device)
+    model = build_model(config.model, seed=config.seed, device=device)
     dataset = make_dataset(config.model, config.dataset_size(world_size), seed=config.seed)
     criterion = loss_fn(config.model)
     optimizer = make_optimizer(config, model.parameters())
@@ -81,13 +81,28 @@ def _train(config, world_size: int, fixed_order: bool, device: str) -> dict:
         if fixed_order:
             losses.append(_fixed_order_gradient(config, model, dataset, criterion, batch, world_size, device))
         else:
-            x, y = (t.to(device) for t in sample_batch(dataset, batch))
-            loss = criterion(model(x), y)
-            loss.backward()
-            losses.append(loss.item())
+            losses.append(_whole_batch_gradient(config, model, dataset, criterion, batch, device))
         optimizer.step()
         optimizer.zero_grad()
     return {"losses": losses, "params": flat_weights(model)}
+
+
+def _whole_batch_gradient(config, model, dataset, criterion, batch, device) -> float:
+    """Leave in every .grad the gradient of the mean loss over ``batch``; return that loss.
+
+    One forward over the whole global batch for the laptop models. A GPU-sized model's global batch
+    (B x W x K sequences of 1024 tokens) would not fit one GPU's memory at once, so it goes through in
+    slices of B, each loss weighted by its share of the batch: the same gradient, summed in another
+    order - the rounding the tolerance already allows for (:func:`exact_tolerance`)."""
+    slice_size = len(batch) if SPECS[config.model].sized_for == "cpu" else config.batch_per_rank
+    total = 0.0
+    for start in range(0, len(batch), slice_size):
+        part = batch[start:start + slice_size]
+        x, y = (t.to(device) for t in sample_batch(dataset, part))
+        loss = criterion(model(x), y) * (len(part) / len(batch))
+        loss.backward()
+        total += loss.item()
+    return total
 
 
 def _fixed_order_gradient(config, model, dataset, criterion, batch, world_size, device) -> float:

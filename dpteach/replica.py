@@ -23,6 +23,7 @@ from torch.nn.utils import parameters_to_vector
 from . import context
 from .data import global_batches, loss_fn, make_dataset
 from .models import DEFAULT_LR, build_model
+from .timeline import step_accounting
 
 OPTIMIZERS = ("sgd", "adam")
 ADAM_LR = 1e-3  # SGD's default learning rate is the model's own (dpteach.models.DEFAULT_LR)
@@ -47,7 +48,7 @@ def step_batches(config, dataset, world_size: int):
 
 def build_replica(config):
     """This rank's model (rank 0's initial weights on every rank), its dataset and its loss function."""
-    model = build_model(config.model, seed=config.seed).to(context.device())
+    model = build_model(config.model, seed=config.seed, device=context.device())
     for p in model.parameters():
         dist.broadcast(p.data, src=0)
     dataset = make_dataset(config.model, config.dataset_size(dist.get_world_size()), seed=config.seed)
@@ -66,9 +67,12 @@ def summarise(config, model, losses, step_times, wire_bytes, timeline, hook_call
     flat = flat_weights(model)
     spread = replica_spread(flat)
     timed = step_times[config.timing_warmup:] or step_times
+    accounting = step_accounting(timeline.spans, range(min(config.timing_warmup, len(step_times) - 1),
+                                                       len(step_times)))
     return {
         "rank": rank, "config": asdict(config), "losses": loss_tensor.tolist(), "step_times": step_times,
         "median_step_s": statistics.median(timed) if timed else 0.0,
+        "median_exposed_s": accounting["exposed_s"], "median_overhead_s": accounting["overhead_s"],
         "wire_bytes_per_step": statistics.mean(wire_bytes) if wire_bytes else 0.0,
         "replica_spread": spread, "spans": timeline.spans, "hook_calls": hook_calls,
         "params": flat if rank == 0 else None,

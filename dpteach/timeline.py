@@ -3,7 +3,14 @@
 A span is a plain dict ``{"step", "name", "lane", "start", "end", ...}`` with times in seconds from
 the moment the ranks left a common barrier, so the lanes of different ranks line up. ``lane`` is
 ``"compute"`` or ``"comm"``: communication that overlaps computation shows up as a comm bar drawn
-under a compute bar of the same rank.
+under a compute bar of the same rank (on a GPU: the stream the collective ran on, beside the compute
+stream).
+
+*Exposed communication* is measured, not inferred: it is the time a rank's compute stood still
+waiting for communication. Every strategy marks it where it happens - a ``wait`` span where it waits
+for collectives launched earlier, and ``blocking=True`` on a collective it calls and waits for at
+once (:func:`exposed_time`). What else a strategy adds to a step (packing buckets, casting, launching,
+compute slowed by communication sharing its cores or SMs) is overhead, not communication.
 
 Clocks. On CPU, ``time.perf_counter`` (CLOCK_MONOTONIC on Linux: one clock for all processes of a
 machine). On a GPU, work is queued and runs later, so host clocks would measure the queueing; there
@@ -19,7 +26,8 @@ import torch.distributed as dist
 
 COLORS = {"forward": "#4C72B0", "backward": "#55A868", "optimizer": "#8172B2", "wait": "#C44E52",
           "comm": "#DD8452", "data": "#937860", "compress": "#DA8BC3", "idle": "#CCCCCC",
-          "all_gather": "#CCB974", "reduce_scatter": "#64B5CD"}
+          "all_gather": "#CCB974", "reduce_scatter": "#64B5CD", "pack": "#8C8C8C", "unpack": "#B0B0B0",
+          "decompress": "#E8B5D8"}
 
 
 class Timeline:
@@ -60,7 +68,7 @@ class Timeline:
         if self.cuda and not isinstance(start, float):
             self._pending.append((span, start, end))
         else:
-            span["start"], span["end"] = start, end
+            span["start"], span["end"] = start, max(start, end)  # a wait that ended before it began lasted 0 s
         self.spans.append(span)
 
     @contextmanager
@@ -75,7 +83,7 @@ class Timeline:
             torch.cuda.synchronize(self.device)
         for span, start, end in self._pending:
             span["start"] = self.origin_event.elapsed_time(start) / 1e3
-            span["end"] = self.origin_event.elapsed_time(end) / 1e3
+            span["end"] = max(span["start"], self.origin_event.elapsed_time(end) / 1e3)
         self._pending.clear()
 
 
@@ -95,11 +103,10 @@ def start_together(*timelines: Timeline) -> None:
         timeline.restart()
 
 
-def busy_time(spans: list[dict], lane: str) -> float:
-    """Total time covered by the spans of one lane (overlapping spans counted once)."""
-    intervals = sorted((s["start"], s["end"]) for s in spans if s["lane"] == lane)
+def union_time(intervals) -> float:
+    """Total time covered by ``(start, end)`` intervals, overlapping ones counted once."""
     total, cur_start, cur_end = 0.0, None, None
-    for start, end in intervals:
+    for start, end in sorted(intervals):
         if cur_end is None or start > cur_end:
             if cur_end is not None:
                 total += cur_end - cur_start
@@ -109,3 +116,38 @@ def busy_time(spans: list[dict], lane: str) -> float:
     if cur_end is not None:
         total += cur_end - cur_start
     return total
+
+
+def busy_time(spans: list[dict], lane: str) -> float:
+    """Total time covered by the spans of one lane (overlapping spans counted once)."""
+    return union_time((s["start"], s["end"]) for s in spans if s["lane"] == lane)
+
+
+def is_waiting(span: dict) -> bool:
+    """Whether ``span`` is time this rank's compute spent waiting for communication (see the module note)."""
+    return span["name"] == "wait" or bool(span.get("blocking"))
+
+
+def exposed_time(spans: list[dict]) -> float:
+    """The exposed communication in ``spans`` (one step's, usually): the time covered by waiting spans."""
+    return union_time((s["start"], s["end"]) for s in spans if is_waiting(s))
+
+
+OVERHEAD_SPANS = ("pack", "unpack", "compress", "decompress")  # named work a strategy adds that is not communication
+
+
+def step_accounting(spans: list[dict], steps) -> dict:
+    """Over ``steps`` (medians of one rank's steps): ``exposed_s``, the communication waited for, and
+    ``overhead_s``, the named overhead spans (:data:`OVERHEAD_SPANS`) by name."""
+    per_step = {s: [] for s in steps}
+    for span in spans:
+        if span["step"] in per_step:
+            per_step[span["step"]].append(span)
+
+    def median(values):
+        values = sorted(values)
+        return values[len(values) // 2] if values else 0.0
+    return {"exposed_s": median(exposed_time(mine) for mine in per_step.values()),
+            "overhead_s": {name: median(sum(s["end"] - s["start"] for s in mine if s["name"] == name)
+                                        for mine in per_step.values())
+                           for name in OVERHEAD_SPANS}}

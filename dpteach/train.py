@@ -28,7 +28,7 @@ from . import context, validate
 from .buckets import check_bucket_sizes
 from .data import sample_batch, split_for_rank
 from .link import Link
-from .models import DEFAULT_BUCKET_MB, check_model_name
+from .models import DEFAULT_BUCKET_MB, check_model_name, default_batch_per_rank
 from .precision import PRECISIONS, Precision
 from .replica import OPTIMIZERS, build_replica, make_optimizer, step_batches, summarise
 from .sync import STRATEGIES, make_strategy, strategy_class
@@ -44,7 +44,7 @@ class TrainConfig:
     strategy: str = "overlap"
     model: str = "mlp"
     steps: int = 20
-    batch_per_rank: int = 32
+    batch_per_rank: int | None = None  # None: the model's own (GPU-sized models), else 32
     accum_steps: int = 1
     bucket_mb: float | None = None  # None: the model's default (dpteach.models.DEFAULT_BUCKET_MB)
     first_bucket_mb: float | None = None
@@ -72,9 +72,13 @@ class TrainConfig:
     def __post_init__(self):
         if self.bucket_mb is None:
             self.bucket_mb = DEFAULT_BUCKET_MB.get(self.model, 1.0)
+        if self.batch_per_rank is None:
+            self.batch_per_rank = default_batch_per_rank(self.model)
 
-    def check(self, world_size: int) -> "TrainConfig":
-        """Every option checked before any rank starts; a ValueError names option, value, what is allowed."""
+    def check(self, world) -> "TrainConfig":
+        """Every option checked before any rank starts; a ValueError names option, value, what is allowed.
+        ``world``: the number of ranks, or a resolved ``World`` (one with emulated peers is checked too)."""
+        world_size = getattr(world, "size", world)
         validate.choice("strategy", self.strategy, STRATEGIES)
         check_model_name(self.model)
         for name, low in (("steps", 1), ("batch_per_rank", 1), ("accum_steps", 1), ("seed", 0), ("timing_warmup", 0)):
@@ -94,7 +98,23 @@ class TrainConfig:
         validate.integer("growth_interval", self.growth_interval, low=1)
         validate.choice("grad_comm", self.grad_comm, PRECISIONS)
         strategy_class(self.strategy).check(self, world_size)
+        if getattr(world, "emulated_size", None) is not None:
+            self._check_emulated_peers(world)
         return self
+
+    def _check_emulated_peers(self, world) -> None:
+        """One real rank standing for ``world.emulated_size``: only what the link can time honestly."""
+        cls = strategy_class(self.strategy)
+        if not cls.emulates_peers:
+            raise ValueError(f"strategy={self.strategy!r} is not allowed with peers='emulated': its ranks do what one "
+                             f"rank cannot stand for (a parameter server and its workers; FSDP2's real shards); "
+                             f"use real ranks")
+        if cls.communicates and self.link is None:
+            raise ValueError("link=None is not allowed with peers='emulated': the emulated link is what times the "
+                             "peers' exchange; choose a link (e.g. 'ib' or 'nvlink')")
+        if self.all_reduce != "builtin":
+            raise ValueError(f"all_reduce={self.all_reduce!r} is not allowed with peers='emulated': the course's own "
+                             f"collectives run between real ranks; leave all_reduce='builtin'")
 
     def global_batch(self, world_size: int) -> int:
         return self.batch_per_rank * world_size * self.accum_steps
@@ -108,6 +128,7 @@ class SyncTrainer:
 
     def __init__(self, config: TrainConfig):
         self.config, self.rank, self.world = config, dist.get_rank(), dist.get_world_size()
+        self.memory = AllocatorPeak(context.device())
         self.model, self.dataset, self.criterion = build_replica(config)
         self.timeline = Timeline(context.device())
         self.strategy = make_strategy(config.strategy, self.model, self.timeline, config.bucket_mb,
@@ -119,12 +140,14 @@ class SyncTrainer:
         self.optimizer = self.strategy.make_optimizer(lambda params: make_optimizer(config, params))
         self.batches = step_batches(config, self.dataset, self.world)
         self.losses, self.step_times, self.wire_bytes = [], [], []
+        self.memory.built()
 
     def step(self, step: int) -> None:
         config, strategy, timeline, device = self.config, self.strategy, self.timeline, context.device()
         micro_batches = split_for_rank(next(self.batches), self.rank, self.world, config.batch_per_rank,
                                        config.accum_steps)
         strategy.start_step(step)
+        self.memory.step_starts()
         start = time.perf_counter()
         if self.rank == config.slow_rank:  # a straggler: slower compute, or a busier machine
             time.sleep(config.slow_ms / 1e3)
@@ -142,6 +165,7 @@ class SyncTrainer:
             self.precision.step(strategy, self.optimizer)  # unscale and clip if asked, then step (or skip)
         context.synchronize()
         self.step_times.append(time.perf_counter() - start)
+        self.memory.step_ends()
         timeline.resolve()
         self.losses.append(step_loss.item())
         self.wire_bytes.append(strategy.wire_bytes)
@@ -155,7 +179,37 @@ class SyncTrainer:
         summary["state_bytes"] = self.strategy.state_bytes
         summary["peak_bytes"] = self.strategy.state_bytes + self.strategy.peak_extra_bytes
         summary["precision"] = self.precision.report()  # None in plain fp32 without clipping
+        summary["allocator_peak_bytes"] = self.memory.peak  # None off CUDA
         return summary
+
+
+class AllocatorPeak:
+    """On a GPU, the most memory this run had allocated at once, read from CUDA's caching allocator
+    (``torch.cuda.memory_allocated`` and ``max_memory_allocated``): its own tensors - model, gradients,
+    buckets, optimizer state, and what forward, backward and the collectives allocate on the way (FSDP2's
+    buffers included, which no counting of the strategy's tensors sees). Runs trained side by side share
+    the GPU, so each counts only what was allocated while it built and stepped: what it keeps, plus the
+    most it allocated during one of its steps. None off CUDA."""
+
+    def __init__(self, device):
+        self.cuda = device.type == "cuda"
+        self.device, self.peak, self.kept = device, None, 0
+        self._before = torch.cuda.memory_allocated(device) if self.cuda else 0
+
+    def built(self) -> None:
+        if self.cuda:
+            self.kept = torch.cuda.memory_allocated(self.device) - self._before
+            self.peak = self.kept
+
+    def step_starts(self) -> None:
+        if self.cuda:
+            self._before = torch.cuda.memory_allocated(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+
+    def step_ends(self) -> None:
+        if self.cuda:
+            self.peak = max(self.peak, self.kept + torch.cuda.max_memory_allocated(self.device) - self._before)
+            self.kept += torch.cuda.memory_allocated(self.device) - self._before  # what the step kept (Adam's state)
 
 
 def train_on_rank(config: TrainConfig) -> dict:

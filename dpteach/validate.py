@@ -80,6 +80,8 @@ def choices(name: str, values, allowed, at_least: int = 1) -> list:
 
 
 def ranks(world, low: int, why: str) -> None:
-    """Refuse a world (``dpteach.world.World``) of fewer than ``low`` ranks, saying ``why`` it needs them."""
-    if world.size < low:
-        _refuse("world_size", world.size, f"{why}, so world_size >= {low}")
+    """Refuse a world (``dpteach.world.World``) of fewer than ``low`` ranks, saying ``why`` it needs them
+    (a world of emulated peers counts the ranks it stands for)."""
+    size = getattr(world, "timed_size", world.size)
+    if size < low:
+        _refuse("world_size", size, f"{why}, so world_size >= {low}")

@@ -8,7 +8,7 @@ from dpteach.reference import SGD_TOLERANCE
 
 @pytest.fixture(scope="module")
 def result():
-    return overlap_timeline(2, steps=3, batch_per_rank=8)
+    return overlap_timeline(2, model="mlp", steps=3, batch_per_rank=8)
 
 
 def test_result_is_plain_data_with_every_run(result):

@@ -8,7 +8,8 @@ import torch
 import torch.distributed as dist
 
 import dpteach
-from dpteach.link import PRESETS, Comm, Link, resolve_link
+from dpteach.comm import Comm
+from dpteach.link import PRESETS, Link, resolve_link
 
 CPU = {"backend": "gloo", "device": "cpu"}
 SLOW = Link("slow", alpha_s=0.02, beta_s_per_byte=1e-8)  # 20 ms per message: far slower than loopback

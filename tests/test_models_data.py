@@ -2,15 +2,18 @@
 
 All in one process, no process group: these are the foundations the multi-rank tests stand on.
 """
+import math
+
 import pytest
 import torch
 
 from dpteach.data import (ShardedSampler, epoch_permutation, global_batches, loss_fn, make_dataset,
                           rank_microbatches, sample_batch)
-from dpteach.models import DEFAULT_LR, MODELS, NUM_CLASSES, SEQ_LEN, VOCAB, build_model, model_names, \
-    parameter_bytes
+from dpteach.models import DEFAULT_BUCKET_MB, DEFAULT_LR, MODELS, NUM_CLASSES, SEQ_LEN, SPECS, VOCAB, build_model, \
+    default_batch_per_rank, model_names, parameter_bytes, parameter_count
 
-NAMES = model_names()
+NAMES = model_names("cpu")  # the laptop models: every test below runs them whole on the CPU
+GPU_SIZED = model_names("gpu")
 
 
 def _output_shape(name, batch):
@@ -22,7 +25,48 @@ def _same_weights(a, b):
 
 
 def test_model_names_match_registry():
-    assert NAMES == ["mlp", "cnn", "transformer"] == list(MODELS)
+    assert NAMES == ["mlp", "cnn", "transformer"]
+    assert GPU_SIZED == ["transformer-25m", "transformer-110m", "transformer-350m"]
+    assert model_names() == NAMES + GPU_SIZED == list(MODELS)
+
+
+@pytest.mark.parametrize("name, millions", [("transformer", 0.2858), ("transformer-25m", 27.4),
+                                            ("transformer-110m", 111.0), ("transformer-350m", 353.7)])
+def test_the_transformer_family_has_the_sizes_it_names(name, millions):
+    """Counted on the meta device and, for the two that a CPU builds in a moment, on the real one."""
+    assert parameter_count(name) == pytest.approx(millions * 1e6, rel=0.01)
+    if parameter_count(name) < 50e6:
+        assert sum(p.numel() for p in build_model(name).parameters()) == parameter_count(name)
+
+
+@pytest.mark.parametrize("name", GPU_SIZED)
+def test_gpu_sized_models_keep_the_exactness_rules_and_ddp_buckets(name):
+    modules = list(build_model(name, device="meta").modules())
+    assert not any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in modules)
+    assert all(m.p == 0.0 for m in modules if isinstance(m, torch.nn.Dropout))
+    assert DEFAULT_BUCKET_MB[name] == 25.0  # DDP's default cap: their gradients are hundreds of MiB
+    assert 4 * parameter_count(name) > 4 * 25 * 2**20  # ... so there are several buckets of it
+    assert default_batch_per_rank(name) == SPECS[name].batch_per_rank < default_batch_per_rank("mlp")
+
+
+def test_the_smallest_gpu_sized_model_runs_and_its_loss_falls_on_the_cpu(one_thread):
+    """The 27 M transformer, 8 steps of 4 sequences of 256 tokens at its learning rate with momentum,
+    as training runs it: the loss leaves ln(vocab) (a uniform guess over 8192 ids) for well below it."""
+    name = "transformer-25m"
+    torch.manual_seed(0)
+    model, data, loss_of = build_model(name), make_dataset(name, 32), loss_fn(name)
+    inputs, targets = sample_batch(data, range(4))
+    assert model(inputs).shape == (4, SPECS[name].seq_len, SPECS[name].vocab)
+    optimizer = torch.optim.SGD(model.parameters(), lr=DEFAULT_LR[name], momentum=0.9)
+    losses = []
+    for indices in global_batches(data, 4, world_size=1):
+        loss = loss_of(model(sample_batch(data, indices)[0]), sample_batch(data, indices)[1])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[0] == pytest.approx(math.log(SPECS[name].vocab), rel=0.05)
+    assert min(losses[-3:]) < 0.75 * losses[0], losses
 
 
 @pytest.mark.parametrize("name", NAMES)

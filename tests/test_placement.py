@@ -10,18 +10,22 @@ import json
 import os
 import threading
 
+import cloudpickle
 import pytest
 import torch
 import torch.distributed as dist
 
 import dpteach
 import dpteach.launcher
+import dpteach.sizing
 import dpteach.world
 from dpteach import experiments as ex
 from dpteach.backend import Placement, choose_placement, cores_available, visible_gpus
 from dpteach.experiments.bench import allreduce_benchmark
 from dpteach.world import World, default_world_size, resolve_world
 from dpteach.torchrun import agree_on_placement, check_joined_world, decide_placement, propose_placement
+from dpteach.models import SPECS
+from dpteach.sizing import GpuCapacity
 from dpteach.train import TrainConfig
 
 GPU_COUNTS = (0, 1, 2, 4, 8)
@@ -30,25 +34,48 @@ GPU_COUNTS = (0, 1, 2, 4, 8)
 class Recorded(Exception):
     """Raised by the stand-in for the process start, carrying what launch() was about to start."""
 
-    def __init__(self, world_size, placement, env):
+    def __init__(self, world_size, placement, env, payload=None, emulated_size=None):
         super().__init__(f"{world_size} ranks on {placement}")
-        self.world_size, self.placement, self.env = world_size, placement, env
+        self.world_size, self.placement, self.env, self.emulated_size = world_size, placement, env, emulated_size
+        self.payload = payload
+
+    def configs(self) -> list:
+        """Every TrainConfig the ranks were about to train, found in the function's arguments."""
+        fn, args, kwargs = cloudpickle.loads(self.payload)
+        found, todo = [], [*args, *kwargs.values()]
+        while todo:
+            item = todo.pop()
+            if isinstance(item, TrainConfig):
+                found.append(item)
+            elif isinstance(item, (list, tuple)):
+                todo.extend(item)
+            elif isinstance(item, dict):
+                todo.extend(item.values())
+        return found
 
 
 class RecordingRanks:
     def __init__(self, world, payload, timeout, show_output, progress, env):
-        self.world_size, self.placement, self.env = world.size, world.placement, env
+        self.world_size, self.placement, self.env, self.payload = world.size, world.placement, env, payload
+        self.emulated_size = world.emulated_size
 
     def run(self):
-        raise Recorded(self.world_size, self.placement, self.env)
+        raise Recorded(self.world_size, self.placement, self.env, self.payload, self.emulated_size)
+
+
+# What dpteach.sizing measures of a GPU, here given for an H200 (141 GiB; its fp32 matmul rate, TF32 off, is
+# about 50 TFLOP/s): the model choice is the code's, its inputs are the machine's.
+H200 = GpuCapacity("NVIDIA H200 (simulated)", 140 * 2**30, 141 * 2**30, 50.0)
 
 
 @pytest.fixture
 def machine(monkeypatch):
-    """``machine(gpus)`` makes torch report that many GPUs (and NCCL); launches are recorded, not started."""
+    """``machine(gpus)`` makes torch report that many GPUs (and NCCL), each like an H200 to ``dpteach.sizing``;
+    launches are recorded, not started."""
     monkeypatch.delenv("DPTEACH_GPUS", raising=False)
     monkeypatch.setattr(dpteach.launcher, "_Ranks", RecordingRanks)
     monkeypatch.setattr(dpteach.launcher, "check_memory_for_ranks", lambda world_size: None)
+    monkeypatch.setattr(dpteach.sizing, "measure_gpu", lambda index=0: H200)
 
     def simulate(gpus):
         monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
@@ -156,6 +183,42 @@ def test_each_experiment_and_bench_launch_where_the_rule_says(machine, gpus, nam
         world = recorded(lambda: EXPERIMENTS[name](world_size))
         assert world.world_size == world_size
         assert (world.placement.backend, world.placement.device_type) == expected(gpus, world_size), name
+
+
+# The experiments whose model is "auto" by default: the lessons that time training (03-06, 09, 11, 12).
+AUTO_MODEL = ("compare_strategies", "bucket_size_sweep", "overlap_timeline", "accumulation_sweep",
+              "compression_tradeoff", "compression_on_links", "sharding_memory", "sharding_timeline",
+              "sharding_timeline, fsdp", "precision_drift", "loss_scaling", "comm_precision")
+
+
+@pytest.mark.parametrize("gpus", (0, 1, 2, 8))
+@pytest.mark.parametrize("name", AUTO_MODEL)
+def test_lessons_train_a_gpu_sized_model_on_gpu_ranks_and_a_laptop_one_on_cpu_ranks(machine, gpus, name):
+    """What the ranks were about to train, read from the payload they were sent: on CPU ranks the lesson's
+    laptop model at its laptop batch; on GPU ranks (1, 2 or 8 of them) a model of the GPU-sized family,
+    with DDP's 25 MiB buckets and the model's own per-rank batch."""
+    machine(gpus)
+    world_size = 2
+    configs = recorded(lambda: EXPERIMENTS[name](world_size)).configs()
+    assert configs, name
+    for config in configs:
+        spec = SPECS[config.model]
+        if gpus:
+            assert spec.sized_for == "gpu", (name, gpus, config.model)
+            assert config.bucket_mb == 25.0 or name == "bucket_size_sweep", name  # the sweep sets its own
+        else:
+            assert spec.sized_for == "cpu" and config.batch_per_rank >= 8, (name, config.model)
+    if gpus:  # (lesson 04's "halve the batch" candidate runs at half of it)
+        assert max(c.batch_per_rank for c in configs) == SPECS[configs[0].model].batch_per_rank, name
+
+
+@pytest.mark.parametrize("gpus", (1, 2, 8))
+def test_the_command_line_and_a_scaling_sweep_choose_by_the_gpus_too(machine, gpus):
+    machine(gpus)
+    world = recorded(lambda: ex.scaling_sweep(world_sizes=(1, 2), steps=2))
+    assert all(SPECS[c.model].sized_for == "gpu" for c in world.configs())
+    from dpteach.cli import main
+    assert SPECS[recorded(lambda: main(["compare", "-w", "2", "--steps", "2"])).configs()[0].model].sized_for == "gpu"
 
 
 @pytest.mark.parametrize("gpus", GPU_COUNTS)

@@ -28,12 +28,13 @@ import torch
 import torch.distributed as dist
 from torch.nn.utils import parameters_to_vector
 
-from .. import context
+from .. import context, validate
 from ..data import global_batches, loss_fn, make_dataset, rank_microbatches, sample_batch
 from ..launcher import launch
 from ..link import resolve_link
-from ..models import build_model
+from ..models import SPECS, build_model
 from ..reference import exact_tolerance, reference_device, train_single_process
+from ..sizing import RunLoad, check_model, choose_model, run_facts
 from ..train import TrainConfig, train_each_on_rank
 from ..world import World, resolve_world
 from .overlap import summarise_run, typical_step
@@ -108,7 +109,7 @@ def _bug_demos(model_name: str, k: int, batch_per_rank: int, seed: int) -> dict:
 
 def _on_rank(configs, model_name, bug_k, batch_per_rank, seed):
     runs = train_each_on_rank(configs, True)  # interleaved: every K sees the same background load
-    return {"runs": runs, "bugs": _bug_demos(model_name, bug_k, batch_per_rank, seed)}
+    return {"runs": runs, "bugs": _bug_demos(model_name, bug_k, batch_per_rank, seed) if model_name else None}
 
 
 def large_batch_gradient(model_name: str, dataset_size: int, indices, seed: int) -> torch.Tensor:
@@ -120,74 +121,96 @@ def large_batch_gradient(model_name: str, dataset_size: int, indices, seed: int)
     return parameters_to_vector([p.grad for p in model.parameters()]).detach()
 
 
-def accumulation_sweep(world_size: int | World | None = None, accum_steps_list=(1, 2, 4), model: str = "mlp",
-                       steps: int = 6, batch_per_rank: int = 16, strategy: str = "bucketed",
+BUG_BATCH = 16  # the bug demonstrations are about correctness: a laptop model at this batch shows them anywhere
+
+
+def accumulation_sweep(world_size: int | World | None = None, accum_steps_list=(1, 2, 4), model: str = "auto",
+                       steps: int = 6, batch_per_rank: int | None = None, strategy: str = "bucketed",
                        bucket_mb: float | None = None, seed: int = 0, link=None, backend: str = "auto",
-                       device: str = "auto", timeout: float = 600.0) -> dict:
+                       device: str = "auto", timeout: float = 600.0, peers: str | None = None) -> dict:
     """Train with each K in ``accum_steps_list``; measure communication, time and equivalence; show the bugs.
 
     ``link``: an emulated network for the training runs' collectives (``dpteach.link``); the two bug
-    demonstrations count bytes and calls, which no link changes, and run without one.
+    demonstrations count bytes and calls, which no link changes, and run without one, on the laptop model
+    (the MLP when a GPU-sized model trains: they are about correctness, not speed).
+    ``model="auto"``: the MLP on CPU ranks, a GPU-sized transformer on GPU ranks (``dpteach.sizing``);
+    ``batch_per_rank=None``: 16 for a laptop model, the model's own for a GPU-sized one.
+    ``peers="emulated"``: one real rank, its exchange timed as among ``world_size`` (``dpteach.world``);
+    equivalence is then not shown and the bug demonstrations, which need real ranks, do not run (None).
 
-    Returns ``{"world_size", "backend", "device", "model", "strategy", "link", "batch_per_rank", "steps",
-    "tolerance", "rows": [one per K], "timelines": {K: {rank: spans of one typical step}},
-    "no_sync": {...}, "loss_not_divided": {...}}`` - see the notebook for each field in use.
+    Returns ``{"world_size", "backend", "device", "model", "model_choice", "peers", "strategy", "link",
+    "batch_per_rank", "steps", "tolerance", "rows": [one per K], "timelines": {K: {rank: spans of one
+    typical step}}, "no_sync": {...}, "loss_not_divided": {...}}`` - see the notebook for each field in use.
     """
-    world = resolve_world(world_size, backend, device)
+    check_model(model)
+    world = resolve_world(world_size, backend, device, peers, emulated_peers_ok=True)
     ks = sorted({int(k) for k in accum_steps_list})
     if not ks or ks[0] < 1:
         raise ValueError(f"accum_steps_list={accum_steps_list!r} is not allowed: give integers >= 1")
     if strategy not in ("naive", "bucketed", "overlap", "ddp"):
         raise ValueError(f"strategy={strategy!r} is not allowed: choose an exact one (naive, bucketed, overlap, ddp)")
+    validate.optional(validate.integer, "batch_per_rank", batch_per_rank, low=1)
     emulated = resolve_link(link)
-    base = TrainConfig(strategy=strategy, model=model, steps=steps, batch_per_rank=batch_per_rank,
+    real = world.emulated_size is None
+    reference_steps = sum(steps * world.size * k for k in ks) if real else 0
+    choice = choose_model(model, world, RunLoad(steps=sum(2 * steps * k for k in ks) + reference_steps,
+                                                models_at_once=2 * len(ks), cpu_model="mlp", batch_per_rank=16,
+                                                link=emulated))
+    batch_per_rank = batch_per_rank or choice.batch_per_rank
+    base = TrainConfig(strategy=strategy, model=choice.name, steps=steps, batch_per_rank=batch_per_rank,
                        bucket_mb=bucket_mb, seed=seed, link=emulated)
     configs = []
     for k in ks:
-        configs += [replace(base, strategy="local", accum_steps=k).check(world.size),
-                    replace(base, accum_steps=k).check(world.size)]
+        configs += [replace(base, strategy="local", accum_steps=k).check(world),
+                    replace(base, accum_steps=k).check(world)]
     bug_k = max(2, ks[-1])
-    per_rank = launch(_on_rank, world, args=(configs, model, bug_k, batch_per_rank, seed), timeout=timeout)
+    bug_model = choice.name if SPECS[choice.name].sized_for == "cpu" else "mlp"
+    per_rank = launch(_on_rank, world, args=(configs, bug_model if real else None, bug_k, BUG_BATCH, seed),
+                      timeout=timeout)
     timed = range(min(base.timing_warmup, steps - 1), steps)
     rows, timelines = [], {}
     for i, k in enumerate(ks):
         floor = [per_rank[r]["runs"][2 * i] for r in range(world.size)]
         runs = [per_rank[r]["runs"][2 * i + 1] for r in range(world.size)]
-        summary, floor_summary = summarise_run(runs, timed), summarise_run(floor, timed)
-        reference = train_single_process(configs[2 * i + 1], world.size, device=reference_device(world.placement))
-        samples = configs[2 * i + 1].global_batch(world.size)
-        exposed = max(0.0, summary["step_time_s"] - floor_summary["step_time_s"])
+        floor_summary = summarise_run(floor, timed)
+        summary = summarise_run(runs, timed, floor_summary["step_time_s"], strategy)
+        reference = (train_single_process(configs[2 * i + 1], world.size, device=reference_device(world.placement))
+                     if real else None)
+        samples = configs[2 * i + 1].global_batch(world.timed_size)
+        exposed = summary["exposed_comm_s"]
         rows.append({
             "accum_steps": k, "effective_batch": samples, "messages_per_step": summary["messages"],
             "bytes_per_step": summary["bytes_per_step"], "bytes_per_sample": summary["bytes_per_step"] / samples,
             "step_time_s": summary["step_time_s"], "compute_floor_s": floor_summary["step_time_s"],
             "exposed_comm_s": exposed, "exposed_comm_per_sample_s": exposed / samples,
+            "overhead_s": summary["overhead_s"], "overhead_parts": summary["overhead_parts"],
             "comm_after_last_forward": all(_comm_waits_for_last_micro_batch(r["spans"], s) for r in runs for s in timed),
-            "max_abs_diff_vs_large_batch": (runs[0]["params"] - reference["params"]).abs().max().item(),
+            "max_abs_diff_vs_large_batch": (runs[0]["params"] - reference["params"]).abs().max().item() if real else None,
             "replicas_identical": summary["replicas_identical"], "time_set_by": summary["time_set_by"],
         })
         shown = typical_step(runs[0]["step_times"], timed)
         timelines[k] = {r: [s for s in runs[r]["spans"] if s["step"] == shown] for r in range(world.size)}
+    facts = {**run_facts(world, choice), "strategy": strategy, "link": None if emulated is None else emulated.as_dict(),
+             "batch_per_rank": batch_per_rank, "steps": steps, "tolerance": exact_tolerance(base), "rows": rows,
+             "timelines": timelines}
+    if not real:
+        return {**facts, "no_sync": None, "loss_not_divided": None}
     bugs = per_rank[0]["bugs"]
-    dataset_size = batch_per_rank * world.size * bug_k
-    big = large_batch_gradient(model, dataset_size, bugs["global_batch"], seed)
+    dataset_size = BUG_BATCH * world.size * bug_k
+    big = large_batch_gradient(bug_model, dataset_size, bugs["global_batch"], seed)
     scale = big.abs().max().item()
     forgot, right = bugs["grad_not_divided"], bugs["grad_divided"]
     loss_bug = {
-        "k": bug_k, "grad_norm_large_batch": big.norm().item(), "grad_norm_divided": right.norm().item(),
+        "k": bug_k, "model": bug_model, "grad_norm_large_batch": big.norm().item(), "grad_norm_divided": right.norm().item(),
         "grad_norm_not_divided": forgot.norm().item(), "norm_ratio": (forgot.norm() / big.norm()).item(),
         "max_abs_diff_divided": (right - big).abs().max().item(),
         "max_abs_diff_not_divided_over_k": (forgot / bug_k - big).abs().max().item(),
         "gradient_tolerance": GRADIENT_RTOL * scale,
     }
-    no_sync = {"k": bug_k, "before_forward": bugs["no_sync_before_forward"],
+    no_sync = {"k": bug_k, "model": bug_model, "before_forward": bugs["no_sync_before_forward"],
                "after_forward": bugs["no_sync_after_forward"],
                "late_no_sync_grad_diff": max(per_rank[r]["bugs"]["late_no_sync_grad_diff"] for r in range(world.size))}
-    return {"world_size": world.size, "backend": world.backend, "device": world.device_type,
-            "model": model, "strategy": strategy, "link": None if emulated is None else emulated.as_dict(),
-            "batch_per_rank": batch_per_rank, "steps": steps,
-            "tolerance": exact_tolerance(base), "rows": rows, "timelines": timelines,
-            "no_sync": no_sync, "loss_not_divided": loss_bug}
+    return {**facts, "no_sync": no_sync, "loss_not_divided": loss_bug}
 
 
 def _comm_waits_for_last_micro_batch(spans: list[dict], step: int) -> bool:

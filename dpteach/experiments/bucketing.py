@@ -25,7 +25,9 @@ from .. import context, costmodel, validate
 from ..buckets import assign_buckets
 from ..launcher import launch
 from ..link import resolve_link
+from ..accounting import step_costs
 from ..models import build_model, check_model_name
+from ..sizing import RunLoad, check_model, choose_model, run_facts
 from ..train import TrainConfig, train_interleaved_on_rank
 from ..world import World, resolve_world
 from .compare import link_report
@@ -42,7 +44,7 @@ def bucket_assignment(model: str = "mlp", bucket_mb: float = 1.0, first_bucket_m
     layer first], "numel", "bytes"}, ...]}``.
     """
     check_model_name(model)
-    named = [(n, p) for n, p in build_model(model).named_parameters() if p.requires_grad]
+    named = [(n, p) for n, p in build_model(model, device="meta").named_parameters() if p.requires_grad]
     groups = assign_buckets([p for _, p in named], bucket_mb, first_bucket_mb)
     buckets = [{"index": i, "params": [named[j][0] for j in idx],
                 "numel": sum(named[j][1].numel() for j in idx),
@@ -71,7 +73,7 @@ def _sweep_on_rank(configs: list[TrainConfig]) -> dict:
     rank = context.rank()
     if rank == 0:
         context.report_progress(0, total=2, desc="bucket sizes")
-    link = link_on_rank()
+    link = link_on_rank() if context.world_size() > 1 else None  # one real rank (emulated peers): nothing to measure
     if rank == 0:
         context.report_progress(1)
     outs = train_interleaved_on_rank(configs)
@@ -83,6 +85,7 @@ def _sweep_on_rank(configs: list[TrainConfig]) -> dict:
         first = config.timing_warmup if config.steps > config.timing_warmup else 0
         exact = rank == 0 and config.strategy != "local"
         runs.append({"median_step_s": out["median_step_s"], "wire_bytes_per_step": out["wire_bytes_per_step"],
+                     "median_exposed_s": out["median_exposed_s"], "median_overhead_s": out["median_overhead_s"],
                      "link": out["link"], "step_times": out["step_times"],
                      "comm_s": _comm_per_step(out["spans"], first), "messages": _messages_in_step(out["spans"], first),
                      "replica_spread": out["replica_spread"],
@@ -93,49 +96,59 @@ def _sweep_on_rank(configs: list[TrainConfig]) -> dict:
 SWEPT = ("bucketed", "overlap")
 
 
-def bucket_size_sweep(world_size: int | World | None = 2, model: str = "mlp", bucket_sizes_mb=DEFAULT_SIZES_MB,
-                      steps: int = 10, batch_per_rank: int = 32, strategies=("bucketed",), link=None,
-                      backend: str = "auto", device: str = "auto") -> dict:
+def bucket_size_sweep(world_size: int | World | None = 2, model: str = "auto", bucket_sizes_mb=DEFAULT_SIZES_MB,
+                      steps: int = 10, batch_per_rank: int | None = None, strategies=("bucketed",), link=None,
+                      backend: str = "auto", device: str = "auto", peers: str | None = None) -> dict:
     """Step time of per-parameter vs bucketed all-reduce, over bucket sizes, in one launch.
 
     ``strategies``: which bucketed strategies to sweep, ``bucketed`` (after backward) and/or ``overlap``
     (launched during backward: its step time shows both sides of the trade-off - many small buckets
     pay a latency each, one huge bucket cannot leave before backward ends). ``link``: an emulated
     network (``dpteach.link``); the predictions then use its alpha and beta instead of this machine's.
+    ``model="auto"``: the transformer on CPU ranks, a GPU-sized one on GPU ranks (``dpteach.sizing``);
+    ``batch_per_rank=None``: 64 for a laptop model, the model's own for a GPU-sized one.
+    ``peers="emulated"``: one real rank, its exchange timed on ``link`` as among ``world_size`` ranks
+    (``dpteach.world``); the results' exactness is then not shown (``max_abs_diff_vs_naive`` is None).
 
     Returns plain data::
 
-        {"world_size", "model", "link" (the emulated link, or None), "num_tensors", "grad_bytes",
+        {"world_size", "model", "model_choice", "peers", "link" (the emulated link, or None), "num_tensors", "grad_bytes",
          "alpha_s", "beta_s_per_byte" (the emulated link's, else this machine's, measured),
          "latency_per_allreduce_s" (= 2(W-1) alpha), "local_step_s",
          "rows": [{"strategy", "bucket_mb" (None for naive/local), "label", "num_buckets",
                    "messages_per_step" (counted from the run's spans), "bytes_per_step", "step_time_s",
                    "comm_s" (time inside the all-reduces, from the run's spans),
-                   "exposed_comm_s" (step - local), "predicted_latency_s" (messages x latency),
+                   "exposed_comm_s" (waited for, measured), "overhead_s" (step - local - exposed),
+                   "overhead_parts", "predicted_latency_s" (messages x latency),
                    "predicted_comm_s" (+ bandwidth term), "max_abs_diff_vs_naive",
                    "time_set_by" ("link" or "machine", with an emulated link)}, ...]}
     """
-    check_model_name(model)
+    check_model(model)
     sizes = sorted({float(s) for s in bucket_sizes_mb})
     if not sizes or any(not s > 0 for s in sizes):
         raise ValueError(f"bucket_sizes_mb={list(bucket_sizes_mb)!r} is not allowed: give bucket sizes in MB > 0")
     validate.integer("steps", steps, low=3)
+    validate.optional(validate.integer, "batch_per_rank", batch_per_rank, low=1)
     strategies = tuple(validate.choices("strategies", strategies, SWEPT))
     emulated = resolve_link(link)
-    base = TrainConfig(model=model, steps=steps, batch_per_rank=batch_per_rank, timing_warmup=2, link=emulated)
+    world = resolve_world(world_size, backend, device, peers, emulated_peers_ok=True)
+    validate.ranks(world, 2, "an all-reduce needs two ranks or more")
+    runs = 2 + len(strategies) * len(sizes)
+    choice = choose_model(model, world, RunLoad(steps=runs * steps, models_at_once=runs, cpu_model="transformer",
+                                                batch_per_rank=64, link=emulated))
+    base = TrainConfig(model=choice.name, steps=steps, batch_per_rank=batch_per_rank or choice.batch_per_rank,
+                       timing_warmup=2, link=emulated)
     configs = [replace(base, strategy="local"), replace(base, strategy="naive")]
     configs += [replace(base, strategy=name, bucket_mb=s) for name in strategies for s in sizes]
-    world = resolve_world(world_size, backend, device)
-    validate.ranks(world, 2, "an all-reduce needs two ranks or more")
     for config in configs:
-        config.check(world.size)
+        config.check(world)
     ranks = launch(_sweep_on_rank, world, args=(configs,), timeout=600)
     link = emulated.as_dict() if emulated is not None else ranks[0]["link"]
     params = costmodel.LinkParams(link["alpha_s"], link["beta_s_per_byte"])
-    per_message = costmodel.predict("ring", 0, world.size, params)
-    tensors = [p for p in build_model(model).parameters() if p.requires_grad]
+    per_message = costmodel.predict("ring", 0, world.timed_size, params)
+    tensors = [p for p in build_model(choice.name, device="meta").parameters() if p.requires_grad]
     grad_bytes = sum(p.numel() * p.element_size() for p in tensors)
-    bandwidth_s = costmodel.predict("ring", grad_bytes, world.size, params) - per_message
+    bandwidth_s = costmodel.predict("ring", grad_bytes, world.timed_size, params) - per_message
 
     def mean(i, key):  # averaged over ranks (they wait for each other, so they agree closely)
         return statistics.mean(r["runs"][i][key] for r in ranks)
@@ -155,15 +168,14 @@ def bucket_size_sweep(world_size: int | World | None = 2, model: str = "mlp", bu
             "label": f"{config.strategy} {label}" if bucketed and len(strategies) > 1 else label,
             "num_buckets": len(assign_buckets(tensors, config.bucket_mb)) if bucketed else None,
             "messages_per_step": messages, "bytes_per_step": first["wire_bytes_per_step"],
-            "step_time_s": step_time(i), "comm_s": mean(i, "comm_s"), "exposed_comm_s": max(0.0, step_time(i) - local),
+            **step_costs(config.strategy, [r["runs"][i] for r in ranks], local), "comm_s": mean(i, "comm_s"),
             "predicted_latency_s": messages * per_message,
             "predicted_comm_s": messages * per_message + (bandwidth_s if messages else 0.0),
-            "max_abs_diff_vs_naive": first.get("max_abs_diff_vs_naive"),
+            "max_abs_diff_vs_naive": None if world.emulated_size else first.get("max_abs_diff_vs_naive"),
             "replicas_identical": all(r["runs"][i]["replica_spread"] == 0.0 for r in ranks),
             "time_set_by": (link_report([r["runs"][i] for r in ranks]) or {}).get("time_set_by"),
         })
-    return {"world_size": world.size, "model": model, "link": None if emulated is None else emulated.as_dict(),
-            "strategies": strategies, "backend": world.backend, "device": world.device_type,
-            "num_tensors": len(tensors), "grad_bytes": grad_bytes, "alpha_s": link["alpha_s"],
+    return {**run_facts(world, choice), "link": None if emulated is None else emulated.as_dict(),
+            "strategies": strategies, "num_tensors": len(tensors), "grad_bytes": grad_bytes, "alpha_s": link["alpha_s"],
             "beta_s_per_byte": link["beta_s_per_byte"], "latency_per_allreduce_s": per_message,
-            "local_step_s": local, "rows": rows, "steps": steps, "batch_per_rank": batch_per_rank}
+            "local_step_s": local, "rows": rows, "steps": steps, "batch_per_rank": base.batch_per_rank}

@@ -2,9 +2,10 @@
 
 ``compare_strategies`` starts one world, trains each strategy in turn inside it (same seed, same
 batches), and compares the final weights with single-process training on the global batch. A
-strategy's *exposed communication* is its step time minus the step time of ``local`` - the same
-per-rank work with no communication at all, measured in the same run - so it is measured the
-same way for our strategies and for torch's DDP.
+strategy's *exposed communication* is the time its ranks waited for communication, measured where
+they waited (for torch's DDP: from its last gradient to its last bucket's all-reduce); the rest of
+its step above ``local`` - the same per-rank work with no communication at all, measured in the same
+run - is overhead, by name (``dpteach/accounting.py``).
 
 With ``link`` (a preset name of ``dpteach.link.PRESETS``, a ``Link`` or ``{"alpha_s",
 "beta_s_per_byte"}``) every synchronous strategy's collectives run on that emulated network; each
@@ -17,9 +18,11 @@ import statistics
 from dataclasses import replace
 
 from .. import validate
+from ..accounting import step_costs
 from ..launcher import launch
 from ..link import resolve_link
 from ..reference import exact_tolerance, reference_device, train_single_process
+from ..sizing import RunLoad, check_model, choose_model, run_facts
 from ..sync import STRATEGIES, strategy_class
 from ..train import ALL_REDUCE_CHOICES, TrainConfig, train_each_on_rank, train_on_rank
 from ..world import World, resolve_world
@@ -39,15 +42,14 @@ def link_report(ranks: list[dict]) -> dict | None:
 
 
 def _row(name: str, ranks: list[dict], reference: dict, local_step: float | None) -> dict:
-    step = statistics.mean(r["median_step_s"] for r in ranks)
     sent = [r["wire_bytes_per_step"] for r in ranks if r["wire_bytes_per_step"]]  # async: the server sends none
-    diff = (ranks[0]["params"] - reference["params"]).abs().max().item()
+    diff = None if reference is None else (ranks[0]["params"] - reference["params"]).abs().max().item()
     return {
-        "strategy": name, "step_time_s": step,
-        "exposed_comm_s": None if local_step is None else max(0.0, step - local_step),
+        "strategy": name, **step_costs(name, ranks, local_step),
         "bytes_per_step": statistics.mean(sent) if sent else 0.0,
         "final_loss": ranks[0]["losses"][-1], "max_abs_diff_vs_single": diff,
         "replicas_identical": all(r["replica_spread"] == 0.0 for r in ranks),
+        "allocator_peak_bytes_per_rank": max((r.get("allocator_peak_bytes") or 0 for r in ranks), default=0) or None,
         "exact": strategy_class(name).exact, "link_report": link_report(ranks),
         # what the worst rank holds when its optimizer steps, and at most at once (sync/sharding.py)
         "state_bytes_per_rank": max(r.get("state_bytes", 0) for r in ranks),
@@ -55,10 +57,10 @@ def _row(name: str, ranks: list[dict], reference: dict, local_step: float | None
     }
 
 
-def compare_strategies(world_size: int | World | None = None, model: str = "mlp", steps: int = 20, accum_steps: int = 1,
+def compare_strategies(world_size: int | World | None = None, model: str = "auto", steps: int = 20, accum_steps: int = 1,
                        bucket_mb: float | None = None, strategies=DEFAULT_STRATEGIES, optimizer: str = "sgd",
                        backend: str = "auto", device: str = "auto", timeout: float = 600.0, interleave: bool = False,
-                       link=None, all_reduce: str = "builtin", **options) -> dict:
+                       link=None, all_reduce: str = "builtin", peers: str | None = None, **options) -> dict:
     """Train every strategy for ``steps`` steps on ``world_size`` ranks; return a table and the raw runs.
 
     ``interleave=True`` runs the synchronous strategies step by step side by side (fair timing
@@ -68,40 +70,57 @@ def compare_strategies(world_size: int | World | None = None, model: str = "mlp"
     ``all_reduce="ring"`` (or ``"tree"``) runs the course's own collectives from ``dpteach/collectives``
     in every strategy that takes them (naive and bucketed: ring or tree; zero1-3: the ring's
     reduce-scatter and all-gather); the others keep torch's, and each row says which ran (``"all_reduce"``).
+
+    ``model="auto"``: the MLP on CPU ranks, a GPU-sized transformer on GPU ranks (``dpteach.sizing``).
+    ``peers="emulated"``: one real rank, its exchange timed on ``link`` as among ``world_size`` ranks
+    (``dpteach.world``); the rows then show no exactness (``max_abs_diff_vs_single`` is None), and the
+    strategies that cannot stand for W ranks (async, fsdp) are left out.
     """
+    check_model(model)
     link = resolve_link(link)
-    world = resolve_world(world_size, backend, device)
+    world = resolve_world(world_size, backend, device, peers, emulated_peers_ok=True)
+    real = world.emulated_size is None
     # A strategy that needs more ranks than this world has (the parameter server needs a worker
     # besides itself) is left out rather than refused, so that `compare -w 1` still compares.
     strategies = [s for s in validate.choices("strategies", strategies, STRATEGIES)
-                  if strategy_class(s).workers(world.size) >= 1]
-    base = TrainConfig(model=model, steps=steps, accum_steps=accum_steps, bucket_mb=bucket_mb,
-                       optimizer=optimizer, **options)
+                  if strategy_class(s).workers(world.size) >= 1 and (real or strategy_class(s).emulates_peers)]
+    batch = options.pop("batch_per_rank", None)
+    validate.optional(validate.integer, "batch_per_rank", batch, low=1)
+    load = RunLoad(steps=steps * accum_steps * (len(strategies) + (world.size if real else 0)),
+                   models_at_once=len(strategies) if interleave else 1, optimizer=optimizer, cpu_model="mlp",
+                   link=link)
+    choice = choose_model(model, world, load)
+    base = TrainConfig(model=choice.name, steps=steps, accum_steps=accum_steps, bucket_mb=bucket_mb,
+                       optimizer=optimizer, batch_per_rank=batch or choice.batch_per_rank, **options)
     validate.choice("all_reduce", all_reduce, ALL_REDUCE_CHOICES)
     configs = [replace(base, strategy=s, link=link if strategy_class(s).emulates_link else None,
                        all_reduce=all_reduce if all_reduce in strategy_class(s).takes_all_reduce else "builtin")
-               .check(world.size)
+               .check(world)
                for s in strategies]
     per_rank = launch(train_each_on_rank, world, args=(configs, interleave), timeout=timeout)
     runs = {s: [per_rank[r][i] for r in range(world.size)] for i, s in enumerate(strategies)}
     on = reference_device(world.placement)  # the ranks' kind of device: see reference.exact_tolerance
     workers = {s: strategy_class(s).workers(world.size) for s in strategies}  # who shares each global batch
-    references = {w: train_single_process(base, w, device=on) for w in sorted({world.size, *workers.values()})}
+    references = ({w: train_single_process(base, w, device=on) for w in sorted({world.size, *workers.values()})}
+                  if real else {})
     local_step = statistics.mean(r["median_step_s"] for r in runs["local"]) if "local" in runs else None
-    rows = [{**_row(s, runs[s], references[workers[s]], local_step), "all_reduce": c.all_reduce}
+    rows = [{**_row(s, runs[s], references.get(workers[s]), local_step), "all_reduce": c.all_reduce}
             for s, c in zip(strategies, configs)]
-    return {"world_size": world.size, "backend": world.backend, "device": world.device_type,
-            "model": model, "steps": steps, "accum_steps": accum_steps, "bucket_mb": base.bucket_mb,
-            "optimizer": optimizer, "link": None if link is None else link.as_dict(), "all_reduce": all_reduce,
+    return {**run_facts(world, choice), "steps": steps, "accum_steps": accum_steps, "bucket_mb": base.bucket_mb,
+            "batch_per_rank": base.batch_per_rank, "optimizer": optimizer,
+            "link": None if link is None else link.as_dict(), "all_reduce": all_reduce,
             "tolerance": exact_tolerance(base), "rows": rows, "runs": runs,
-            "reference_losses": references[world.size]["losses"]}
+            "reference_losses": references[world.size]["losses"] if real else None}
 
 
 def run_strategy(world_size: int | World | None, config: TrainConfig, backend: str = "auto", device: str = "auto",
-                 timeout: float = 300.0) -> dict:
-    """Train one strategy; return its per-rank results and the single-process reference."""
-    world = resolve_world(world_size, backend, device)
-    config.check(world.size)
+                 timeout: float = 300.0, peers: str | None = None) -> dict:
+    """Train one strategy; return its per-rank results and the single-process reference (None with
+    emulated peers: one real rank shows no exactness)."""
+    world = resolve_world(world_size, backend, device, peers, emulated_peers_ok=True)
+    config.check(world)
     ranks = launch(train_on_rank, world, args=(config,), timeout=timeout)
+    if world.emulated_size is not None:
+        return {"ranks": ranks, "reference": None}
     workers = strategy_class(config.strategy).workers(world.size)
     return {"ranks": ranks, "reference": train_single_process(config, workers, device=reference_device(world.placement))}

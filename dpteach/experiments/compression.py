@@ -28,12 +28,15 @@ from torch.nn.utils import parameters_to_vector
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from .. import context, validate
+from ..accounting import step_costs
+from ..backend import plain_fp32
 from ..buckets import build_buckets
 from ..costmodel import busbw_factor
 from ..launcher import launch
 from ..link import resolve_link
-from ..models import build_model
-from ..reference import exact_tolerance, train_single_process
+from ..models import SPECS, build_model
+from ..reference import exact_tolerance, reference_device, train_single_process
+from ..sizing import RunLoad, check_model, choose_model, run_facts
 from ..sync import make_strategy
 from ..timeline import Timeline
 from ..train import TrainConfig, train_interleaved_on_rank, train_on_rank
@@ -47,7 +50,7 @@ CHUNK = 1024  # elements per int8 scale, as in dpteach/sync/compressed.py
 
 def bucket_sizes(model: str, bucket_mb: float = 1.0) -> list[int]:
     """Elements in each gradient bucket of ``model`` (the same buckets every strategy here uses)."""
-    return [b.buffer.numel() for b in build_buckets(build_model(model), bucket_mb)]
+    return [b.buffer.numel() for b in build_buckets(build_model(model, device="meta"), bucket_mb)]
 
 
 def wire_bytes_formula(strategy: str, world_size: int, sizes: list[int]) -> int:
@@ -95,23 +98,34 @@ def _on_rank(configs: list[TrainConfig], reference_config: TrainConfig) -> dict:
     return {"runs": results, "reference_losses": reference_losses}
 
 
-def compression_tradeoff(world_size: int | World | None = None, model: str = "mlp", steps: int = 10,
-                         strategies=COMPRESSED, bucket_mb: float = 1.0, batch_per_rank: int = 32, seed: int = 0,
-                         link=None, backend: str = "auto", device: str = "auto", timeout: float = 600.0) -> dict:
+def compression_tradeoff(world_size: int | World | None = None, model: str = "auto", steps: int = 10,
+                         strategies=COMPRESSED, bucket_mb: float | None = None, batch_per_rank: int | None = None,
+                         seed: int = 0, link=None, backend: str = "auto", device: str = "auto",
+                         timeout: float = 600.0) -> dict:
     """Train each strategy; return bytes, drift per step, losses and the single-process reference's losses.
 
-    Returns ``{"world_size", "backend", "device", "model", "steps", "tolerance", "bucket_sizes",
-    "rows": [{"strategy", "codec", "bytes_per_step", "bytes_formula", "bytes_vs_fp32", "drift_per_step",
-    "max_abs_diff_vs_single", "losses", "step_time_s", "replicas_identical"}], "reference_losses",
-    "half_range" (:func:`half_precision_range` at this W and at W = 64)}``.
+    ``model="auto"``: the MLP on CPU ranks, a GPU-sized transformer on GPU ranks (``dpteach.sizing``);
+    ``bucket_mb`` and ``batch_per_rank`` None: the model's cap; 32 per rank for a laptop model, the
+    model's own for a GPU-sized one. The drift is measured against single-process training, so this
+    experiment needs real ranks (``compression_on_links`` also runs with emulated peers).
+
+    Returns ``{"world_size", "backend", "device", "model", "model_choice", "steps", "tolerance",
+    "bucket_sizes", "rows": [{"strategy", "codec", "bytes_per_step", "bytes_formula", "bytes_vs_fp32",
+    "drift_per_step", "max_abs_diff_vs_single", "losses", "step_time_s", "replicas_identical"}],
+    "reference_losses", "half_range" (:func:`half_precision_range` at this W and at W = 64)}``.
     """
+    check_model(model)
     world = resolve_world(world_size, backend, device)
     strategies = validate.choices("strategies", strategies, COMPRESSED)
+    validate.optional(validate.integer, "batch_per_rank", batch_per_rank, low=1)
     emulated = resolve_link(link)
-    base = TrainConfig(model=model, steps=steps, bucket_mb=bucket_mb, batch_per_rank=batch_per_rank, seed=seed)
+    choice = choose_model(model, world, RunLoad(steps=steps * (len(strategies) + world.size), cpu_model="mlp",
+                                                batch_per_rank=32, link=emulated))
+    base = TrainConfig(model=choice.name, steps=steps, bucket_mb=bucket_mb, seed=seed,
+                       batch_per_rank=batch_per_rank or choice.batch_per_rank)
     configs = [replace(base, strategy=s, link=emulated).check(world.size) for s in strategies]
     per_rank = launch(_on_rank, world, args=(configs, base), timeout=timeout)
-    sizes = bucket_sizes(model, bucket_mb)
+    sizes = bucket_sizes(choice.name, base.bucket_mb)
     fp32 = wire_bytes_formula("bucketed", world.size, sizes)
     rows = []
     for i, name in enumerate(strategies):
@@ -127,11 +141,11 @@ def compression_tradeoff(world_size: int | World | None = None, model: str = "ml
             "replicas_identical": all(r["replica_spread"] == 0.0 for r in ranks),
             "time_set_by": (link_report(ranks) or {}).get("time_set_by"),
         })
-    return {"world_size": world.size, "backend": world.backend, "device": world.device_type,
-            "model": model, "steps": steps, "bucket_mb": bucket_mb, "tolerance": exact_tolerance(base),
+    return {**run_facts(world, choice), "steps": steps, "bucket_mb": base.bucket_mb, "tolerance": exact_tolerance(base),
             "link": None if emulated is None else emulated.as_dict(),
             "bucket_sizes": sizes, "rows": rows, "reference_losses": per_rank[0]["reference_losses"],
-            "half_range": half_precision_range(model, (world.size, 64), seed=seed)}
+            "half_range": half_precision_range(choice.name, (world.size, 64), seed=seed,
+                                               device=reference_device(world.placement))}
 
 
 def _timed_on_rank(configs: list[TrainConfig]) -> list[dict]:
@@ -141,45 +155,61 @@ def _timed_on_rank(configs: list[TrainConfig]) -> list[dict]:
     outs = train_interleaved_on_rank(configs)
     if context.rank() == 0:
         context.report_progress(1)
-    return [{k: out[k] for k in ("median_step_s", "step_times", "losses", "link", "wire_bytes_per_step")}
+    return [{k: out[k] for k in ("median_step_s", "step_times", "losses", "link", "wire_bytes_per_step",
+                                 "median_exposed_s", "median_overhead_s")}
             for out in outs]
 
 
-def compression_on_links(world_size: int | World | None = None, model: str = "transformer", links=("1gbe", "10gbe"),
-                         strategies=COMPRESSED, steps: int = 10, batch_per_rank: int = 32, seed: int = 0,
-                         backend: str = "auto", device: str = "auto", timeout: float = 600.0) -> dict:
+CPU_LINKS, GPU_LINKS = ("1gbe", "10gbe"), ("10gbe", "ib")  # a slow and a fast link, for laptop and for GPU models
+
+
+def compression_on_links(world_size: int | World | None = None, model: str = "auto", links=None,
+                         strategies=COMPRESSED, steps: int = 10, batch_per_rank: int | None = None, seed: int = 0,
+                         backend: str = "auto", device: str = "auto", timeout: float = 600.0,
+                         peers: str | None = None) -> dict:
     """Where compression pays: each strategy on a slow and a fast emulated link, in one world.
 
     The bytes a strategy saves are worth their time on the wire, which only a slow link makes large;
     encoding and decoding cost compute on every link. Loss per step does not depend on the link (the
-    same arithmetic); time per step does. Returns ``{"world_size", "model", "links": [link dicts],
-    "steps", "rows": [{"strategy", "link", "step_time_s", "local_step_s", "bytes_per_step", "losses",
-    "time_set_by"}], "local_step_s"}``; ``local`` (no communication) is the compute floor.
+    same arithmetic); time per step does. ``model="auto"``: the MLP on CPU ranks, a GPU-sized
+    transformer on GPU ranks; ``peers="emulated"``: one real rank timed as ``world_size`` (``dpteach.world``).
+    ``links=None``: 1 and 10 Gbit/s Ethernet on CPU ranks; 10 Gbit/s Ethernet and InfiniBand on GPU ranks,
+    whose models' gradients are a hundred times larger (over 1 Gbit/s a step would take seconds).
+    Returns ``{"world_size", "model", "model_choice", "peers", "links": [link dicts], "steps", "rows":
+    [{"strategy", "link", "step_time_s", "local_step_s", "bytes_per_step", "losses", "time_set_by",
+    "exposed_comm_s", "overhead_s", "overhead_parts"}], "local_step_s"}``; ``local`` (no communication)
+    is the compute floor.
     """
-    world = resolve_world(world_size, backend, device)
+    check_model(model)
+    world = resolve_world(world_size, backend, device, peers, emulated_peers_ok=True)
     strategies = validate.choices("strategies", strategies, COMPRESSED)
+    validate.optional(validate.integer, "batch_per_rank", batch_per_rank, low=1)
+    if links is None:
+        links = GPU_LINKS if world.device_type == "cuda" else CPU_LINKS
     emulated = [resolve_link(link) for link in links]
     if not emulated or any(link is None for link in emulated):
         raise ValueError(f"links={list(links)!r} is not allowed: give one or more emulated links (preset names "
                          f"or {{'alpha_s', 'beta_s_per_byte'}})")
-    base = TrainConfig(model=model, steps=steps, batch_per_rank=batch_per_rank, seed=seed)
-    configs = [replace(base, strategy="local").check(world.size)]
-    configs += [replace(base, strategy=s, link=link).check(world.size) for link in emulated for s in strategies]
+    runs = 1 + len(emulated) * len(strategies)
+    choice = choose_model(model, world, RunLoad(steps=runs * steps, models_at_once=runs, cpu_model="mlp",
+                                                batch_per_rank=32, link=emulated[0]))
+    base = TrainConfig(model=choice.name, steps=steps, batch_per_rank=batch_per_rank or choice.batch_per_rank, seed=seed)
+    configs = [replace(base, strategy="local").check(world)]
+    configs += [replace(base, strategy=s, link=link).check(world) for link in emulated for s in strategies]
     per_rank = launch(_timed_on_rank, world, args=(configs,), timeout=timeout)
     local = statistics.mean(per_rank[r][0]["median_step_s"] for r in range(world.size))
     rows = []
     for i, config in enumerate(configs[1:], start=1):
         ranks = [per_rank[r][i] for r in range(world.size)]
-        rows.append({"strategy": config.strategy, "link": config.link.name,
-                     "step_time_s": statistics.mean(r["median_step_s"] for r in ranks), "local_step_s": local,
-                     "bytes_per_step": statistics.mean(r["wire_bytes_per_step"] for r in ranks),
+        rows.append({"strategy": config.strategy, "link": config.link.name, **step_costs(config.strategy, ranks, local),
+                     "local_step_s": local, "bytes_per_step": statistics.mean(r["wire_bytes_per_step"] for r in ranks),
                      "losses": ranks[0]["losses"], "time_set_by": (link_report(ranks) or {}).get("time_set_by")})
-    return {"world_size": world.size, "backend": world.backend, "device": world.device_type,
-            "model": model, "links": [link.as_dict() for link in emulated], "steps": steps,
-            "batch_per_rank": batch_per_rank, "local_step_s": local, "rows": rows}
+    return {**run_facts(world, choice), "links": [link.as_dict() for link in emulated], "steps": steps,
+            "batch_per_rank": base.batch_per_rank, "local_step_s": local, "rows": rows}
 
 
-def half_precision_range(model: str = "mlp", world_sizes=(2, 64), samples: int = 128, seed: int = 0) -> dict:
+def half_precision_range(model: str = "mlp", world_sizes=(2, 64), samples: int = 128, seed: int = 0,
+                         device: str = "cpu") -> dict:
     """Where 16-bit floats lose this model's real gradients: the share that underflows to zero, or
     becomes subnormal (fewer significant bits), once divided by W as the fp16 strategies and DDP's
     ``fp16_compress_hook`` do before the all-reduce. Host only, one backward; no ranks.
@@ -188,10 +218,12 @@ def half_precision_range(model: str = "mlp", world_sizes=(2, 64), samples: int =
     6e-8); bf16 has float32's exponent range. Returns ``{"model", "nonzero", "rows": [{"world_size",
     "format", "underflow", "subnormal"}]}`` (shares of the nonzero gradient values).
     """
-    net = build_model(model, seed=seed)
+    net = build_model(model, seed=seed, device=device)
     from ..data import loss_fn, make_dataset, sample_batch
-    x, y = sample_batch(make_dataset(model, samples, seed=seed), range(samples))
-    loss_fn(model)(net(x), y).backward()
+    samples = min(samples, SPECS[model].batch_per_rank or samples)  # a GPU-sized model: one rank's batch
+    x, y = (t.to(device) for t in sample_batch(make_dataset(model, samples, seed=seed), range(samples)))
+    with plain_fp32(device):
+        loss_fn(model)(net(x), y).backward()
     grad = torch.cat([p.grad.reshape(-1) for p in net.parameters()])
     grad = grad[grad != 0]
     rows = []
@@ -212,7 +244,7 @@ def _bytes_on_rank(strategies, model_name: str, bucket_mb: float) -> list[int]:
     """
     counts = []
     for name in strategies:
-        model = build_model(model_name).to(context.device())
+        model = build_model(model_name, device=context.device())
         generator = torch.Generator().manual_seed(context.rank())
         for p in model.parameters():
             p.grad = torch.randn(p.shape, generator=generator).to(p.device)

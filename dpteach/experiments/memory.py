@@ -43,7 +43,8 @@ import torch
 
 from .. import validate
 from ..data import loss_fn, make_dataset, sample_batch
-from ..models import build_model, model_names
+from ..backend import plain_fp32, visible_gpus
+from ..models import SPECS, build_model, model_names
 
 OPTIMIZERS = ("sgd", "sgd_momentum", "adam")
 PRECISIONS = ("fp32", "mixed")
@@ -117,31 +118,49 @@ def _tensor_bytes(tensors) -> int:
     return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
 
 
-def measure_model_memory(models=None, optimizers=("sgd_momentum", "adam"), batch: int = 8) -> list[dict]:
+def measure_model_memory(models=None, optimizers=("sgd_momentum", "adam"), batch: int = 8,
+                         device: str = "auto") -> list[dict]:
     """Count the real bytes of each model's parameters, gradients and optimizer state after one step.
 
     fp32 only (the course trains in fp32 on every device). Optimizer state is split into the
     per-parameter buffers the table predicts (momentum; Adam's two moments) and everything else
-    (Adam keeps a one-element ``step`` counter per parameter tensor). Returns one row per
-    (model, optimizer)::
+    (Adam keeps a one-element ``step`` counter per parameter tensor). ``device="auto"``: the first GPU
+    where there is one, else the CPU; ``models=None``: the laptop models, and on a GPU the GPU-sized
+    ones too (at a batch of 2 sequences: the states are the point, not the activations). On a GPU each
+    row also has ``allocator_peak_bytes``, the most the caching allocator held at once during the step
+    (``torch.cuda.max_memory_allocated``): the counted tensors plus the activations and the kernels'
+    workspaces. Returns one row per (model, optimizer)::
 
         {"model", "optimizer", "num_params", "num_tensors", "param_bytes", "grad_bytes",
-         "state_bytes" (per-parameter buffers), "other_state_bytes", "predicted": {params, grads, optimizer}}
+         "state_bytes" (per-parameter buffers), "other_state_bytes", "predicted": {params, grads, optimizer},
+         "allocator_peak_bytes" (None on the CPU), "device"}
     """
+    validate.choice("device", device, ("auto", "cpu", "cuda"))
+    if device == "auto":
+        device = "cuda" if visible_gpus() else "cpu"
+    on = torch.device("cuda", 0) if device == "cuda" else torch.device("cpu")
+    default = model_names("cpu") + (model_names("gpu") if on.type == "cuda" else [])
     rows = []
-    for name in (models or model_names()):
-        data = make_dataset(name, batch, seed=0)
-        x, y = sample_batch(data, range(batch))
+    for name in (models or default):
+        n_samples = batch if SPECS[name].sized_for == "cpu" else min(batch, 2)
+        data = make_dataset(name, n_samples, seed=0)
+        x, y = (t.to(on) for t in sample_batch(data, range(n_samples)))
         for opt_name in optimizers:
             validate.choice("optimizers", opt_name, OPTIMIZERS)
-            model = build_model(name, seed=0)
+            if on.type == "cuda":
+                torch.cuda.empty_cache()
+                start = torch.cuda.memory_allocated(on)
+                torch.cuda.reset_peak_memory_stats(on)
+            model = build_model(name, seed=0, device=on)
             params = [p for p in model.parameters() if p.requires_grad]
             if opt_name == "adam":
                 opt = torch.optim.Adam(params, lr=1e-3)
             else:
                 opt = torch.optim.SGD(params, lr=0.01, momentum=0.9 if opt_name == "sgd_momentum" else 0.0)
-            loss_fn(name)(model(x), y).backward()
+            with plain_fp32(str(on)):
+                loss_fn(name)(model(x), y).backward()
             opt.step()  # optimizer state is created lazily, on the first step
+            peak = torch.cuda.max_memory_allocated(on) - start if on.type == "cuda" else None
             state = [opt.state[p] for p in params]
             per_param = [v for s, p in zip(state, params) for v in s.values()
                          if isinstance(v, torch.Tensor) and v.shape == p.shape]
@@ -154,5 +173,7 @@ def measure_model_memory(models=None, optimizers=("sgd_momentum", "adam"), batch
                 "state_bytes": _tensor_bytes(per_param),
                 "other_state_bytes": _tensor_bytes(everything) - _tensor_bytes(per_param),
                 "predicted": {"params": p_b * n, "grads": g_b * n, "optimizer": o_b * n},
+                "allocator_peak_bytes": peak, "device": str(on),
             })
+            del model, opt, params, state, per_param, everything
     return rows

@@ -19,14 +19,24 @@ import torch
 from torch.nn.utils import parameters_to_vector
 
 from .. import validate
+from ..backend import plain_fp32
 from ..data import loss_fn, make_dataset, sample_batch
 from ..launcher import launch
-from ..models import build_model, check_model_name
+from ..models import build_model
 from ..precision import PRECISIONS, saved_for_backward
 from ..reference import exact_tolerance, reference_device, train_single_process
 from ..replica import OPTIMIZERS
+from ..sizing import ModelChoice, RunLoad, check_model, choose_model, run_facts
 from ..train import TrainConfig, train_each_on_rank
 from ..world import World, resolve_world
+
+
+def _choose(model: str, world: World, runs: int, steps: int, optimizer: str, reference: bool) -> ModelChoice:
+    """The model for ``runs`` runs side by side (plus the single-process reference, if one is trained)."""
+    check_model(model)
+    load = RunLoad(steps=runs * steps + (steps * world.size if reference else 0), models_at_once=runs,
+                   optimizer=optimizer, cpu_model="mlp", batch_per_rank=32)
+    return choose_model(model, world, load)
 
 
 def _side_by_side(world: World, configs: dict, timeout: float) -> dict:
@@ -49,53 +59,64 @@ def _drift(params: torch.Tensor, baseline: torch.Tensor, start: torch.Tensor) ->
             "relative_drift": (gap.norm() / (baseline - start).norm()).item()}
 
 
-def _start(model: str, seed: int) -> torch.Tensor:
-    return parameters_to_vector(build_model(model, seed=seed).parameters()).detach()
+def _start(model: str, seed: int, device: str = "cpu") -> torch.Tensor:
+    """The weights every run starts from (drawn where the ranks draw them), as one vector on the CPU."""
+    return parameters_to_vector(build_model(model, seed=seed, device=device).parameters()).detach().cpu()
 
 
 def _checked(model, optimizer, steps, low=2):
-    check_model_name(model)
+    check_model(model)
     validate.choice("optimizer", optimizer, OPTIMIZERS)
     validate.integer("steps", steps, low=low)
 
 
-def precision_drift(world_size: int | World | None = None, model: str = "mlp", steps: int = 30,
-                    optimizer: str = "adam", batch_per_rank: int = 32, backend: str = "auto", device: str = "auto",
-                    timeout: float = 300.0) -> dict:
+def precision_drift(world_size: int | World | None = None, model: str = "auto", steps: int = 30,
+                    optimizer: str = "adam", batch_per_rank: int | None = None, backend: str = "auto",
+                    device: str = "auto", timeout: float = 300.0) -> dict:
     """``ddp`` in fp32, bf16 and fp16 (with torch's default loss scale), trained on the same batches.
 
-    Returns ``{"world_size", "backend", "device", "model", "optimizer", "steps", "tolerance",
-    "fp32_vs_single", "rows": [{"precision", "losses", "final_loss", "max_abs_diff_vs_fp32",
-    "relative_drift", "skipped_steps", "state_bytes", "saved_activation_bytes",
-    "saved_weight_copy_bytes", "step_time_s", "replicas_identical"}]}``. ``fp32_vs_single`` is the
-    fp32 run's largest difference from one process (within ``tolerance``: the run is exact).
+    ``model="auto"``: the MLP on CPU ranks, a GPU-sized transformer on GPU ranks (``dpteach.sizing``),
+    where 16-bit matrix products run on tensor cores and a bf16 step takes a fraction of an fp32 one;
+    ``batch_per_rank=None``: 32 for a laptop model, the model's own for a GPU-sized one.
+
+    Returns ``{"world_size", "backend", "device", "model", "model_choice", "optimizer", "steps",
+    "tolerance", "fp32_vs_single", "rows": [{"precision", "losses", "final_loss", "max_abs_diff_vs_fp32",
+    "relative_drift", "skipped_steps", "state_bytes", "saved_activation_bytes", "saved_weight_copy_bytes",
+    "step_time_s", "step_vs_fp32", "allocator_peak_bytes", "replicas_identical"}]}``. ``fp32_vs_single`` is
+    the fp32 run's largest difference from one process (within ``tolerance``: the run is exact).
     """
     _checked(model, optimizer, steps)
-    validate.integer("batch_per_rank", batch_per_rank, low=1)
+    validate.optional(validate.integer, "batch_per_rank", batch_per_rank, low=1)
     world = resolve_world(world_size, backend, device)
-    base = TrainConfig(strategy="ddp", model=model, steps=steps, optimizer=optimizer, batch_per_rank=batch_per_rank,
-                       timing_warmup=min(2, steps - 1))
+    choice = _choose(model, world, len(PRECISIONS), steps, optimizer, reference=True)
+    batch_per_rank = batch_per_rank or choice.batch_per_rank
+    base = TrainConfig(strategy="ddp", model=choice.name, steps=steps, optimizer=optimizer,
+                       batch_per_rank=batch_per_rank, timing_warmup=min(2, steps - 1))
     runs = _side_by_side(world, {p: replace(base, precision=p) for p in PRECISIONS}, timeout)
-    reference = train_single_process(base, world.size, device=reference_device(world.placement))
-    start, fp32 = _start(model, base.seed), runs["fp32"]["params"]
-    criterion, dataset = loss_fn(model), make_dataset(model, batch_per_rank, seed=base.seed)
-    x, y = sample_batch(dataset, range(batch_per_rank))  # one rank's micro-batch, on the CPU
+    on = reference_device(world.placement)
+    reference = train_single_process(base, world.size, device=on)
+    start, fp32 = _start(choice.name, base.seed, on), runs["fp32"]["params"]
+    criterion, dataset = loss_fn(choice.name), make_dataset(choice.name, batch_per_rank, seed=base.seed)
+    x, y = (t.to(on) for t in sample_batch(dataset, range(batch_per_rank)))  # one rank's micro-batch
     rows = []
     for name, run in runs.items():
-        saved = saved_for_backward(build_model(model, seed=base.seed), lambda m: criterion(m(x), y), name)
+        with plain_fp32(on):
+            saved = saved_for_backward(build_model(choice.name, seed=base.seed, device=on),
+                                       lambda m: criterion(m(x), y), name)
         skipped = run["precision"]["skipped"] if run["precision"] else []
         rows.append({"precision": name, "losses": run["losses"], "final_loss": run["losses"][-1],
                      **_drift(run["params"], fp32, start), "skipped_steps": sum(skipped),
                      "state_bytes": run["state_bytes"], "saved_activation_bytes": saved["activations"],
                      "saved_weight_copy_bytes": saved["weight_copies"], "step_time_s": run["median_step_s"],
+                     "step_vs_fp32": run["median_step_s"] / runs["fp32"]["median_step_s"],
+                     "allocator_peak_bytes": run.get("allocator_peak_bytes"),
                      "replicas_identical": run["replicas_identical"]})
-    return {"world_size": world.size, "backend": world.backend, "device": world.device_type, "model": model,
-            "optimizer": optimizer, "steps": steps, "batch_per_rank": batch_per_rank,
+    return {**run_facts(world, choice), "optimizer": optimizer, "steps": steps, "batch_per_rank": batch_per_rank,
             "tolerance": exact_tolerance(base), "fp32_vs_single": (fp32 - reference["params"]).abs().max().item(),
             "rows": rows}
 
 
-def loss_scaling(world_size: int | World | None = None, model: str = "mlp", steps: int = 40,
+def loss_scaling(world_size: int | World | None = None, model: str = "auto", steps: int = 40,
                  init_scale: float = 2.0**24, growth_interval: int = 8, clip_norm: float = 1.0,
                  backend: str = "auto", device: str = "auto", timeout: float = 300.0) -> dict:
     """fp16 with a dynamic loss scale on ``ddp``, clipped after unscaling (right) and before (the
@@ -111,22 +132,23 @@ def loss_scaling(world_size: int | World | None = None, model: str = "mlp", step
     validate.integer("growth_interval", growth_interval, low=1)
     validate.number("clip_norm", clip_norm, above=0)
     world = resolve_world(world_size, backend, device)
-    base = TrainConfig(strategy="ddp", model=model, steps=steps, optimizer="sgd", precision="fp16",
-                       init_scale=init_scale, growth_interval=growth_interval, clip_norm=clip_norm, timing_warmup=0)
+    choice = _choose(model, world, 3, steps, "sgd", reference=False)
+    base = TrainConfig(strategy="ddp", model=choice.name, steps=steps, optimizer="sgd", precision="fp16",
+                       batch_per_rank=choice.batch_per_rank, init_scale=init_scale, growth_interval=growth_interval,
+                       clip_norm=clip_norm, timing_warmup=0)
     configs = {"fp16, unscaled then clipped": base,
                "fp16, clipped while scaled": replace(base, unscale_before_clip=False),
                "fp32, clipped": replace(base, precision="fp32")}
     runs = _side_by_side(world, configs, timeout)
-    start = _start(model, base.seed)
-    return {"world_size": world.size, "backend": world.backend, "device": world.device_type, "model": model,
-            "steps": steps, "init_scale": init_scale, "growth_interval": growth_interval, "clip_norm": clip_norm,
+    start = _start(choice.name, base.seed, reference_device(world.placement))
+    return {**run_facts(world, choice), "steps": steps, "init_scale": init_scale, "growth_interval": growth_interval, "clip_norm": clip_norm,
             "runs": {name: {"losses": run["losses"], "scales": run["precision"]["scales"],
                             "skipped": run["precision"]["skipped"], "grad_norms": run["precision"]["grad_norms"],
                             "moved": (run["params"] - start).norm().item(),
                             "replicas_identical": run["replicas_identical"]} for name, run in runs.items()}}
 
 
-def comm_precision(world_size: int | World | None = None, model: str = "mlp", steps: int = 30,
+def comm_precision(world_size: int | World | None = None, model: str = "auto", steps: int = 30,
                    optimizer: str = "adam", backend: str = "auto", device: str = "auto",
                    timeout: float = 300.0) -> dict:
     """``ddp`` with its gradients all-reduced in fp32, bf16 and fp16 (``grad_comm``), the forward pass
@@ -139,13 +161,14 @@ def comm_precision(world_size: int | World | None = None, model: str = "mlp", st
     _checked(model, optimizer, steps)
     world = resolve_world(world_size, backend, device)
     validate.ranks(world, 2, "gradients only travel between ranks")
-    base = TrainConfig(strategy="ddp", model=model, steps=steps, optimizer=optimizer, timing_warmup=0)
+    choice = _choose(model, world, len(PRECISIONS), steps, optimizer, reference=False)
+    base = TrainConfig(strategy="ddp", model=choice.name, steps=steps, optimizer=optimizer,
+                       batch_per_rank=choice.batch_per_rank, timing_warmup=0)
     runs = _side_by_side(world, {d: replace(base, grad_comm=d) for d in PRECISIONS}, timeout)
-    start, fp32 = _start(model, base.seed), runs["fp32"]
+    start, fp32 = _start(choice.name, base.seed, reference_device(world.placement)), runs["fp32"]
     rows = [{"grad_comm": name, "bytes_per_step": run["bytes_per_step"],
              "bytes_vs_fp32": run["bytes_per_step"] / fp32["bytes_per_step"],
              **_drift(run["params"], fp32["params"], start), "losses": run["losses"],
              "final_loss": run["losses"][-1], "replicas_identical": run["replicas_identical"]}
             for name, run in runs.items()]
-    return {"world_size": world.size, "backend": world.backend, "device": world.device_type, "model": model,
-            "optimizer": optimizer, "steps": steps, "rows": rows}
+    return {**run_facts(world, choice), "optimizer": optimizer, "steps": steps, "rows": rows}

@@ -7,7 +7,8 @@ model must stay exactly what single-process training would give. This experiment
 * the four exact strategies - ``naive``, ``bucketed``, ``overlap`` and torch's ``ddp`` - whose
   timelines show *when* communication happens relative to backward;
 * ``local`` (no communication at all), the compute floor: a strategy's *exposed* communication is
-  its step time minus this one, measured the same way for every strategy;
+  the time its ranks waited for communication, measured where they waited (``timeline.exposed_time``),
+  and whatever else its step adds above this floor is overhead (``dpteach/accounting.py``);
 * the question's four candidate answers, each applied to the team's current set-up (``bucketed``:
   all-reduce after backward): overlap, 8-bit compression, accumulating 2 micro-batches, halving
   the batch. The accumulation and small-batch runs get their own ``local`` floor, because they do
@@ -23,6 +24,11 @@ share the SMs with backward but run beside it (lesson 04). With ``link`` (``dpte
 collective takes as long as that network would, and the CPU is no longer the network. The
 *structure* does not depend on the machine: ``naive`` and ``bucketed`` never start a transfer
 before backward ends; ``overlap`` and ``ddp`` launch their first bucket while backward is running.
+
+With ``peers="emulated"`` one real rank (the one GPU of most learners) trains, and the link times
+every exchange as among ``world_size`` ranks (``dpteach.world``): the timelines and exposed
+communication are those of the emulated world; whether the results stay exact is not shown (the
+candidates' ``identical`` and every ``max_abs_diff_vs_single`` are None) - real ranks show that.
 """
 from __future__ import annotations
 
@@ -30,9 +36,11 @@ import statistics
 from dataclasses import replace
 
 from .. import validate
+from ..accounting import step_costs
 from ..launcher import launch
 from ..link import resolve_link
 from ..reference import exact_tolerance, reference_device, train_single_process
+from ..sizing import RunLoad, check_model, choose_model, run_facts
 from ..sync import EXACT
 from ..timeline import busy_time
 from ..train import TrainConfig, train_each_on_rank
@@ -88,8 +96,9 @@ def _median(values):
     return statistics.median(values) if values else None
 
 
-def summarise_run(ranks: list[dict], steps: range) -> dict:
-    """Per-step structure, median over the timed steps, mean over ranks."""
+def summarise_run(ranks: list[dict], steps: range, floor_step_s: float | None = None, strategy: str = "local") -> dict:
+    """Per-step structure, median over the timed steps, mean over ranks; with ``floor_step_s`` (the
+    compute floor's step) also the step's split into exposed communication and overhead."""
     per_rank = []
     for result in ranks:
         rows = [step_structure(result["spans"], s) for s in steps]
@@ -98,7 +107,7 @@ def summarise_run(ranks: list[dict], steps: range) -> dict:
     for key in per_rank[0]:
         values = [row[key] for row in per_rank if row[key] is not None]
         out[key] = statistics.mean(values) if values else None
-    out["step_time_s"] = statistics.mean(r["median_step_s"] for r in ranks)
+    out.update(step_costs(strategy, ranks, floor_step_s))
     out["bytes_per_step"] = statistics.mean(r["wire_bytes_per_step"] for r in ranks)
     out["time_set_by"] = (link_report(ranks) or {}).get("time_set_by")  # None without an emulated link
     out["replicas_identical"] = all(r["replica_spread"] == 0.0 for r in ranks)
@@ -107,23 +116,34 @@ def summarise_run(ranks: list[dict], steps: range) -> dict:
     return out
 
 
-def overlap_timeline(world_size: int | World | None = None, model: str = "mlp", bucket_mb: float | None = None, steps: int = 8,
-                     batch_per_rank: int = 32, seed: int = 0, link=None, backend: str = "auto", device: str = "auto",
-                     timeout: float = 600.0) -> dict:
+def overlap_timeline(world_size: int | World | None = None, model: str = "auto", bucket_mb: float | None = None,
+                     steps: int = 8, batch_per_rank: int | None = None, seed: int = 0, link=None, backend: str = "auto",
+                     device: str = "auto", timeout: float = 600.0, peers: str | None = None) -> dict:
     """Run the exact strategies and the question's candidate answers in one world; return plain data.
 
     ``link``: an emulated network for every collective (``dpteach.link``: a preset name, a ``Link`` or
-    ``{"alpha_s", "beta_s_per_byte"}``); None is this machine's own transfers.
+    ``{"alpha_s", "beta_s_per_byte"}``); None is this machine's own transfers. ``model="auto"``: the tiny
+    transformer on CPU ranks, a GPU-sized one on GPU ranks (``dpteach.sizing``); ``batch_per_rank=None``:
+    32 for a laptop model, the model's own for a GPU-sized one. ``peers="emulated"``: see the module note.
 
-    Returns ``{"world_size", "backend", "device", "model", "bucket_mb", "link", "steps", "batch_per_rank",
-    "tolerance", "timed_steps", "shown_steps": {strategy: step}, "strategies": [row per strategy],
-    "timelines": {strategy: {rank: [spans of its typical step]}}, "candidates": [row per answer],
-    "reference_losses"}``. Times are seconds; ``exposed_comm_s`` is step time minus ``local``'s.
+    Returns ``{"world_size", "backend", "device", "model", "model_choice", "peers", "peers_note",
+    "bucket_mb", "link", "steps", "batch_per_rank", "tolerance", "timed_steps", "shown_steps": {strategy:
+    step}, "strategies": [row per strategy], "timelines": {strategy: {rank: [spans of its typical step]}},
+    "candidates": [row per answer], "reference_losses"}``. Times are seconds; ``exposed_comm_s`` is the
+    communication the ranks waited for, ``overhead_s`` the rest of the step above its compute floor.
     """
-    world = resolve_world(world_size, backend, device)
+    check_model(model)
+    world = resolve_world(world_size, backend, device, peers, emulated_peers_ok=True)
     validate.ranks(world, 2, "overlap needs two ranks or more to talk")
+    validate.optional(validate.integer, "batch_per_rank", batch_per_rank, low=2)
     emulated = resolve_link(link)
-    base = TrainConfig(model=model, steps=steps, bucket_mb=bucket_mb, batch_per_rank=batch_per_rank, seed=seed,
+    runs_in_world = 10
+    choice = choose_model(model, world, RunLoad(steps=runs_in_world * steps + (0 if world.emulated_size else
+                                                                                 steps * world.size),
+                                                models_at_once=runs_in_world, cpu_model="transformer",
+                                                link=emulated))
+    batch_per_rank = batch_per_rank or choice.batch_per_rank
+    base = TrainConfig(model=choice.name, steps=steps, bucket_mb=bucket_mb, batch_per_rank=batch_per_rank, seed=seed,
                        link=emulated)
     half = max(1, batch_per_rank // 2)
     runs = {name: replace(base, strategy=name) for name in ("local", *TIMELINE_STRATEGIES, "int8")}
@@ -134,44 +154,47 @@ def overlap_timeline(world_size: int | World | None = None, model: str = "mlp", 
         "smaller_batch": replace(base, strategy="bucketed", batch_per_rank=half),
     })
     names = list(runs)
-    configs = [runs[n].check(world.size) for n in names]
+    configs = [runs[n].check(world) for n in names]
     # interleave=True: step s of every run, then step s+1, so that a burst of background load on a
     # shared machine hits all runs alike and their differences stay meaningful.
     per_rank = launch(train_each_on_rank, world, args=(configs, True), timeout=timeout)
     results = {n: [per_rank[r][i] for r in range(world.size)] for i, n in enumerate(names)}
-    reference = train_single_process(base, world.size, device=reference_device(world.placement))
+    exact_shown = world.emulated_size is None  # one real rank shows no exactness: nothing was averaged
+    reference = train_single_process(base, world.size, device=reference_device(world.placement)) if exact_shown else None
     timed = range(min(base.timing_warmup, steps - 1), steps)
 
-    summaries = {name: summarise_run(results[name], timed) for name in names}
+    floors = {name: statistics.mean(r["median_step_s"] for r in results[floor])
+              for name, floor in (("local", "local"), ("naive", "local"), ("bucketed", "local"), ("overlap", "local"),
+                                  ("ddp", "local"), ("int8", "local"), ("local_accumulate", "local_accumulate"),
+                                  ("accumulate", "local_accumulate"), ("local_smaller_batch", "local_smaller_batch"),
+                                  ("smaller_batch", "local_smaller_batch"))}
+    summaries = {name: summarise_run(results[name], timed, floors[name], runs[name].strategy) for name in names}
     for name, summary in summaries.items():
-        summary["max_abs_diff_vs_single"] = (results[name][0]["params"] - reference["params"]).abs().max().item()
+        summary["max_abs_diff_vs_single"] = ((results[name][0]["params"] - reference["params"]).abs().max().item()
+                                             if exact_shown else None)
         summary["final_loss"] = results[name][0]["losses"][-1]
 
-    def exposed(name, floor):  # what communication adds to a step with the same compute
-        return max(0.0, summaries[name]["step_time_s"] - summaries[floor]["step_time_s"])
-
     tolerance = exact_tolerance(base)
-    strategies = [{"strategy": name, **summaries[name], "exposed_comm_s": exposed(name, "local"),
-                   "exact": name in EXACT} for name in ("local", *TIMELINE_STRATEGIES, "int8")]
+    strategies = [{"strategy": name, **summaries[name], "exact": name in EXACT}
+                  for name in ("local", *TIMELINE_STRATEGIES, "int8")]
     candidates = []
     for key, answer, run, floor in CANDIDATES:
         summary, config = summaries[run], runs[run]
-        samples = config.global_batch(world.size)
+        samples = config.global_batch(world.timed_size)
+        diff = summary["max_abs_diff_vs_single"]
         candidates.append({
             "key": key, "answer": answer, "strategy": config.strategy, "accum_steps": config.accum_steps,
             "batch_per_rank": config.batch_per_rank, "samples_per_step": samples,
-            "step_time_s": summary["step_time_s"], "exposed_comm_s": exposed(run, floor),
-            "exposed_comm_per_sample_s": exposed(run, floor) / samples,
+            "step_time_s": summary["step_time_s"], "exposed_comm_s": summary["exposed_comm_s"],
+            "overhead_s": summary["overhead_s"], "exposed_comm_per_sample_s": summary["exposed_comm_s"] / samples,
             "messages_per_step": summary["messages"], "bytes_per_step": summary["bytes_per_step"],
-            "max_abs_diff_vs_single": summary["max_abs_diff_vs_single"],
-            "identical": summary["max_abs_diff_vs_single"] <= tolerance,
+            "max_abs_diff_vs_single": diff, "identical": None if diff is None else diff <= tolerance,
         })
     shown = {name: typical_step(results[name][0]["step_times"], timed) for name in ("local", *TIMELINE_STRATEGIES)}
     timelines = {name: {r: [s for s in results[name][r]["spans"] if s["step"] == shown[name]]
                         for r in range(world.size)} for name in shown}
-    return {"world_size": world.size, "backend": world.backend, "device": world.device_type,
-            "model": model, "bucket_mb": base.bucket_mb, "link": None if emulated is None else emulated.as_dict(),
-            "steps": steps, "batch_per_rank": batch_per_rank,
+    return {**run_facts(world, choice), "bucket_mb": base.bucket_mb,
+            "link": None if emulated is None else emulated.as_dict(), "steps": steps, "batch_per_rank": batch_per_rank,
             "tolerance": tolerance, "timed_steps": list(timed), "shown_steps": shown,
             "strategies": strategies, "timelines": timelines, "candidates": candidates,
-            "reference_losses": reference["losses"]}
+            "reference_losses": reference["losses"] if exact_shown else None}

@@ -8,7 +8,8 @@ work with no communication: the compute floor at this W) and the strategy under 
 * efficiency(W) = throughput(W) / (W x throughput(1)) - 1.0 is perfect linear scaling;
 * the step is broken down from the strategy's own timeline: forward, backward, optimizer, the
   wait for the last all-reduces (synchronisation), and the rest of the step (fetching the batch,
-  bookkeeping); and exposed communication = step - local step at the same W.
+  bookkeeping); and exposed communication, the time the step waited for communication, measured
+  (``timeline.exposed_time``).
 
 Each world also measures its link (``machine.link_on_rank``) so that ``dpteach.scaling`` can
 extrapolate from this machine's own alpha, beta and compute time.
@@ -35,11 +36,12 @@ from .. import validate
 from ..backend import choose_placement, cores_available
 from ..launcher import launch
 from ..link import resolve_link
-from ..models import build_model, check_model_name
+from ..models import build_model
+from ..sizing import RunLoad, check_model, choose_model, run_facts
 from ..sync import STRATEGIES, strategy_class
-from ..timeline import busy_time
+from ..timeline import busy_time, exposed_time
 from ..train import TrainConfig, train_interleaved_on_rank
-from ..world import World
+from ..world import PEERS, World
 from .compare import link_report
 from .machine import link_on_rank
 
@@ -50,7 +52,7 @@ def _breakdown(spans: list[dict], step_times: list[float], first_step: int) -> d
     """Median seconds per step of each compute-lane phase, plus the unaccounted rest of the step."""
     steps = range(first_step, len(step_times)) if len(step_times) > first_step else range(len(step_times))
     per_phase = {name: [] for name in PHASES}
-    rest, comm = [], []
+    rest, comm, exposed = [], [], []
     for step in steps:
         mine = [s for s in spans if s["step"] == step]
         accounted = 0.0
@@ -60,9 +62,11 @@ def _breakdown(spans: list[dict], step_times: list[float], first_step: int) -> d
             accounted += seconds
         rest.append(max(0.0, step_times[step] - accounted))
         comm.append(busy_time(mine, "comm"))
+        exposed.append(exposed_time(mine))
     out = {name: statistics.median(v) for name, v in per_phase.items()}
     out["data_and_other"] = statistics.median(rest)
     out["comm_busy"] = statistics.median(comm)  # time with an all-reduce in flight, hidden or not
+    out["exposed"] = statistics.median(exposed)  # time the step waited for it (timeline.exposed_time)
     return out
 
 
@@ -72,7 +76,7 @@ def _scaling_on_rank(configs: list[TrainConfig], repeats: int, threads: int | No
     rank = context.rank()
     if rank == 0:
         context.report_progress(0, total=1 + repeats, desc=f"W={context.world_size()}")
-    link = link_on_rank()
+    link = link_on_rank() if context.timed_world_size() == context.world_size() else None  # emulated: the link's
     if rank == 0:
         context.report_progress(1)
     runs = [[] for _ in configs]
@@ -101,16 +105,21 @@ def _best_pass(ranks: list[dict], index: int) -> dict:
 SCALINGS = ("weak", "strong")
 
 
-def scaling_sweep(world_sizes=(1, 2, 3, 4), model: str = "mlp", steps: int = 10, strategy: str = "overlap",
-                  batch_per_rank: int = 32, bucket_mb: float | None = None, repeats: int = 2,
+def scaling_sweep(world_sizes=(1, 2, 3, 4), model: str = "auto", steps: int = 10, strategy: str = "overlap",
+                  batch_per_rank: int | None = None, bucket_mb: float | None = None, repeats: int = 2,
                   threads_per_rank: int | None = 1, scaling: str = "weak", global_batch: int | None = None,
-                  link=None, backend: str = "auto", device: str = "auto") -> dict:
+                  link=None, backend: str = "auto", device: str = "auto", peers: str | None = None) -> dict:
     """Throughput and scaling efficiency at each W, with the overheads split out.
 
     ``scaling="weak"`` keeps ``batch_per_rank`` fixed, so the global batch grows with W;
     ``scaling="strong"`` keeps the global batch fixed (``global_batch``, default ``batch_per_rank`` x
     the largest W) and gives each of the W ranks ``global_batch / W`` samples: the same work, shared
     by more ranks. ``link`` runs the strategy's collectives on an emulated network (``dpteach.link``).
+    ``model="auto"``: the MLP on CPU ranks, a GPU-sized transformer on GPU ranks (``dpteach.sizing``);
+    ``batch_per_rank=None``: 32 for a laptop model, the model's own for a GPU-sized one.
+    ``peers="emulated"``: every W > 1 is one real rank whose exchange the link times as among W
+    (``dpteach.world``): the throughput is what W such ranks would reach if each computed what this one
+    does, so the efficiency is the communication's alone.
 
     Returns plain data::
 
@@ -130,7 +139,10 @@ def scaling_sweep(world_sizes=(1, 2, 3, 4), model: str = "mlp", steps: int = 10,
                    "oversubscribed" (more ranks than GPUs, or than cores on CPU), "sharing" (a
                    sentence saying how they share, or None), "final_loss", "batch_per_rank" (this W's), "time_set_by"}, ...]}
     """
-    check_model_name(model)
+    check_model(model)
+    if peers is not None:
+        validate.choice("peers", peers, PEERS)
+    emulate = peers == "emulated"
     sizes = sorted({int(w) for w in world_sizes})
     if not sizes or sizes[0] != 1:
         raise ValueError(f"world_sizes={list(world_sizes)!r} is not allowed: include 1, the baseline every "
@@ -143,6 +155,15 @@ def scaling_sweep(world_sizes=(1, 2, 3, 4), model: str = "mlp", steps: int = 10,
         raise ValueError(f"strategy={strategy!r} is not allowed here: choose a synchronous data-parallel "
                          f"strategy (overlap, bucketed, naive, ddp, ...)")
     validate.choice("scaling", scaling, SCALINGS)
+    validate.optional(validate.integer, "batch_per_rank", batch_per_rank, low=1)
+    # One placement for the whole sweep, chosen for its largest world: a sweep that switched from
+    # NCCL to gloo when W outgrew the GPUs would compare two transports, not two world sizes. With
+    # emulated peers every world is one real rank.
+    placement = choose_placement(1 if emulate else sizes[-1], backend, device)
+    load = RunLoad(steps=len(sizes) * repeats * 2 * steps, models_at_once=2, cpu_model="mlp", batch_per_rank=32,
+                   launches=len(sizes), link=resolve_link(link))
+    choice = choose_model(model, World(sizes[-1], placement), load)
+    batch_per_rank = batch_per_rank or choice.batch_per_rank
     if scaling == "strong":
         global_batch = batch_per_rank * sizes[-1] if global_batch is None else global_batch
         uneven = [w for w in sizes if isinstance(global_batch, bool) or not isinstance(global_batch, int)
@@ -151,26 +172,27 @@ def scaling_sweep(world_sizes=(1, 2, 3, 4), model: str = "mlp", steps: int = 10,
             raise ValueError(f"global_batch={global_batch!r} is not allowed: strong scaling splits it evenly, so it "
                              f"must be an integer divisible by every W (not by {uneven})")
     emulated = resolve_link(link)
-    base = TrainConfig(model=model, steps=steps, batch_per_rank=batch_per_rank, bucket_mb=bucket_mb,
+    base = TrainConfig(model=choice.name, steps=steps, batch_per_rank=batch_per_rank, bucket_mb=bucket_mb,
                        timing_warmup=2, link=emulated)
+
+    def world_of(w):
+        asked = (placement.backend, placement.device_type)
+        return World(1, placement, asked, emulated_size=w) if emulate and w > 1 else World(w, placement, asked)
 
     def configs_for(w):
         b = global_batch // w if scaling == "strong" else batch_per_rank
-        return [replace(base, strategy=name, batch_per_rank=b).check(w) for name in ("local", strategy)]
+        return [replace(base, strategy=name, batch_per_rank=b).check(world_of(w)) for name in ("local", strategy)]
     for w in sizes:
         configs_for(w)
-    # One placement for the whole sweep, chosen for its largest world: a sweep that switched from
-    # NCCL to gloo when W outgrew the GPUs would compare two transports, not two world sizes.
-    placement = choose_placement(sizes[-1], backend, device)
     cpus = cores_available()
     rows = []
     for w in sizes:
         configs = configs_for(w)
-        world = World(w, placement, asked=(placement.backend, placement.device_type))
+        world = world_of(w)
         ranks = launch(_scaling_on_rank, world, args=(configs, repeats, threads_per_rank), timeout=600)
         local, run = _best_pass(ranks, 0), _best_pass(ranks, 1)
         step = run["median_step_s"]
-        exposed = max(0.0, step - local["median_step_s"])
+        exposed = run["breakdown"]["exposed"]  # measured: what the step waited for
         # The simulator's "overlap": the share of the compute time that hid communication,
         # exposed = comm - overlap x compute, so overlap = (comm - exposed) / compute.
         hidden = max(0.0, run["breakdown"]["comm_busy"] - exposed)
@@ -180,8 +202,9 @@ def scaling_sweep(world_sizes=(1, 2, 3, 4), model: str = "mlp", steps: int = 10,
             "batch_per_rank": configs[1].batch_per_rank, "time_set_by": run["time_set_by"],
             "hidden_comm_s": hidden, "overlap_fraction": min(1.0, hidden / local["median_step_s"]),
             "breakdown": run["breakdown"], "local_breakdown": local["breakdown"],
-            "alpha_s": ranks[0]["link"]["alpha_s"], "beta_s_per_byte": ranks[0]["link"]["beta_s_per_byte"],
-            "oversubscribed": placement.oversubscribed(w), "sharing": placement.describe_sharing(w),
+            "alpha_s": (ranks[0]["link"] or emulated.as_dict())["alpha_s"],
+            "beta_s_per_byte": (ranks[0]["link"] or emulated.as_dict())["beta_s_per_byte"],
+            "oversubscribed": placement.oversubscribed(world.size), "sharing": placement.describe_sharing(world.size),
             "final_loss": run["final_loss"], "backend": placement.backend, "device": placement.device_type,
         })
     one = rows[0]["samples_per_s"]
@@ -192,8 +215,11 @@ def scaling_sweep(world_sizes=(1, 2, 3, 4), model: str = "mlp", steps: int = 10,
     with_link = [r for r in rows if r["world_size"] > 1]
     fair = [r for r in with_link if not r["oversubscribed"]]
     link = fair[-1] if fair else (with_link[0] if with_link else rows[0])
-    grad_bytes = sum(p.numel() * p.element_size() for p in build_model(model).parameters() if p.requires_grad)
-    return {"model": model, "strategy": strategy, "scaling": scaling, "backend": placement.backend,
+    grad_bytes = sum(p.numel() * p.element_size() for p in build_model(choice.name, device="meta").parameters()
+                     if p.requires_grad)
+    facts = run_facts(world_of(sizes[-1]), choice)
+    return {"model": choice.name, "model_choice": choice.as_dict(), "peers": facts["peers"],
+            "peers_note": facts["peers_note"], "strategy": strategy, "scaling": scaling, "backend": placement.backend,
             "device": placement.device_type, "gpus": placement.gpus,
             "global_batch": global_batch if scaling == "strong" else None,
             "emulated_link": None if emulated is None else emulated.as_dict(),

@@ -15,10 +15,11 @@ from __future__ import annotations
 from .. import validate
 from ..launcher import launch
 from ..link import resolve_link
-from ..models import build_model, check_model_name
+from ..models import build_model
 from ..replica import OPTIMIZERS
+from ..sizing import RunLoad, check_model, choose_model, run_facts
 from ..sync.fsdp_trace import fsdp_spans, profile_step
-from ..timeline import start_together
+from ..timeline import exposed_time, start_together
 from ..train import SyncTrainer, TrainConfig
 from ..world import World, resolve_world
 from .compare import compare_strategies, run_strategy
@@ -41,22 +42,29 @@ def predicted_state_bytes(strategy: str, param_bytes: int, optimizer: str, world
             "zero3": (2 + k) * p / w, "fsdp": (2 + k) * p / w}[strategy]
 
 
-def sharding_memory(world_size: int | World | None = None, model: str = "mlp", optimizer: str = "adam",
+def sharding_memory(world_size: int | World | None = None, model: str = "auto", optimizer: str = "adam",
                     steps: int = 4, accum_steps: int = 1, backend: str = "auto", device: str = "auto",
                     timeout: float = 600.0) -> dict:
     """Train DDP, ZeRO stages 1-3 and FSDP2 in one world; memory and traffic per rank, measured.
 
-    Returns ``{"world_size", "backend", "device", "model", "optimizer", "param_bytes", "tolerance",
-    "rows": [{"strategy", "state_bytes", "predicted_state_bytes", "peak_bytes", "state_vs_ddp",
-    "bytes_per_step", "bytes_vs_ddp", "max_abs_diff_vs_single", "replicas_identical"}]}``.
+    ``model="auto"``: the MLP on CPU ranks, a GPU-sized transformer on GPU ranks (``dpteach.sizing``).
+    Memory per rank is what real shards hold, so this experiment needs real ranks. On GPU ranks each
+    row also has the allocator's peak (``allocator_peak_bytes``, ``torch.cuda.max_memory_allocated``):
+    everything the rank allocated at once, activations and FSDP2's own buffers included.
+
+    Returns ``{"world_size", "backend", "device", "model", "model_choice", "optimizer", "param_bytes",
+    "tolerance", "rows": [{"strategy", "state_bytes", "predicted_state_bytes", "peak_bytes",
+    "allocator_peak_bytes", "state_vs_ddp", "bytes_per_step", "bytes_vs_ddp", "max_abs_diff_vs_single",
+    "replicas_identical"}]}``.
     """
-    check_model_name(model)
+    check_model(model)
     validate.choice("optimizer", optimizer, OPTIMIZERS)
     world = resolve_world(world_size, backend, device)
     validate.ranks(world, 2, "sharding needs ranks to share the work")
     report = compare_strategies(world, model=model, steps=steps, accum_steps=accum_steps, strategies=COMPARED,
                                 optimizer=optimizer, timeout=timeout)
-    param_bytes = sum(p.numel() * p.element_size() for p in build_model(model).parameters())
+    model = report["model"]
+    param_bytes = sum(p.numel() * p.element_size() for p in build_model(model, device="meta").parameters())
     by_name = {r["strategy"]: r for r in report["rows"]}
     ddp = by_name["ddp"]
     rows = [{"strategy": name, "state_bytes": r["state_bytes_per_rank"], "peak_bytes": r["peak_bytes_per_rank"],
@@ -64,36 +72,50 @@ def sharding_memory(world_size: int | World | None = None, model: str = "mlp", o
              "state_vs_ddp": r["state_bytes_per_rank"] / ddp["state_bytes_per_rank"],
              "bytes_per_step": r["bytes_per_step"], "bytes_vs_ddp": r["bytes_per_step"] / ddp["bytes_per_step"],
              "step_time_s": r["step_time_s"], "max_abs_diff_vs_single": r["max_abs_diff_vs_single"],
+             "allocator_peak_bytes": r["allocator_peak_bytes_per_rank"],
              "replicas_identical": r["replicas_identical"]} for name, r in by_name.items()]
-    return {"world_size": world.size, "backend": world.backend, "device": world.device_type, "model": model,
+    return {**{k: report[k] for k in ("world_size", "real_ranks", "peers", "peers_note", "backend", "device", "model",
+                                      "model_choice")},
             "optimizer": optimizer, "steps": steps, "accum_steps": accum_steps, "param_bytes": param_bytes,
             "tolerance": report["tolerance"], "rows": rows}
 
 
-def sharding_timeline(world_size: int | World | None = None, model: str = "mlp", steps: int = 3,
+def sharding_timeline(world_size: int | World | None = None, model: str = "auto", steps: int = 3,
                       strategy: str = "zero3", backend: str = "auto", device: str = "auto",
-                      timeout: float = 300.0) -> dict:
+                      timeout: float = 300.0, link=None, peers: str | None = None) -> dict:
     """Every rank's spans of the last step of ``zero3`` or ``fsdp``: forward, backward, and each
     all-gather and reduce-scatter. ``zero3`` draws its own collectives; for ``fsdp`` they are read from
     the ranges FSDP2 records for the profiler (``dpteach/sync/fsdp_trace.py``), the last step profiled.
+    ``model="auto"``: the MLP on CPU ranks, a GPU-sized transformer on GPU ranks (``dpteach.sizing``).
+    ``link``: an emulated network for zero3's collectives (FSDP2 calls torch's own: no link reaches them);
+    ``peers="emulated"`` (zero3 only): one real rank whose all-gathers and reduce-scatters the link times
+    as among ``world_size`` ranks (``dpteach.world``) - the timeline of the emulated world, not its memory.
 
-    Returns ``{"world_size", "backend", "device", "model", "strategy", "step", "spans": {rank: [span, ...]},
-    "gathers": {rank: {"prefetched", "on_demand"}}}`` - the last step's all-gathers, by whether they
-    had been launched before the layer needed them.
+    Returns ``{"world_size", "backend", "device", "model", "model_choice", "peers", "strategy", "step",
+    "spans": {rank: [span, ...]}, "gathers": {rank: {"prefetched", "on_demand"}}, "exposed_comm_s"}`` -
+    the last step's all-gathers, by whether they had been launched before the layer needed them, and
+    the time it waited for communication.
     """
+    check_model(model)
     validate.integer("steps", steps, low=2, why=" (prefetching starts once the first step has shown the order)")
     validate.choice("strategy", strategy, TIMELINE_STRATEGIES)
-    world = resolve_world(world_size, backend, device)
+    world = resolve_world(world_size, backend, device, peers, emulated_peers_ok=True)
     validate.ranks(world, 2, "sharding needs ranks to share the work")
-    config = TrainConfig(strategy=strategy, model=model, steps=steps, timing_warmup=0)
+    emulated = resolve_link(link)
+    choice = choose_model(model, world, RunLoad(steps=steps * (1 + (0 if world.emulated_size else world.size)),
+                                                cpu_model="mlp", link=emulated))
+    config = TrainConfig(strategy=strategy, model=choice.name, steps=steps, timing_warmup=0,
+                         batch_per_rank=choice.batch_per_rank, link=emulated)
     if strategy == "fsdp":  # run_strategy checks the config itself
-        ranks = launch(trace_fsdp_on_rank, world, args=(config.check(world.size),), timeout=timeout)
+        ranks = launch(trace_fsdp_on_rank, world, args=(config.check(world),), timeout=timeout)
     else:
         ranks = run_strategy(world, config, timeout=timeout)["ranks"]
     last = steps - 1
-    return {"world_size": world.size, "backend": world.backend, "device": world.device_type, "model": model,
-            "strategy": strategy, "step": last,
-            "spans": {r: [s for s in run["spans"] if s["step"] == last] for r, run in enumerate(ranks)},
+    spans = {r: [s for s in run["spans"] if s["step"] == last] for r, run in enumerate(ranks)}
+    exposed = [exposed_time(mine) for mine in spans.values()]
+    return {**run_facts(world, choice), "strategy": strategy, "step": last, "spans": spans,
+            "link": None if emulated is None else emulated.as_dict(),
+            "exposed_comm_s": None if strategy == "fsdp" else sum(exposed) / len(exposed),
             "gathers": {r: run["notes"] for r, run in enumerate(ranks)}}
 
 

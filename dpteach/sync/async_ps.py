@@ -63,6 +63,7 @@ class ParameterServer(Strategy):
     lockstep = False
     servers = 1
     emulates_link = False
+    emulates_peers = False
 
     @classmethod
     def check(cls, config, world_size: int) -> None:
@@ -167,7 +168,7 @@ def work(model, compute_gradient, slow_ms: float, timeline) -> dict:
             p.grad = None
         if reply[0].item() < 0:  # the server's budget of pushes is spent
             break
-        timeline.add(update, "comm", comm_start, timeline.now(), lane="comm")
+        timeline.add(update, "comm", comm_start, timeline.now(), lane="comm", blocking=True)
         version = int(reply[0].item())
         vector_to_parameters(reply[1:].to(params[0].device), params)
         wire_bytes += message.numel() * 4

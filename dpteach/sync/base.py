@@ -17,7 +17,9 @@ the same flag when the hooks fire.
 
 Gradients are averaged, not summed: each rank's loss is a mean over its own batch, so the mean of
 the W ranks' gradients is the gradient of the mean over the global batch - the single-process
-gradient. (gloo has no AVG reduction, so strategies sum and divide by W.)
+gradient. (The strategies divide by W and then sum, as DDP's default ``allreduce_hook`` does in
+``torch/distributed/algorithms/ddp_comm_hooks/default_hooks.py``: dividing first keeps a sum of W
+large gradients from overflowing a 16-bit format. gloo and NCCL also offer ``ReduceOp.AVG``.)
 
 Every strategy sends through ``self.comm`` (``dpteach/link.py``): straight to ``torch.distributed``,
 or, when the run chose a ``link``, through an emulated network that holds each collective back
@@ -31,7 +33,8 @@ import torch
 import torch.distributed as dist
 
 from ..costmodel import busbw_factor
-from ..link import Comm
+from .. import context
+from ..comm import Comm
 
 
 def held_bytes(tensors) -> int:
@@ -71,6 +74,9 @@ class Strategy:
     takes_all_reduce = ()  # the course's collectives it can run on instead of torch's: "ring", "tree"
     shards = ()
     takes_grad_comm = False  # can send its gradients in a 16-bit dtype (``grad_comm=``): ddp, with a comm hook
+    measures_exposure = True  # marks where it waits for communication (``timeline.exposed_time``); FSDP2 waits
+    #                           inside torch, where no span reaches
+    emulates_peers = True  # can run as one real rank whose W-1 peers the link emulates (``peers="emulated"``)
 
     @classmethod
     def workers(cls, world_size: int) -> int:
@@ -113,7 +119,7 @@ class GradientSync(Strategy):
         self.timeline = timeline
         self.options = options
         self.world = dist.get_world_size()
-        self.comm = Comm(link, self.world, all_reduce)
+        self.comm = Comm(link, context.timed_world_size(), all_reduce)
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.will_sync = True
         self.wire_bytes = 0  # bytes this rank sent in the current step
@@ -171,15 +177,17 @@ class GradientSync(Strategy):
 
     # -- helpers the strategies share --------------------------------------------------------
     def count_all_reduce(self, tensor: torch.Tensor) -> None:
-        """A ring all-reduce puts 2(W-1)/W of the message on each rank's wire (nccl-tests' busbw)."""
-        self.wire_bytes += int(tensor.numel() * tensor.element_size() * busbw_factor(self.world))
+        """A ring all-reduce puts 2(W-1)/W of the message on each rank's wire (nccl-tests' busbw); W is the
+        world the link times (with emulated peers, the world being emulated)."""
+        self.wire_bytes += int(tensor.numel() * tensor.element_size() * busbw_factor(self.comm.world_size))
 
     def all_reduce_mean(self, tensor: torch.Tensor, async_op: bool = False):
         """Divide by W, then sum across ranks: the mean, with no AVG op needed (DDP does the same).
 
         torch's all-reduce is counted by the ring's formula; the course's own ring or tree counts
         what its trace shows this rank sent."""
-        tensor.div_(self.world)
+        if self.world > 1:  # dividing by one changes nothing, and costs a pass over the tensor
+            tensor.div_(self.world)
         if self.comm.algorithm == "builtin":
             self.count_all_reduce(tensor)
             return self.comm.all_reduce(tensor, async_op=async_op)

@@ -21,7 +21,9 @@ class BucketedSync(GradientSync):
 
     def finish(self, step: int) -> None:
         for bucket in self.buckets:
-            bucket.copy_in()
-            with self.timeline.span(step, "comm", lane="comm", bucket=bucket.index):
+            with self.timeline.span(step, "pack"):  # overhead, not communication: a copy into the flat buffer
+                bucket.copy_in()
+            with self.timeline.span(step, "comm", lane="comm", blocking=True, bucket=bucket.index):
                 self.all_reduce_mean(bucket.buffer)
-            bucket.copy_out()
+            with self.timeline.span(step, "unpack"):
+                bucket.copy_out()

@@ -70,33 +70,42 @@ class CompressedSync(GradientSync):
 
     def finish(self, step: int) -> None:
         for bucket in self.buckets:
-            bucket.copy_in()
-            grad = bucket.buffer
-            if self.residuals is not None:
-                grad += self.residuals[bucket.index]
-            with self.timeline.span(step, "comm", lane="comm", bucket=bucket.index):
-                sent = self._average(grad)  # also leaves the mean in grad
+            with self.timeline.span(step, "pack"):
+                bucket.copy_in()
+                grad = bucket.buffer
+                if self.residuals is not None:
+                    grad += self.residuals[bucket.index]
+            sent = self._average(grad, step, bucket.index)  # also leaves the mean in grad
             if self.residuals is not None:
                 self.residuals[bucket.index] = sent
-            bucket.copy_out()
+            with self.timeline.span(step, "unpack"):
+                bucket.copy_out()
 
-    def _average(self, grad: torch.Tensor) -> torch.Tensor:
-        """Replace ``grad`` by the mean over ranks of the compressed gradients; return what was lost locally."""
+    def _average(self, grad: torch.Tensor, step: int, index: int) -> torch.Tensor:
+        """Replace ``grad`` by the mean over ranks of the compressed gradients; return what was lost locally.
+        Encoding and decoding are spanned apart from the exchange: they are overhead, not communication."""
+        span = self.timeline.span
         if self.codec == "int8":
-            q, scales = quantize_int8(grad, self.chunk)
-            lost = grad - dequantize_int8(q, scales, self.chunk)
+            with span(step, "compress"):
+                q, scales = quantize_int8(grad, self.chunk)
+                lost = grad - dequantize_int8(q, scales, self.chunk)
             all_q = [torch.empty_like(q) for _ in range(self.world)]
             all_scales = [torch.empty_like(scales) for _ in range(self.world)]
-            self.comm.all_gather(all_q, q)
-            self.comm.all_gather(all_scales, scales)
-            self.wire_bytes += (self.world - 1) * (q.numel() * 1 + scales.numel() * 4)
-            decoded = sum(dequantize_int8(a, b, self.chunk) for a, b in zip(all_q, all_scales))
-            grad.copy_(decoded / self.world)
+            with span(step, "comm", lane="comm", blocking=True, bucket=index):
+                self.comm.all_gather(all_q, q)
+                self.comm.all_gather(all_scales, scales)
+            self.wire_bytes += (self.comm.world_size - 1) * (q.numel() * 1 + scales.numel() * 4)
+            with span(step, "decompress"):
+                decoded = sum(dequantize_int8(a, b, self.chunk) for a, b in zip(all_q, all_scales))
+                grad.copy_(decoded / self.world)
             return lost
-        half = grad.to(torch.float16 if self.codec == "fp16" else torch.bfloat16)
-        lost = grad - half.to(grad.dtype)
-        half.div_(self.world)
+        with span(step, "compress"):
+            half = grad.to(torch.float16 if self.codec == "fp16" else torch.bfloat16)
+            lost = grad - half.to(grad.dtype)
+            half.div_(self.world)
         self.count_all_reduce(half)
-        self.comm.all_reduce(half)
-        grad.copy_(half.to(grad.dtype))
+        with span(step, "comm", lane="comm", blocking=True, bucket=index):
+            self.comm.all_reduce(half)
+        with span(step, "decompress"):
+            grad.copy_(half.to(grad.dtype))
         return lost

@@ -19,22 +19,25 @@ reduce-scatter buffers are not counted, so its peak is a lower bound.
 from contextlib import contextmanager
 
 from .base import GradientSync
-from .sharding import ring_bytes
+from .sharding import parameter_units, ring_bytes, unit_parameters
 
 
 class TorchFSDP(GradientSync):
     name = "fsdp"
     shards = ("optimizer state", "gradients", "parameters")
+    emulates_link = False  # FSDP2 calls torch's collectives itself: none passes through the course's link
+    measures_exposure = False  # ... and waits for them inside its hooks
+    emulates_peers = False  # its shards are real: one rank cannot hold a W-rank world's 1/W
 
     def __init__(self, model, timeline, **options):
         from torch.distributed.fsdp import fully_shard
         super().__init__(model, timeline, **options)
-        self.layers = [m for m in model.modules() if any(p.requires_grad for p in m.parameters(recurse=False))]
+        self.layers = parameter_units(model)  # as zero3's: an attention block with its output projection
         self.unsharded = {}  # layer -> bytes of its parameters all-gathered: each local shard, padded, times W
         for layer in self.layers:
             fully_shard(layer)
             self.unsharded[layer] = sum(p.to_local().numel() * p.element_size() * self.world
-                                        for p in layer.parameters(recurse=False))
+                                        for p in unit_parameters(layer))
             layer.register_forward_pre_hook(lambda m, inputs: self.hold(self.unsharded[m]))
             layer.register_forward_hook(lambda m, inputs, output: self.release(self.unsharded[m]))
         fully_shard(model)  # the root: groups whatever parameters no layer took (none here) and drives the rest

@@ -63,6 +63,30 @@ def shard_buckets(model, world: int, rank: int, bucket_mb: float, first_bucket_m
             for indices in assign_buckets(params, bucket_mb, first_bucket_mb)]
 
 
+# Modules whose forward reads their children's parameters without calling the children: torch's
+# MultiheadAttention hands ``out_proj.weight`` and ``out_proj.bias`` straight to
+# ``F.multi_head_attention_forward``, so ``out_proj``'s own forward (and any hook on it) never runs.
+READS_CHILDREN = (torch.nn.MultiheadAttention,)
+
+
+def parameter_units(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The modules that zero3 gathers and FSDP2 shards one at a time, in definition order: every module
+    that holds parameters of its own, except that a module of :data:`READS_CHILDREN` takes its
+    children's parameters into its own unit (their forward never runs, so they could not be gathered
+    on time: a zero3 rank would compute with an empty ``out_proj``)."""
+    inside = {id(m) for unit in model.modules() if isinstance(unit, READS_CHILDREN)
+              for m in unit.modules() if m is not unit}
+    return [m for m in model.modules() if id(m) not in inside
+            and any(p.requires_grad for p in (m.parameters() if isinstance(m, READS_CHILDREN)
+                                               else m.parameters(recurse=False)))]
+
+
+def unit_parameters(unit: torch.nn.Module) -> list:
+    """The trainable parameters of one unit of :func:`parameter_units`."""
+    params = unit.parameters() if isinstance(unit, READS_CHILDREN) else unit.parameters(recurse=False)
+    return [p for p in params if p.requires_grad]
+
+
 def ring_bytes(nbytes: int, world: int) -> int:
     """What one rank sends in a ring reduce-scatter or all-gather of ``nbytes`` in all: (W-1)/W of it."""
     return int(nbytes * (world - 1) / world)
@@ -128,7 +152,7 @@ class ShardedSync(GradientSync):
         work = self.comm.reduce_scatter(group.grad_shard, full, async_op=True)
         self.spans.launched(work, self.step, "reduce_scatter")
         self.in_flight.append((group, full, work))
-        self.wire_bytes += ring_bytes(full.numel() * full.element_size(), self.world)
+        self.wire_bytes += ring_bytes(full.numel() * full.element_size(), self.comm.world_size)
 
     def wait_reduce_scatters(self, step: int) -> None:
         with self.timeline.span(step, "wait"):
@@ -143,7 +167,7 @@ class ShardedSync(GradientSync):
         for index, group in enumerate(self.groups):
             mine = group.shard.detach().clone()  # the all-gather writes into the buffer it would read from
             self.hold(mine.numel() * mine.element_size())
-            with self.timeline.span(self.step, "all_gather", lane="comm", bucket=index):
+            with self.timeline.span(self.step, "all_gather", lane="comm", blocking=True, bucket=index):
                 self.comm.all_gather_into_tensor(group.flat, mine)
             self.release(mine.numel() * mine.element_size())
-            self.wire_bytes += ring_bytes(group.nbytes, self.world)
+            self.wire_bytes += ring_bytes(group.nbytes, self.comm.world_size)

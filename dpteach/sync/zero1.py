@@ -37,12 +37,12 @@ class Zero1(ShardedSync):
         for index, group in enumerate(self.groups):
             average = torch.empty_like(group.grad_shard)  # a reduce-scatter may not write into its own input
             self.hold(average.numel() * average.element_size())
-            with self.timeline.span(step, "reduce_scatter", lane="comm", bucket=index):
+            with self.timeline.span(step, "reduce_scatter", lane="comm", blocking=True, bucket=index):
                 group.flat_grad.div_(self.world)
                 self.comm.reduce_scatter(average, group.flat_grad)
             group.grad_shard.copy_(average)
             self.release(average.numel() * average.element_size())
-            self.wire_bytes += ring_bytes(group.nbytes, self.world)
+            self.wire_bytes += ring_bytes(group.nbytes, self.comm.world_size)
             group.shard.grad = group.grad_shard
 
     def step_optimizer(self, optimizer) -> None:

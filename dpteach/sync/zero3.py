@@ -17,7 +17,7 @@ al., "PyTorch FSDP", VLDB 2023). The order is the one the first step ran in, as 
 import torch
 import torch.distributed as dist
 
-from .sharding import FlatGroup, ShardedSync, ring_bytes
+from .sharding import FlatGroup, ShardedSync, parameter_units, ring_bytes, unit_parameters
 
 
 class Zero3(ShardedSync):
@@ -27,11 +27,9 @@ class Zero3(ShardedSync):
 
     def __init__(self, model, timeline, **options):
         super().__init__(model, timeline, **options)
-        layers = [m for m in model.modules() if any(p.requires_grad for p in m.parameters(recurse=False))]
         self.groups = []
-        for layer in layers:
-            group = FlatGroup([p for p in layer.parameters(recurse=False) if p.requires_grad], self.world,
-                              dist.get_rank())
+        for layer in parameter_units(model):  # a layer, or an attention block with its output projection
+            group = FlatGroup(unit_parameters(layer), self.world, dist.get_rank())
             group.shard = torch.nn.Parameter(group.shard.detach().clone())  # its own storage: the flat buffer goes
             group.flat.untyped_storage().resize_(0)  # the layer's parameters now point at nothing
             self.groups.append(group)
@@ -54,7 +52,7 @@ class Zero3(ShardedSync):
         if not self.reporting:
             self.spans.launched(work, self.step, "all_gather")
         self.gathering[group] = work
-        self.wire_bytes += ring_bytes(group.nbytes, self.world)
+        self.wire_bytes += ring_bytes(group.nbytes, self.comm.world_size)
 
     def _gather(self, group) -> None:
         if not self.reporting:  # was it asked for early (prefetched), or only now that it is needed?
@@ -62,7 +60,11 @@ class Zero3(ShardedSync):
             self.notes["prefetched" if ahead else "on_demand"] += 1
         self._launch_gather(group)
         if group in self.gathering:
-            self.spans.wait(self.gathering.pop(group))
+            if self.reporting:
+                self.spans.wait(self.gathering.pop(group))
+                return
+            with self.timeline.span(self.step, "wait"):  # the layer cannot compute until its parameters arrive
+                self.spans.wait(self.gathering.pop(group))
 
     def _free(self, group) -> None:
         if group.flat.untyped_storage().nbytes() > 0:

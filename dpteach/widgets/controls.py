@@ -37,3 +37,39 @@ def log_slider(description: str, low: float, high: float, value: float) -> widge
     start = min(values, key=lambda v: abs(math.log(v) - math.log(value)))
     return widgets.SelectionSlider(options=[(_label(v), v) for v in values], value=start, description=description,
                                    continuous_update=False, style={"description_width": "initial"})
+
+
+def model_control(cpu_default: str, description: str = "model") -> widgets.Dropdown:
+    """The model dropdown of a lesson that trains: "auto" first and chosen - the lesson's laptop model
+    ``cpu_default`` on CPU ranks, a GPU-sized transformer on GPU ranks (``dpteach.sizing``) - then every
+    model that fits where this machine's ranks compute (the GPU-sized ones only where there is a GPU)."""
+    from ..backend import visible_gpus
+    from ..models import model_names
+    names = model_names() if visible_gpus() else model_names("cpu")
+    auto = "auto (a GPU-sized transformer on GPU ranks)" if visible_gpus() else f"auto ({cpu_default} on CPU ranks)"
+    return widgets.Dropdown(options=[(auto, "auto"), *[(n, n) for n in names]], value="auto",
+                            description=description, style={"description_width": "initial"},
+                            layout=widgets.Layout(width="360px"))
+
+
+def peers_control(world: widgets.IntSlider, real_max: int) -> widgets.Dropdown:
+    """Real ranks, or one rank whose W-1 peers the link emulates (``dpteach.world``, ``peers="emulated"``).
+
+    On a machine with exactly one GPU it starts on emulated peers: real ranks would take turns on the
+    one GPU, while one rank with emulated peers shows the timing of W GPUs. The ranks slider ``world``
+    reaches 8 with emulated peers, ``real_max`` with real ranks.
+    """
+    from ..backend import visible_gpus
+    one_gpu = visible_gpus() == 1
+    control = widgets.Dropdown(options=[("real ranks", "real"), ("1 rank + emulated peers (timing only)", "emulated")],
+                               value="emulated" if one_gpu else "real", description="peers",
+                               style={"description_width": "initial"}, layout=widgets.Layout(width="360px"))
+
+    def follow(change=None):
+        emulated = control.value == "emulated"
+        world.max = max(8, world.value) if emulated else max(real_max, world.min)
+        if emulated and one_gpu and change is None:
+            world.value = 8
+    control.observe(follow, names="value")
+    follow()
+    return control

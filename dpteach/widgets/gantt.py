@@ -13,11 +13,14 @@ from ..timeline import COLORS
 from .rendering import legend_beside
 
 
-def plot_gantt(timelines: dict, steps=None, ax=None, title: str | None = None):
+def plot_gantt(timelines: dict, steps=None, ax=None, title: str | None = None, device: str = "cpu"):
     """Draw one band per rank, with its compute row above its communication row.
 
-    ``timelines`` maps rank -> list of spans; ``steps`` restricts to some step numbers.
+    ``timelines`` maps rank -> list of spans; ``steps`` restricts to some step numbers. On GPU ranks
+    (``device="cuda"``) the rows are the two CUDA streams the spans were timed on: compute, and the
+    stream the collectives ran on (NCCL's, or the emulated link's).
     """
+    rows = ("comm stream", "compute stream") if device == "cuda" else ("comm", "compute")
     ranks = sorted(timelines)
     if ax is None:
         _, ax = plt.subplots(figsize=(10, 0.9 * len(ranks) + 1.2))
@@ -33,7 +36,7 @@ def plot_gantt(timelines: dict, steps=None, ax=None, title: str | None = None):
             ax.broken_barh([((span["start"] - t0) * 1e3, (span["end"] - span["start"]) * 1e3)], (y, 0.9),
                            facecolors=COLORS.get(key, "#999999"), edgecolor="white", linewidth=0.3)
         yticks += [base + 0.45, base + 1.45]
-        ylabels += [f"rank {rank} comm", f"rank {rank} compute"]
+        ylabels += [f"rank {rank} {rows[0]}", f"rank {rank} {rows[1]}"]
     ax.set_yticks(yticks, ylabels)
     ax.set_xlabel("time from the first span drawn (ms)")
     legend_beside(ax, handles=[Patch(color=COLORS.get(k, "#999999"), label=k) for k in COLORS if k in used])

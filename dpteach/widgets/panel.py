@@ -23,7 +23,24 @@ import ipywidgets as widgets
 from IPython.display import display
 
 from ..backend import Placement, visible_gpus
+from ..sizing import describe_choice
 from .capture import write_into
+
+
+def run_notes(result) -> list[str]:
+    """What every panel prints under a run's results: which model ran and why (a training experiment's
+    ``model_choice``), that its peers were emulated (``peers_note``), and how ranks shared GPUs."""
+    if not isinstance(result, dict):
+        return []
+    notes = []
+    if isinstance(result.get("model_choice"), dict):
+        notes.append(f"Model: {describe_choice(result['model_choice'])}.")
+    if result.get("peers_note"):
+        notes.append(f"Peers: {result['peers_note']}.")
+    sharing = sharing_note(result)
+    if sharing:
+        notes.append(f"Note: {sharing}.")
+    return notes
 
 
 def sharing_note(result) -> str | None:
@@ -32,7 +49,8 @@ def sharing_note(result) -> str | None:
     if not isinstance(result, dict) or result.get("device") != "cuda" or not isinstance(result.get("world_size"), int):
         return None
     gpus = visible_gpus()
-    return Placement(result.get("backend", "gloo"), "cuda", gpus).describe_sharing(result["world_size"]) if gpus else None
+    ranks = result.get("real_ranks", result["world_size"])  # emulated peers: one real rank
+    return Placement(result.get("backend", "gloo"), "cuda", gpus).describe_sharing(ranks) if gpus else None
 
 
 class ExperimentPanel:
@@ -75,9 +93,8 @@ class ExperimentPanel:
             with write_into(self.output):  # not `with self.output:` - see capture.py for why
                 self.result = self.experiment(**values)
                 self.render(self.result)
-                note = sharing_note(self.result)
-                if note:
-                    print(f"Note: {note}.")
+                for note in run_notes(self.result):
+                    print(note)
             self.error = None
             self.runs += 1
             self.status.value = f"<span data-runs='{self.runs}'>done in {time.perf_counter() - start:.1f} s</span>"

@@ -1,0 +1,154 @@
+"""``Comm``: the collectives a strategy sends through - torch's, the course's own, or on an emulated link.
+
+Every strategy calls ``self.comm.all_reduce(...)`` (or ``all_gather``, ``reduce_scatter``, ...) with the
+arguments of its ``torch.distributed`` namesake plus ``async_op``, and gets a work handle (``wait()``,
+``get_future()``, ``is_completed()``) when asynchronous, ``None`` when blocking. Three things are decided
+here, once, rather than in every strategy:
+
+* **Which all-reduce runs**: torch's (``"builtin"``, whatever algorithm the backend picks) or one the
+  course builds from send and receive (``"ring"``, ``"tree"``: ``dpteach/collectives``), so that a learner
+  can train with the ring they just read. Those block until done and count the bytes this rank sent
+  from their own trace (``sent_bytes``).
+* **Whether anything is sent at all.** In a world of one rank a collective is the identity: the sum of
+  one tensor is itself, the gather of one shard is that shard. No message leaves the process, so none
+  is started - torch would still queue one and wait for it, and a W=1 run would report that wait as
+  communication when there was none.
+* **The link.** With an emulated network (``link.py``) each collective completes no earlier than that
+  link would deliver it - on the host's clock on CPU ranks (``link.EmulatedLink``), on the GPU's clock
+  on GPU ranks (``gpu_link.StreamLink``). The link carries a world of ``world_size`` ranks, which may be
+  larger than the real one: with *emulated peers* one real rank trains and the link times each exchange
+  as W ranks would (``dpteach.world``, ``peers="emulated"``); byte counts follow the same W.
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from . import context
+from .collectives import ALL_REDUCE, ring_all_gather, ring_reduce_scatter
+from .link import EmulatedLink, Link
+
+
+class _Finished:
+    """The work handle of a collective that has already run to the end (the course's own collectives,
+    or any collective of a one-rank world). On a GPU its future is CUDA-aware: whoever waits on it waits
+    for the GPU work queued before it, as with NCCL's own."""
+
+    def __init__(self, value=None, device: torch.device | None = None):
+        cuda = device is not None and device.type == "cuda"
+        self.future = torch.futures.Future(devices=[device]) if cuda else torch.futures.Future()
+        self.future.set_result(value)
+
+    def wait(self) -> bool:
+        return True
+
+    def is_completed(self) -> bool:
+        return True
+
+    def get_future(self) -> torch.futures.Future:
+        return self.future
+
+
+class Comm:
+    """This rank's collectives; ``world_size``: the ranks the link and the byte counts are for (the real
+    world, or with emulated peers the world being emulated)."""
+
+    def __init__(self, link: Link | None, world_size: int, all_reduce: str = "builtin"):
+        self.world_size = world_size
+        self.alone = dist.get_world_size() == 1  # one real rank: collectives are the identity
+        self.device = context.device()
+        self.algorithm = all_reduce
+        self.sent_bytes = 0  # by the course's own all-reduces; the builtin one is counted by formula
+        if link is None:
+            self.emulator = None
+        elif self.device.type == "cuda":
+            from .gpu_link import StreamLink
+            self.emulator = StreamLink(link, world_size, self.device)
+        else:
+            self.emulator = EmulatedLink(link, world_size)
+
+    def _run(self, kind: str, nbytes: int, start_real, async_op: bool, algorithm: str = "ring"):
+        if self.emulator is None:
+            work = start_real()
+            if async_op:
+                return work
+            work.wait()
+            return None
+        return self.emulator.launch(kind, nbytes, start_real, async_op, algorithm)
+
+    def _local(self, value, copy=None) -> _Finished:
+        """A one-rank collective: nothing leaves the process (``copy()`` fills an output where there is one)."""
+        if copy is not None:
+            copy()
+        return _Finished(value, self.device)
+
+    def all_reduce(self, tensor: torch.Tensor, async_op: bool = False):
+        nbytes = tensor.numel() * tensor.element_size()
+        if self.alone:  # the link times the algorithm that would have run
+            algorithm = "ring" if self.algorithm == "builtin" else self.algorithm
+            return self._run("all_reduce", nbytes, lambda: self._local([tensor]), async_op, algorithm)
+        if self.algorithm == "builtin":
+            return self._run("all_reduce", nbytes, lambda: dist.all_reduce(tensor, async_op=True), async_op)
+        if async_op:
+            raise ValueError(f"all_reduce={self.algorithm!r} cannot run with async_op=True: the course's own "
+                             f"collectives return when they are done; use them after backward")
+        all_reduce = ALL_REDUCE[self.algorithm]  # in place
+        return self._run("all_reduce", nbytes, lambda: self._course(lambda trace: all_reduce(tensor, trace=trace,
+                                                                                             check=False)),
+                         False, self.algorithm)
+
+    def _course(self, run, output: torch.Tensor | None = None) -> _Finished:
+        """Run one of the course's collectives now (``run(trace)``), copy its result into ``output`` when it
+        is not in place, and count the bytes this rank sent from the trace."""
+        trace = []
+        result = run(trace)
+        if output is not None:
+            output.copy_(result.reshape(output.shape))
+        me = dist.get_rank()
+        self.sent_bytes += sum(t["elements"] for t in trace if t["src"] == me) * result.element_size()
+        return _Finished([result], self.device)
+
+    def all_gather(self, outputs: list, tensor: torch.Tensor, async_op: bool = False):
+        total = tensor.numel() * tensor.element_size() * self.world_size
+        if self.alone:
+            return self._run("all_gather", total, lambda: self._local(outputs, lambda: outputs[0].copy_(tensor)),
+                             async_op)
+        return self._run("all_gather", total, lambda: dist.all_gather(outputs, tensor, async_op=True), async_op)
+
+    def all_gather_into_tensor(self, output: torch.Tensor, tensor: torch.Tensor, async_op: bool = False):
+        total = tensor.numel() * tensor.element_size() * self.world_size
+        if self.alone:
+            return self._run("all_gather", total, lambda: self._local([output], lambda: output.copy_(tensor)),
+                             async_op)
+        if self.algorithm == "ring":  # the course's own (blocking: "asynchronous" means already done)
+            return self._run("all_gather", total,
+                             lambda: self._course(lambda trace: ring_all_gather(tensor, trace=trace), output), async_op)
+        # Newer torch releases call all_gather_into_tensor all_gather_single (and warn on the old name).
+        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        return self._run("all_gather", total, lambda: gather(output, tensor, async_op=True), async_op)
+
+    def reduce_scatter(self, output: torch.Tensor, tensor: torch.Tensor, async_op: bool = False):
+        """Sum ``tensor`` (W equal chunks) over the ranks; chunk r of the sum lands in rank r's ``output``."""
+        nbytes = tensor.numel() * tensor.element_size()
+        if self.alone:
+            return self._run("reduce_scatter", nbytes,
+                             lambda: self._local([output], lambda: output.copy_(tensor.reshape(output.shape))),
+                             async_op)
+        if self.algorithm == "ring":
+            return self._run("reduce_scatter", nbytes,
+                             lambda: self._course(lambda trace: ring_reduce_scatter(tensor, trace=trace, check=False),
+                                                  output), async_op)
+        scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor  # the newer name
+        return self._run("reduce_scatter", nbytes, lambda: scatter(output, tensor, async_op=True), async_op)
+
+    def all_to_all_single(self, output: torch.Tensor, tensor: torch.Tensor, async_op: bool = False):
+        nbytes = tensor.numel() * tensor.element_size()
+        if self.alone:
+            return self._run("all_to_all", nbytes, lambda: self._local([output], lambda: output.copy_(tensor)),
+                             async_op)
+        return self._run("all_to_all", nbytes, lambda: dist.all_to_all_single(output, tensor, async_op=True),
+                         async_op)
+
+    def report(self) -> dict | None:
+        """Messages, the link's time for them, and how many this machine was too slow to emulate."""
+        return None if self.emulator is None else self.emulator.report()
