@@ -65,7 +65,10 @@ def train_single_process(config, world_size: int, fixed_order: bool = False,
     device and thread count (``experiments/determinism.py`` runs it on rank 0 for that reason).
     """
     with plain_fp32(device):
-        return _train(config, world_size, fixed_order, device)
+        result = _train(config, world_size, fixed_order, device)
+    if str(device).startswith("cuda"):  # give the GPU back: the next run's ranks need it, not this process's cache
+        torch.cuda.empty_cache()
+    return result
 
 
 def _train(config, world_size: int, fixed_order: bool, device: str) -> dict:

@@ -81,10 +81,23 @@ def markdown(report: dict) -> str:
         lines += ["", "Step times (ms) and distance from single-process training, per world:", "",
                   "| world | table | strategy | step (ms) | max abs diff |", "|---|---|---|---|---|"]
         for world in doctor["worlds"]:
-            for key in ("compare", "accumulation"):
+            for key in ("compare", "accumulation", "sharded"):
                 for row in (world.get(key) or {}).get("rows", []):
                     lines.append(f"| {world['label']} | {key} | {row['strategy']} | {row['step_time_s'] * 1e3:.2f} | "
                                  f"{row['max_abs_diff_vs_single']:.1e} |")
+        lines += ["", "Lesson 12's precisions (step time relative to fp32; drift from the fp32 run) and one rank "
+                  "standing for 8 on an emulated link (exposed communication against the link's time per step):", ""]
+        for world in doctor["worlds"]:
+            for row in (world.get("precision") or {}).get("rows", []):
+                lines.append(f"- {world['label']}: {row['precision']} step {row['step_vs_fp32']:.2f}x fp32, drift "
+                             f"{row['relative_drift']:.2%}, {row['skipped_steps']} steps skipped")
+            peers = world.get("emulated_peers")
+            for row in (peers or {}).get("rows", []):
+                if row["link_report"]:
+                    lines.append(f"- {world['label']}: 1 rank for {peers['world_size']}, {row['strategy']}: exposed "
+                                 f"{row['exposed_comm_s'] * 1e3:.1f} ms of a {row['link_report']['link_seconds_per_step'] * 1e3:.1f} "
+                                 f"ms link time per step, set by the {row['link_report']['time_set_by']}, emulation "
+                                 f"error {row['link_report'].get('emulation_error') or 0:.1%}")
     lines += ["", "## GPU tests (`pytest -m 'gpu or multigpu'`)", ""]
     if not tests:
         lines.append("The tests did not report (see `pytest_gpu.txt`).")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dpteach.experiments.gpucheck import OTHER_MODELS, STRATEGIES, WORLDS, all_checks, run_device_checks
+from dpteach.experiments.gpucheck import OTHER_MODELS, SHARDED, STRATEGIES, WORLDS, all_checks, run_device_checks
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -35,6 +35,14 @@ def test_full_check_passes_on_cpu_and_covers_every_world_and_strategy(cpu_report
         algorithms = {r["algorithm"] for r in world["bench"]["rows"]}
         assert {"builtin", "ring", "tree", "naive"} <= algorithms
         assert world["bitwise"]["device"] == "cpu" and world["bitwise"]["world_size"] == world["world_size"]
+        assert [r["precision"] for r in world["precision"]["rows"]] == ["fp32", "bf16", "fp16"]
+    one, two = cpu_report["worlds"]
+    assert [r["strategy"] for r in two["sharded"]["rows"]] == list(SHARDED) and "sharded" not in one
+    assert (one["emulated_peers"]["real_ranks"], one["emulated_peers"]["world_size"]) == (1, 8)
+    assert "emulated_peers" not in two
+    names = [name for name, _ in all_checks(cpu_report)]
+    for fragment in ("sharded zero3 within", "precision bf16 drifts", "emulated peers naive waited for the whole"):
+        assert any(fragment in name for name in names), fragment
     assert cpu_report["checks"] == len(all_checks(cpu_report)) > 100
 
 
@@ -51,6 +59,10 @@ def test_full_check_passes_on_cpu_and_covers_every_world_and_strategy(cpu_report
     (lambda r: next(row for row in r["worlds"][1]["bitwise"]["rows"] if row["strategy"] == "deterministic"
                     and row["reference"] == "fixed order").update({"bitwise_equal": False}),
      "gloo_w2: deterministic cnn equals the fixed-order reference bit for bit"),
+    (lambda r: r["worlds"][1]["sharded"]["rows"][2].update({"max_abs_diff_vs_single": 1.0}), "sharded zero2 within"),
+    (lambda r: r["worlds"][0]["precision"].update({"fp32_vs_single": 1.0}), "gloo_w1: precision fp32 within"),
+    (lambda r: next(row for row in r["worlds"][0]["emulated_peers"]["rows"] if row["strategy"] == "naive")
+     .update({"exposed_comm_s": 0.0}), "emulated peers naive waited for the whole link time"),
 ])
 @pytest.mark.slow
 def test_a_wrong_result_is_named_in_the_failures(cpu_report, break_it, fragment):

@@ -38,7 +38,9 @@ def link_report(ranks: list[dict]) -> dict | None:
     worst = max(reports, key=lambda rep: rep["machine_bound_share"])
     steps = len(ranks[0]["step_times"]) or 1
     return {"messages_per_step": worst["messages"] / steps, "link_seconds_per_step": worst["link_seconds"] / steps,
-            "machine_bound_share": worst["machine_bound_share"], "time_set_by": worst["time_set_by"]}
+            "machine_bound_share": worst["machine_bound_share"], "time_set_by": worst["time_set_by"],
+            # on GPU ranks: how far the link's spins on its stream were from the link's times (median, relative)
+            "emulation_error": max((r.get("emulation_error") or 0.0 for r in reports), default=0.0)}
 
 
 def _row(name: str, ranks: list[dict], reference: dict, local_step: float | None) -> dict:

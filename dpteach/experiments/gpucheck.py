@@ -20,10 +20,15 @@ On a machine with one GPU this runs four worlds:
 In each world it checks every all-reduce we wrote, in five dtypes and four sizes (1 element, an odd
 count, a small and a 4 MiB buffer), against ``dist.all_reduce`` bit for bit; runs the benchmark;
 trains every strategy, plus gradient accumulation, with CUDA-event timelines, then the CNN and the
-transformer with the exact strategies; and, with two ranks or more, makes one rank fail while its
-peer waits in a collective. The exact strategies must still end where single-process training ends
-(computed on the same GPU), and ``deterministic`` (with deterministic kernels on a GPU) must equal
-the fixed-order reference bit for bit.
+transformer with the exact strategies; lesson 12's fp32, bf16 and fp16 side by side; and, with two
+ranks or more, lesson 11's sharded strategies (zero1-3 and FSDP2 against ddp) and one rank failing
+while its peer waits in a collective. The exact strategies must still end where single-process
+training ends (computed on the same GPU), and ``deterministic`` (with deterministic kernels on a GPU)
+must equal the fixed-order reference bit for bit. The one-rank world also runs one rank standing for
+eight (``peers="emulated"``) on a slow emulated link: the link, spent on a CUDA stream of its own, must
+set every message's time, keep to the link's times within 10%, and ``naive`` must wait for all of it.
+(These checks train the laptop models: correctness, not speed; ``scripts/gpu_lessons.py`` runs every
+lesson with the GPU-sized ones.)
 
 The same sequence runs on the CPU (``run_device_checks("cpu")``: two gloo worlds), which is how
 the test suite keeps this script honest on machines without a GPU: only CUDA itself goes untested
@@ -54,6 +59,9 @@ WORLDS = {
 SHARED_GPU_JOIN_TIMEOUT = 60  # seconds: a shared-GPU world that cannot form says so within this
 STRATEGIES = ("local", "naive", "bucketed", "overlap", "ddp", "deterministic",
               "int8", "int8_ef", "fp16", "bf16", "async")
+SHARDED = ("ddp", "zero1", "zero2", "zero3", "fsdp")  # lesson 11: ddp is the reference they are held to
+EMULATED_W = 8
+EMULATED_LINK = {"name": "check link", "alpha_s": 1e-3, "beta_s_per_byte": 1e-9}  # a millisecond and more per message
 OTHER_MODELS = ("cnn", "transformer")  # convolutions and attention take other kernels than the MLP's
 EXACT_TOLERANCE = 1e-5
 
@@ -151,6 +159,65 @@ def all_checks(report: dict) -> list[tuple[str, bool]]:
                        bitwise["device"] == device))
         checks.append((f"{label}: deterministic {bitwise['model']} equals the fixed-order reference bit for bit "
                        f"({row['differing']} weights differ)", row["bitwise_equal"]))
+        checks += _precision_checks(label, device, world.get("precision"))
+        checks += _sharded_checks(label, device, world.get("sharded"))
+        checks += _emulated_checks(label, device, world.get("emulated_peers"))
+    return checks
+
+
+def _precision_checks(label: str, device: str, table: dict | None) -> list:
+    """Lesson 12 on this device: fp32 exact, the same held state in every precision, a small 16-bit drift."""
+    if table is None:
+        return []
+    rows = {r["precision"]: r for r in table["rows"]}
+    checks = [(f"{label}: precision ran on {table['device']}", table["device"] == device),
+              (f"{label}: precision fp32 within {table['tolerance']:g} of one process ({table['fp32_vs_single']:.1e})",
+               table["fp32_vs_single"] <= table["tolerance"]),
+              (f"{label}: precision state the same in fp32, bf16 and fp16",
+               len({r["state_bytes"] for r in rows.values()}) == 1)]
+    for name in ("bf16", "fp16"):
+        drift = rows[name]["relative_drift"]
+        checks.append((f"{label}: precision {name} drifts a little from fp32 ({drift:.2%})", 0 < drift < 0.5))
+        checks.append((f"{label}: precision {name} replicas identical", rows[name]["replicas_identical"]))
+    return checks
+
+
+def _sharded_checks(label: str, device: str, table: dict | None) -> list:
+    """Lesson 11 on this device: every stage exact against one process, and holding less than ddp in order."""
+    if table is None:
+        return []
+    rows = {r["strategy"]: r for r in table["rows"]}
+    checks = [(f"{label}: sharded ran on {table['device']}", table["device"] == device)]
+    for name, r in rows.items():
+        checks.append((f"{label}: sharded {name} within {table['tolerance']:g} of one process "
+                       f"({r['max_abs_diff_vs_single']:.1e})", r["max_abs_diff_vs_single"] <= table["tolerance"]))
+    held = [rows[s]["state_bytes_per_rank"] for s in ("ddp", "zero1", "zero2", "zero3")]
+    checks.append((f"{label}: sharded state per rank falls from ddp through zero1, zero2, zero3 "
+                   f"({', '.join(f'{h / held[0]:.2f}' for h in held)})", held == sorted(held, reverse=True)))
+    checks.append((f"{label}: sharded fsdp holds what zero3 holds, within 5%",
+                   abs(rows["fsdp"]["state_bytes_per_rank"] / rows["zero3"]["state_bytes_per_rank"] - 1) < 0.05))
+    return checks
+
+
+def _emulated_checks(label: str, device: str, table: dict | None) -> list:
+    """One rank standing for 8 on this device: the link, not the machine, set every message's time, and
+    naive waited for all of it."""
+    if table is None:
+        return []
+    rows = {r["strategy"]: r for r in table["rows"]}
+    naive = rows["naive"]
+    checks = [(f"{label}: emulated peers ran on {table['device']}, 1 rank for {table['world_size']}",
+               table["device"] == device and table["real_ranks"] == 1 and table["world_size"] == EMULATED_W)]
+    for name in ("naive", "overlap"):
+        report = rows[name]["link_report"]
+        checks.append((f"{label}: emulated peers {name}: the link set the time ({report['time_set_by']})",
+                       report["time_set_by"] == "link"))
+        error = report.get("emulation_error") or 0.0
+        checks.append((f"{label}: emulated peers {name}: the link's time kept to within 10% ({error:.1%})",
+                       error <= 0.10))
+    checks.append((f"{label}: emulated peers naive waited for the whole link time "
+                   f"({naive['exposed_comm_s'] * 1e3:.1f} of {table['link_seconds']['naive'] * 1e3:.1f} ms)",
+                   naive["exposed_comm_s"] >= 0.9 * table["link_seconds"]["naive"]))
     return checks
 
 
@@ -177,6 +244,7 @@ def _check_world(label, backend, ranks, sizes, scope, device, steps) -> dict:
     from .bench import allreduce_benchmark
     from .compare import compare_strategies
     from .determinism import bitwise_reproducibility
+    from .mixed_precision import precision_drift
     shared = device == "cuda" and backend == "nccl" and ranks > visible_gpus()
     row = {"label": label, "backend": backend, "world_size": ranks, "device": device, "scope": scope,
            "shares_gpu": shared, "timings_meaningful": not shared}
@@ -198,14 +266,39 @@ def _check_world(label, backend, ranks, sizes, scope, device, steps) -> dict:
         if scope != FULL:
             return row
         row["bench"] = allreduce_benchmark(world, sizes, iters=10)
-        row["compare"] = _strip(compare_strategies(world, steps=steps, strategies=STRATEGIES))
-        row["accumulation"] = _strip(compare_strategies(world, steps=steps, accum_steps=2,
+        row["compare"] = _strip(compare_strategies(world, model="mlp", steps=steps, strategies=STRATEGIES))
+        row["accumulation"] = _strip(compare_strategies(world, model="mlp", steps=steps, accum_steps=2,
                                                         strategies=("naive", "overlap", "ddp")))
         row["models"] = {model: _strip(compare_strategies(world, model=model, steps=5,
                                                           strategies=("local", "overlap", "ddp")))
                          for model in OTHER_MODELS}
         row["bitwise"] = bitwise_reproducibility(world, model="cnn", steps=4)
+        row["precision"] = _precisions(precision_drift(world, model="mlp", steps=4, batch_per_rank=16))
+        if ranks > 1:  # sharding needs ranks to share the work
+            sharded = compare_strategies(world, model="mlp", steps=4, optimizer="adam", strategies=SHARDED)
+            row["sharded"] = {**_strip(sharded), "tolerance": sharded["tolerance"]}  # Adam's, not SGD's
+        else:  # one rank standing for 8: the emulated link, on this device's clock
+            row["emulated_peers"] = _emulated_peers(backend, device)
     return row
+
+
+def _precisions(result: dict) -> dict:
+    keep = ("precision", "relative_drift", "skipped_steps", "state_bytes", "replicas_identical", "step_vs_fp32")
+    return {"device": result["device"], "tolerance": result["tolerance"], "fp32_vs_single": result["fp32_vs_single"],
+            "rows": [{k: r[k] for k in keep} for r in result["rows"]]}
+
+
+def _emulated_peers(backend: str, device: str) -> dict:
+    """``naive`` and ``overlap`` with one real rank standing for 8, on a link slow enough to set every time."""
+    from ..world import resolve_world
+    from .compare import compare_strategies
+    world = resolve_world(EMULATED_W, backend, device, peers="emulated", emulated_peers_ok=True)
+    result = compare_strategies(world, model="mlp", steps=6, link=EMULATED_LINK, strategies=("local", "naive", "overlap"))
+    return {"world_size": result["world_size"], "real_ranks": result["real_ranks"], "device": result["device"],
+            "rows": [{k: r[k] for k in ("strategy", "step_time_s", "exposed_comm_s", "bytes_per_step", "link_report")}
+                     for r in result["rows"]],
+            "link_seconds": {r["strategy"]: r["link_report"]["link_seconds_per_step"] for r in result["rows"]
+                             if r["link_report"]}}
 
 
 def run_device_checks(device: str = "cuda", steps: int = 10) -> dict:

@@ -111,6 +111,8 @@ def precision_drift(world_size: int | World | None = None, model: str = "auto", 
                      "step_vs_fp32": run["median_step_s"] / runs["fp32"]["median_step_s"],
                      "allocator_peak_bytes": run.get("allocator_peak_bytes"),
                      "replicas_identical": run["replicas_identical"]})
+    if on.startswith("cuda"):  # the models measured here are gone: give their memory back to the GPU
+        torch.cuda.empty_cache()
     return {**run_facts(world, choice), "optimizer": optimizer, "steps": steps, "batch_per_rank": batch_per_rank,
             "tolerance": exact_tolerance(base), "fp32_vs_single": (fp32 - reference["params"]).abs().max().item(),
             "rows": rows}

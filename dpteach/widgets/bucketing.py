@@ -67,7 +67,7 @@ def plot_sweep(result: dict):
                label=f"naive: one all-reduce per tensor ({naive['messages_per_step']} messages)")
     ax.set_xscale("log")
     ax.set_xlabel("bucket size cap (MiB, log scale); the small numbers are messages per step")
-    ax.set_ylabel("milliseconds per step above local")
+    ax.set_ylabel("communication waited for (ms per step)")
     ax.set_ylim(bottom=0)
     link = result.get("link")
     where = f"emulated link {link['name']}" if link else "this machine's own transfers"
@@ -84,9 +84,10 @@ def render_sweep(result: dict) -> None:
     source = f"the emulated link {link['name']}" if link else "measured in the same world"
     print(f"{source}: alpha = {result['alpha_s'] * 1e6:.0f} us per message, so each all-reduce pays about "
           f"{result['latency_per_allreduce_s'] * 1e3:.2f} ms of latency at W={result['world_size']}\n")
-    table(["configuration", "messages/step", "step (ms)", "exposed (ms)", "predicted comm (ms)",
+    table(["configuration", "messages/step", "step (ms)", "exposed (ms)", "overhead (ms)", "predicted comm (ms)",
            "MB on wire/step", "max|dtheta| vs naive", "time set by"],
           [[r["label"], r["messages_per_step"], f"{r['step_time_s'] * 1e3:.1f}", f"{r['exposed_comm_s'] * 1e3:.1f}",
+            "-" if r.get("overhead_s") is None else f"{r['overhead_s'] * 1e3:.1f}",
             f"{r['predicted_comm_s'] * 1e3:.1f}", f"{r['bytes_per_step'] / 1e6:.2f}",
             "-" if r["max_abs_diff_vs_naive"] is None else f"{r['max_abs_diff_vs_naive']:.1g}",
             r.get("time_set_by") or "-"]

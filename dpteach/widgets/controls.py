@@ -52,12 +52,12 @@ def model_control(cpu_default: str, description: str = "model") -> widgets.Dropd
                             layout=widgets.Layout(width="360px"))
 
 
-def peers_control(world: widgets.IntSlider, real_max: int) -> widgets.Dropdown:
+def peers_control(world: widgets.IntSlider | None = None, real_max: int = 4) -> widgets.Dropdown:
     """Real ranks, or one rank whose W-1 peers the link emulates (``dpteach.world``, ``peers="emulated"``).
 
     On a machine with exactly one GPU it starts on emulated peers: real ranks would take turns on the
     one GPU, while one rank with emulated peers shows the timing of W GPUs. The ranks slider ``world``
-    reaches 8 with emulated peers, ``real_max`` with real ranks.
+    (if given) reaches 8 with emulated peers, ``real_max`` with real ranks.
     """
     from ..backend import visible_gpus
     one_gpu = visible_gpus() == 1
@@ -66,6 +66,8 @@ def peers_control(world: widgets.IntSlider, real_max: int) -> widgets.Dropdown:
                                style={"description_width": "initial"}, layout=widgets.Layout(width="360px"))
 
     def follow(change=None):
+        if world is None:
+            return
         emulated = control.value == "emulated"
         world.max = max(8, world.value) if emulated else max(real_max, world.min)
         if emulated and one_gpu and change is None:

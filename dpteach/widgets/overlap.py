@@ -36,7 +36,7 @@ def plot_timelines(result: dict, strategies=TIMELINE_STRATEGIES, ranks=None) -> 
 
     ``ranks``: which ranks to draw (default the first two - the others look alike).
     """
-    ranks = list(ranks) if ranks is not None else list(range(min(2, result["world_size"])))
+    ranks = list(ranks) if ranks is not None else list(range(min(2, result.get("real_ranks", result["world_size"]))))
     spans_of = {s: {r: result["timelines"][s][r] for r in ranks} for s in strategies}
     width = 0.0
     for timelines in spans_of.values():
@@ -49,7 +49,7 @@ def plot_timelines(result: dict, strategies=TIMELINE_STRATEGIES, ranks=None) -> 
         fig, ax = plt.subplots(figsize=(10, 1.6 + 0.95 * len(ranks)))
         title = (f"{strategy}: {CAPTIONS[strategy]}  |  median step {_ms(row['step_time_s'])} ms, "
                  f"exposed communication {_ms(row['exposed_comm_s'])} ms")
-        plot_gantt(spans_of[strategy], ax=ax, title=title)
+        plot_gantt(spans_of[strategy], ax=ax, title=title, device=result["device"])
         ax.set_xlim(0, width * 1e3 * 1.02)
         ax.set_xlabel("time from the start of the step (ms)")
         ax.title.set_fontsize(10)
@@ -59,20 +59,24 @@ def plot_timelines(result: dict, strategies=TIMELINE_STRATEGIES, ranks=None) -> 
 
 
 def plot_step_breakdown(result: dict, strategies=("naive", "bucketed", "overlap", "ddp", "int8")):
-    """Each strategy's step time as compute floor (``local``) plus what communication added."""
+    """Each strategy's step: the compute floor (``local``), the communication its ranks waited for
+    (measured where they waited), and the rest - overhead (packing, casting, launching, slower compute)."""
     floor = _row(result, "local")["step_time_s"] * 1e3
     exposed = [_row(result, s)["exposed_comm_s"] * 1e3 for s in strategies]
+    overhead = [(_row(result, s)["overhead_s"] or 0.0) * 1e3 for s in strategies]
     fig, ax = plt.subplots(figsize=(9, 4))
     ax.bar(strategies, [floor] * len(strategies), color="#55A868", label="compute floor (local, no communication)")
     ax.bar(strategies, exposed, bottom=[floor] * len(strategies), color="#C44E52",
-           label="exposed communication (step time minus local)")
-    for x, value in enumerate(exposed):
-        ax.text(x, floor + value, f"+{value:.1f}", ha="center", va="bottom", fontsize=9)
+           label="exposed communication (waited for, measured)")
+    ax.bar(strategies, overhead, bottom=[floor + e for e in exposed], color="#B0B0B0",
+           label="overhead (the rest of the step above local)")
+    for x, (value, extra) in enumerate(zip(exposed, overhead)):
+        ax.text(x, floor + value + extra, f"+{value:.1f}", ha="center", va="bottom", fontsize=9, color="#C44E52")
     ax.set_ylabel("median time per optimizer step (ms)")
-    ax.set_xlabel("strategy")
+    ax.set_xlabel("strategy (the red number: communication waited for, ms)")
     ax.set_title(f"Where a step's time goes: {result['model']}, W={result['world_size']} "
                  f"({result['backend']}, {result['device']}), bucket cap {result['bucket_mb']:g} MB", fontsize=10)
-    ax.set_ylim(0, max(floor + max(exposed, default=0), floor) * 1.2)
+    ax.set_ylim(0, max(floor + max((e + o for e, o in zip(exposed, overhead)), default=0), floor) * 1.2)
     legend_beside(ax)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
@@ -80,7 +84,11 @@ def plot_step_breakdown(result: dict, strategies=("naive", "bucketed", "overlap"
 
 
 def equivalence_table(result: dict) -> HTML:
-    """max |theta_dp - theta_single| per strategy against the stated float32 tolerance."""
+    """max |theta_dp - theta_single| per strategy against the stated float32 tolerance (with emulated peers:
+    a sentence saying why there is none)."""
+    if result.get("peers") == "emulated":
+        return HTML("<p>With emulated peers one real rank trained: nothing was averaged, so there is no "
+                    "equivalence to show. Run with real ranks to see it.</p>")
     rows = []
     for row in result["strategies"]:
         if row["strategy"] == "local":
@@ -96,10 +104,11 @@ def candidates_table(result: dict) -> HTML:
     """The practice question's answers, measured: what each costs and whether the result stays identical."""
     rows = []
     for c in result["candidates"]:
+        same = "-" if c["identical"] is None else ("yes" if c["identical"] else "<b>no</b>")
+        diff = "-" if c["max_abs_diff_vs_single"] is None else f"{c['max_abs_diff_vs_single']:.1e}"
         rows.append([escape(c["answer"]), c["samples_per_step"], f"{c['messages_per_step']:.0f}",
                      f"{c['bytes_per_step'] / 1e6:.2f}", _ms(c["step_time_s"]), _ms(c["exposed_comm_s"]),
-                     f"{c['exposed_comm_per_sample_s'] * 1e6:.0f}", f"{c['max_abs_diff_vs_single']:.1e}",
-                     "yes" if c["identical"] else "<b>no</b>"])
+                     f"{c['exposed_comm_per_sample_s'] * 1e6:.0f}", diff, same])
     return html_table(["answer", "samples / step", "messages / step", "MB sent / step", "step (ms)",
                        "exposed comm (ms)", "exposed comm / sample (us)", "max |dtheta|", "identical?"],
                       rows, align="lrrrrrrrl")
@@ -109,6 +118,8 @@ def render(result: dict) -> None:
     """What the panel shows after a run: timelines, the step-time breakdown, and both tables."""
     print(f"W={result['world_size']} ranks ({result['backend']} on {result['device']}), model {result['model']}, "
           f"bucket cap {result['bucket_mb']:g} MB; each timeline shows the run's median step")
+    if result.get("peers_note"):
+        print(f"{result['peers_note']}: the timelines show the one real rank")
     for fig in plot_timelines(result):
         show(fig)
     show(plot_step_breakdown(result))

@@ -25,6 +25,7 @@ from IPython.display import display
 from ..backend import Placement, visible_gpus
 from ..sizing import describe_choice
 from .capture import write_into
+from .record import record_run
 
 
 def run_notes(result) -> list[str]:
@@ -100,12 +101,14 @@ class ExperimentPanel:
             self.status.value = f"<span data-runs='{self.runs}'>done in {time.perf_counter() - start:.1f} s</span>"
             self.history.append({"values": values, "result": self.result})
             self.stale.value = self._stale_note()
+            record_run(self.title, values, self.result, None, time.perf_counter() - start)
         except Exception as exc:  # shown to the learner, kept for code that wants to re-raise it
             self.error = exc
             self.runs += 1
             self.status.value = f"<span data-runs='{self.runs}' style='color:#b00'>failed: {type(exc).__name__}</span>"
             with write_into(self.output, clear=False):
                 print(f"{type(exc).__name__}: {exc}")
+            record_run(self.title, values, None, exc, time.perf_counter() - start)
         finally:
             self.button.disabled = False
         return self.result
