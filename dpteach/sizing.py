@@ -152,7 +152,6 @@ def choose_model(model: str, world, load: RunLoad, budget_s: float = PANEL_BUDGE
     """The model a run of ``load`` trains in ``world`` (a resolved ``dpteach.world.World``); see the module note."""
     check_model(model)
     check_model_name(load.cpu_model)
-    validate.integer("steps", load.steps, low=1)
     lesson_batch = load.batch_per_rank or default_batch_per_rank(load.cpu_model)
     if model != AUTO:
         batch = SPECS[model].batch_per_rank or lesson_batch

@@ -54,6 +54,7 @@ def test_async_and_fsdp_are_left_out_of_an_emulated_comparison():
     result = compare_strategies(4, model="mlp", steps=3, peers="emulated", link=LINK, batch_per_rank=8,
                                 strategies=("local", "naive", "async", "fsdp"), **CPU)
     assert [r["strategy"] for r in result["rows"]] == ["local", "naive"]
+    assert set(result["left_out"]) == {"async", "fsdp"} and "real ranks only" in result["left_out"]["fsdp"]
 
 
 def _inside_the_rank():

@@ -55,7 +55,9 @@ def test_sweep_reports_throughput_efficiency_and_breakdown():
     for r in rows:
         assert r["samples_per_s"] == pytest.approx(r["world_size"] * 8 / r["step_time_s"])
         assert r["efficiency"] == pytest.approx(r["samples_per_s"] / (r["world_size"] * rows[0]["samples_per_s"]))
-        assert set(r["breakdown"]) == {"forward", "backward", "optimizer", "wait", "data_and_other", "comm_busy"}
+        assert set(r["breakdown"]) == {"forward", "backward", "optimizer", "wait", "data_and_other", "comm_busy",
+                                       "exposed"}
+        assert r["exposed_comm_s"] == r["breakdown"]["exposed"] <= r["step_time_s"]  # measured, where it waited
         assert r["oversubscribed"] == (r["world_size"] > result["cpus"])
         assert r["hidden_comm_s"] == pytest.approx(max(0.0, r["breakdown"]["comm_busy"] - r["exposed_comm_s"]))
         assert 0.0 <= r["overlap_fraction"] <= 1.0

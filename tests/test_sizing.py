@@ -76,3 +76,16 @@ def test_estimates_follow_the_models_arithmetic():
     one = sizing.bytes_per_rank("transformer-110m", 8, RunLoad(steps=1))
     two = sizing.bytes_per_rank("transformer-110m", 8, RunLoad(steps=1, models_at_once=2))
     assert two - one == 4 * parameter_count("transformer-110m") * 4  # weights, grads, bucket copy, momentum
+
+
+def test_every_panel_says_which_model_ran_and_why():
+    from dpteach.sizing import ModelChoice
+    from dpteach.widgets.panel import run_notes
+    choice = ModelChoice("transformer-110m", parameter_count("transformer-110m"), 8, "the largest that fits")
+    notes = run_notes({"model_choice": choice.as_dict(), "peers_note": "1 GPU + 7 emulated peers: timings emulate W=8",
+                       "model": "transformer-110m"})
+    assert notes[0] == "Model: model transformer-110m (111.0 M parameters, batch 8 per rank): the largest that fits."
+    assert notes[1] == "Peers: 1 GPU + 7 emulated peers: timings emulate W=8."
+    fixed = run_notes({"model": "cnn", "world_size": 2})
+    assert fixed and fixed[0].startswith("Model: cnn (0.6 M parameters), as the panel asked")
+    assert run_notes({"sizes": [1, 2]}) == [] and run_notes(None) == []

@@ -72,7 +72,8 @@ def run(args) -> int:
     rows = [{k: row[k] for k in COLUMNS} for row in report["rows"]]
     if args.json:
         keys = ("world_size", "real_ranks", "peers", "peers_note", "backend", "device", "model", "model_choice",
-                "steps", "accum_steps", "bucket_mb", "batch_per_rank", "optimizer", "link", "all_reduce", "tolerance")
+                "steps", "accum_steps", "bucket_mb", "batch_per_rank", "optimizer", "link", "all_reduce", "tolerance",
+                "left_out")
         print(json.dumps({**{k: report[k] for k in keys}, "rows": rows}, indent=2))
         return 0
     print(f"# {report['model']} on {report['world_size']} ranks ({report['backend']}, {report['device']}), "
@@ -81,6 +82,8 @@ def run(args) -> int:
     print(f"# {describe_choice(report['model_choice'])}")
     if report["peers_note"]:
         print(f"# {report['peers_note']}")
+    for name, why in report["left_out"].items():
+        print(f"# left out: {name} ({why})")
     if report["link"]:
         link = report["link"]
         print(f"# emulated link {link['name']}: {link['alpha_s'] * 1e6:g} us per message, "

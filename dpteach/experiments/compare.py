@@ -79,13 +79,18 @@ def compare_strategies(world_size: int | World | None = None, model: str = "auto
     strategies that cannot stand for W ranks (async, fsdp) are left out.
     """
     check_model(model)
+    validate.integer("steps", steps, low=1)
+    validate.integer("accum_steps", accum_steps, low=1)
     link = resolve_link(link)
     world = resolve_world(world_size, backend, device, peers, emulated_peers_ok=True)
     real = world.emulated_size is None
     # A strategy that needs more ranks than this world has (the parameter server needs a worker
     # besides itself) is left out rather than refused, so that `compare -w 1` still compares.
-    strategies = [s for s in validate.choices("strategies", strategies, STRATEGIES)
-                  if strategy_class(s).workers(world.size) >= 1 and (real or strategy_class(s).emulates_peers)]
+    asked = validate.choices("strategies", strategies, STRATEGIES)
+    left_out = {s: ("needs a worker besides its server" if strategy_class(s).workers(world.size) < 1 else
+                    "one rank cannot stand for its world (real ranks only)") for s in asked
+                if strategy_class(s).workers(world.size) < 1 or not (real or strategy_class(s).emulates_peers)}
+    strategies = [s for s in asked if s not in left_out]
     batch = options.pop("batch_per_rank", None)
     validate.optional(validate.integer, "batch_per_rank", batch, low=1)
     load = RunLoad(steps=steps * accum_steps * (len(strategies) + (world.size if real else 0)),
@@ -111,7 +116,7 @@ def compare_strategies(world_size: int | World | None = None, model: str = "auto
     return {**run_facts(world, choice), "steps": steps, "accum_steps": accum_steps, "bucket_mb": base.bucket_mb,
             "batch_per_rank": base.batch_per_rank, "optimizer": optimizer,
             "link": None if link is None else link.as_dict(), "all_reduce": all_reduce,
-            "tolerance": exact_tolerance(base), "rows": rows, "runs": runs,
+            "tolerance": exact_tolerance(base), "rows": rows, "runs": runs, "left_out": left_out,
             "reference_losses": references[world.size]["losses"] if real else None}
 
 

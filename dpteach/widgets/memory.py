@@ -92,9 +92,15 @@ def render_memory(result: dict) -> None:
 
 
 def render_measured(rows: list[dict]) -> None:
-    """The measured bytes of the course's models next to the table's prediction."""
+    """The measured bytes of the course's models next to the table's prediction; on a GPU, also the most
+    the CUDA allocator held during the step (the counted tensors plus activations and workspaces)."""
+    gpu = any(r.get("allocator_peak_bytes") for r in rows)
     table(["model", "optimizer", "parameters", "param bytes", "grad bytes", "state bytes", "other state",
-           "predicted state"],
+           "predicted state"] + (["allocator peak (MiB)"] if gpu else []),
           [[r["model"], r["optimizer"], f"{r['num_params']:,}", f"{r['param_bytes']:,}", f"{r['grad_bytes']:,}",
             f"{r['state_bytes']:,}", f"{r['other_state_bytes']:,}", f"{r['predicted']['optimizer']:,}"]
-           for r in rows])
+           + ([f"{(r.get('allocator_peak_bytes') or 0) / 2**20:,.0f}"] if gpu else []) for r in rows])
+    if gpu:
+        print(f"measured on {rows[0]['device']}: the allocator's peak is what the GPU had to hold at once - the "
+              f"parameters, gradients and optimizer state above, and also the activations of the batch and "
+              f"the kernels' workspaces, which no count of the model's tensors includes")

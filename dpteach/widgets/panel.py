@@ -23,6 +23,7 @@ import ipywidgets as widgets
 from IPython.display import display
 
 from ..backend import Placement, visible_gpus
+from ..models import MODELS, parameter_count
 from ..sizing import describe_choice
 from .capture import write_into
 from .record import record_run
@@ -36,6 +37,10 @@ def run_notes(result) -> list[str]:
     notes = []
     if isinstance(result.get("model_choice"), dict):
         notes.append(f"Model: {describe_choice(result['model_choice'])}.")
+    elif result.get("model") in MODELS:  # an experiment that trains the model it was given, on every device
+        notes.append(f"Model: {result['model']} ({parameter_count(result['model']) / 1e6:.1f} M parameters), as the "
+                     f"panel asked: what this experiment shows (results, order, structure) does not depend on the "
+                     f"model's size.")
     if result.get("peers_note"):
         notes.append(f"Peers: {result['peers_note']}.")
     sharing = sharing_note(result)
