@@ -25,6 +25,7 @@ sentence that says why it was chosen, which every panel prints under its results
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 
@@ -35,7 +36,9 @@ from .backend import plain_fp32
 from .models import SPECS, check_model_name, default_batch_per_rank, model_names, parameter_count
 
 AUTO = "auto"
-PANEL_BUDGET_S = 30.0  # one panel run, start-up included
+# One panel run, start-up included; DPTEACH_PANEL_BUDGET_S changes it (a course on a slow GPU, or a check
+# that must run every lesson within minutes, may want less).
+PANEL_BUDGET_S = float(os.environ.get("DPTEACH_PANEL_BUDGET_S", "30"))
 STARTUP_S = 6.0  # starting the ranks, CUDA and NCCL, building the models: a few seconds per world on one H200
 EFFICIENCY = 0.6  # the share of the measured matmul rate a training step sustains (cautious: attention,
 #                   layer norms, GELU and the optimizer run at memory speed, not at the matmul rate)

@@ -163,10 +163,14 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results"))
     parser.add_argument("--budget", type=float, default=540.0, help="seconds for all lessons together")
     parser.add_argument("--lessons", default="", help="comma-separated lesson numbers (default: all)")
+    parser.add_argument("--first", default="", help="lesson numbers to run before the others (the report keeps "
+                                                    "the course's order), e.g. the ones a measured bar is read from")
     args = parser.parse_args(argv)
     import torch
     wanted = {n.strip().zfill(2) for n in args.lessons.split(",") if n.strip()}
+    first = [n.strip().zfill(2) for n in args.first.split(",") if n.strip()]
     notebooks = [p for p in sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb")) if not wanted or p.name[:2] in wanted]
+    notebooks.sort(key=lambda p: (first.index(p.name[:2]) if p.name[:2] in first else len(first), p.name))
     start, lessons = time.perf_counter(), []
     scratch = Path(tempfile.mkdtemp(prefix="dpteach-lessons-"))
     try:
@@ -184,6 +188,7 @@ def main(argv=None) -> int:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     seconds = time.perf_counter() - start
+    lessons.sort(key=lambda lesson: lesson["notebook"])
     report = {"machine": machine_name(), "torch": torch.__version__, "seconds": seconds, "budget_s": args.budget,
               "ok": all(lesson["status"] == "passed" for lesson in lessons) and seconds <= args.budget,
               "lessons": lessons, "bars": issue_bars(lessons)}

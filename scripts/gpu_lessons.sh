@@ -36,4 +36,6 @@ if ! "$PY" -c "import nbclient, ipykernel, ipywidgets, jsonschema" 2>/dev/null; 
   fi
 fi
 
-timeout 570 "$PY" scripts/gpu_lessons.py --out "$REPORT" --budget "${BUDGET:-530}" --lessons "${LESSONS:-}"
+# Lessons 04 and 12 first: the measured bars of the GPU-sized course are read from them.
+timeout 570 "$PY" scripts/gpu_lessons.py --out "$REPORT" --budget "${BUDGET:-530}" --lessons "${LESSONS:-}" \
+  --first "${FIRST:-04,12}"

@@ -415,3 +415,24 @@ def test_a_resolved_world_refuses_a_backend_or_device_it_does_not_have():
         resolve_world(world, backend="nccl")
     with pytest.raises(ValueError, match="device='cuda' is not allowed"):
         dpteach.launch(abs, world, device="cuda")
+
+
+@pytest.mark.parametrize("gpus", (0, 1, 2))
+def test_the_lesson_controls_start_where_this_machine_shows_the_lesson(machine, gpus):
+    """On one GPU the panels start on one rank with 7 emulated peers over InfiniBand (the regime of eight GPUs);
+    with no GPU, on real ranks and the lesson's own link; the model dropdown offers the GPU-sized models only
+    where there is a GPU, and starts on auto everywhere."""
+    import ipywidgets as widgets
+    from dpteach.models import model_names
+    from dpteach.widgets.controls import model_control, peers_control
+    from dpteach.widgets.link import link_control
+    machine(gpus)
+    ranks = widgets.IntSlider(value=2, min=2, max=4)
+    peers = peers_control(ranks, real_max=4)
+    assert peers.value == ("emulated" if gpus == 1 else "real")
+    assert (ranks.value, ranks.max) == ((8, 8) if gpus == 1 else (2, 4))
+    peers.value = "emulated" if peers.value == "real" else "real"  # the learner switches: the slider follows
+    assert ranks.max == (4 if gpus == 1 else 8) and ranks.value <= ranks.max
+    assert link_control("1gbe").value == ("ib" if gpus else "1gbe")
+    model = model_control("mlp")
+    assert model.value == "auto" and [v for _, v in model.options][1:] == model_names(None if gpus else "cpu")
