@@ -4,7 +4,10 @@ What changes and what does not (PyTorch's automatic mixed precision, ``torch.amp
 
     parameters, gradients, optimizer state   fp32, as without autocast: the "master" copy
     forward under torch.autocast(dtype)      matmuls and convolutions run on 16-bit copies of their
-                                             inputs and weights; losses, softmax, norms stay fp32
+                                             inputs and weights; the ops on the device's fp32 list
+                                             run in fp32 - on CUDA losses, softmax, layer norm, sums;
+                                             on CPU the losses, while softmax and layer norm stay
+                                             16-bit (torch.amp's "Autocast Op Reference")
     saved for backward                       those 16-bit copies (half the bytes of fp32)
     backward                                 the same ops in the same precisions, in reverse; each
                                              16-bit weight copy's gradient is cast back to fp32
@@ -15,8 +18,9 @@ so added to a 16-bit weight it would round away; summed into an fp32 weight it i
 
 **bf16** has float32's 8-bit exponent (the same range, about 1e-38 to 3e38) and 8 significant bits:
 gradients neither overflow nor underflow where fp32 would not, so it needs no loss scale.
-**fp16** has a 5-bit exponent: above 65504 it overflows to inf, below 2^-24 (about 6e-8) it
-rounds to zero, and many activation gradients live down there. The remedy (Micikevicius et al.,
+**fp16** has a 5-bit exponent: above 65504 it overflows to inf, and its smallest number is 2^-24
+(about 6e-8): values up to half of that, 2^-25, round to zero (those just above round up to 2^-24),
+and many activation gradients live down there. The remedy (Micikevicius et al.,
 section 3.2) multiplies the loss by a large scale ``S`` before backward, so every gradient is
 ``S`` times larger on its way through the fp16 ops, and divides the fp32 gradients by ``S``
 before the optimizer uses them. If ``S`` is too large something overflows: the step is skipped.
@@ -31,8 +35,11 @@ scales, the same skipped steps and the same weights.
 Two things data parallelism adds. Every rank must make the same decision, or the replicas part:
 with replicated gradients (DDP) every rank sees the same averaged gradients and so the same inf,
 without a message; when each rank holds a different shard of the gradients, the flags must be
-combined, which ``ShardedGradScaler.unscale_`` does with an all-reduce (this course keeps loss
-scaling and clipping to the replicated strategies). And the gradients must be unscaled *before*
+combined with an all-reduce: FSDP1's ``ShardedGradScaler.unscale_`` does it by hand, and under FSDP2
+the plain ``GradScaler`` gets it from DTensor, whose dispatcher reduces the found-inf flag of
+``_amp_foreach_non_finite_check_and_unscale_`` across the mesh (``found_inf_reduce_handler`` in
+``torch/distributed/tensor/_dispatch.py``). This course keeps loss scaling and clipping to the
+replicated strategies. And the gradients must be unscaled *before*
 clipping: ``clip_grad_norm_`` on scaled gradients sees a norm ``S`` times too large.
 """
 from __future__ import annotations

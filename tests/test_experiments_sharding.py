@@ -70,3 +70,22 @@ def test_payoff_reproduces_the_zero_papers_example():
     assert by_stage[1]["comm_s"] == by_stage[2]["comm_s"] == by_stage[0]["comm_s"]
     with pytest.raises(ValueError, match="link=None is not allowed"):
         sharding_payoff(link=None)
+
+
+@pytest.mark.parametrize("strategy", ("zero3", "fsdp"))
+def test_parameter_sharding_runs_the_transformer_exactly(strategy):
+    """torch's MultiheadAttention reads out_proj's weight without calling out_proj, so zero3 gathers and FSDP2
+    shards an attention block together with its output projection (sync/sharding.parameter_units): both
+    train the transformer to single-process training's weights, and gather every unit in both passes."""
+    from dpteach.experiments import compare_strategies
+    from dpteach.sync.sharding import parameter_units
+    from dpteach.models import build_model
+    result = compare_strategies(2, model="transformer", steps=3, batch_per_rank=4, optimizer="adam",
+                                strategies=("ddp", strategy), **CPU)
+    row = next(r for r in result["rows"] if r["strategy"] == strategy)
+    assert row["max_abs_diff_vs_single"] <= result["tolerance"] and row["replicas_identical"]
+    units = parameter_units(build_model("transformer"))
+    assert any(isinstance(u, __import__("torch").nn.MultiheadAttention) for u in units)
+    timeline = sharding_timeline(2, model="transformer", steps=2, strategy=strategy, **CPU)
+    gathers = timeline["gathers"][0]
+    assert gathers["prefetched"] + gathers["on_demand"] == 2 * len(units)

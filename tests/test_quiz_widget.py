@@ -29,7 +29,9 @@ def test_single_item_submit_shows_every_explanation_and_records(store_path):
     for option in view.item.options:
         assert escape(option.text) in html and escape(option.explanation) in html
     assert escape(view.item.trap) in html and view.item.experiment in html
-    assert "you chose it" in html
+    assert "you chose it" in html and "not chosen" not in html  # an option rightly left out is no error
+    assert html.count("you left it out") == len(view.item.expected)  # each right option the learner missed
+    assert f'<a href="{view.item.notebook}"' in html  # the lesson that shows it, one click away
     assert (panel.score, panel.max_score) == (0, len(panel.items))
     assert "Score: 0 / " in panel.score_line.value
     stored = ProgressStore(store_path).load()["quiz"][view.item.id]

@@ -45,20 +45,25 @@ def feedback_html(item: Item, shown_order: list[int], chosen: list[str]) -> str:
     for index in shown_order:
         option = item.options[index]
         picked = option.text in chosen
-        mark = "&#10003; right" if option.correct else "&#10007; wrong"
-        choice = "you chose it" if picked else "not chosen"
+        # The mark says what the option is; the note says what the learner did with it, and only when
+        # that needs saying: an option rightly left out is not the learner's error.
+        mark = "&#10003; a right option" if option.correct else "&#10007; a wrong option"
+        note = {(True, True): "you chose it", (True, False): "you left it out",
+                (False, True): "you chose it", (False, False): ""}[(option.correct, picked)]
         classes = f"dpteach-quiz-option {'right' if option.correct else 'wrong'}{' chosen' if picked else ''}"
         lines.append(f'<li class="{classes}"><span style="color:{_RIGHT if option.correct else _WRONG}">'
-                     f"<b>{mark}</b> ({choice})</span> {escape(option.text)}<br>"
+                     f"<b>{mark}</b>{f' ({note})' if note else ''}</span> {escape(option.text)}<br>"
                      f'<span class="dpteach-quiz-explanation">{escape(option.explanation)}</span></li>')
     lines.append("</ul>")
     lines.append(f'<div class="dpteach-quiz-trap"><b>Common trap:</b> {escape(item.trap)}</div>')
     if item.demonstrated:
-        lines.append(f'<div class="dpteach-quiz-live"><b>See it live:</b> notebook <code>{escape(item.notebook)}</code>, '
-                     f"experiment <code>dpteach.experiments.{escape(item.experiment)}</code></div>")
+        lines.append(f'<div class="dpteach-quiz-live"><b>See it live:</b> <a href="{escape(item.notebook)}" '
+                     f'target="_blank">{escape(item.notebook)}</a>, experiment '
+                     f"<code>dpteach.experiments.{escape(item.experiment)}</code></div>")
     else:
-        lines.append(f'<div class="dpteach-quiz-live"><b>Read about it:</b> notebook <code>{escape(item.notebook)}</code>, '
-                     f"section <i>{escape(item.section)}</i> (explained there; a run on this machine cannot show it)</div>")
+        lines.append(f'<div class="dpteach-quiz-live"><b>Read about it:</b> <a href="{escape(item.notebook)}" '
+                     f'target="_blank">{escape(item.notebook)}</a>, section <i>{escape(item.section)}</i> '
+                     f"(explained there; a run on this machine cannot show it)</div>")
     return "\n".join(lines)
 
 

@@ -13,7 +13,8 @@ type; both appear in the literature on 1-bit/8-bit SGD (Seide et al. 2014; Dettm
 
 **fp16 / bf16.** Cast, divide by W, all-reduce in 16 bits, cast back: half the bytes of float32
 (DDP's ``fp16_compress_hook`` does the same). fp16 keeps 11 significant bits but a narrow range:
-below 2^-14 it has fewer bits (subnormal numbers) and below about 6e-8 (2^-24) it rounds to zero;
+below 2^-14 it has fewer bits (subnormal numbers), its smallest is 2^-24 (about 6e-8), and values up
+to half of that round to zero;
 above 65504 it overflows. Gradients are mostly small, so for them the usual risk is underflow, the
 reason mixed-precision training scales the loss up before backward (Micikevicius et al., 2018);
 dividing by W first makes them smaller still. bf16 keeps float32's range but only 8 significant bits.

@@ -18,9 +18,10 @@ does what torch's ``bf16_compress_hook`` (``fp16_compress_hook``) does, in
 ``torch/distributed/algorithms/ddp_comm_hooks/default_hooks.py``: cast the fp32 bucket to 16 bits,
 divide by W, all-reduce the 16-bit copy (half the bytes), and copy the result back into the fp32
 bucket. The sum of W gradients is then rounded to 8 (bf16) or 11 (fp16) significant bits. (DDP itself
-refuses a hook named ``bf16_compress_hook`` unless it runs on CUDA with NCCL 2.10 or later - see
-``_check_comm_hook`` in ``torch/nn/parallel/distributed.py`` - while gloo sums bf16 on the CPU; this
-hook, being our own, runs on both.)
+refuses a hook named ``bf16_compress_hook`` unless torch was *built* with CUDA (or HIP) and NCCL 2.10 or
+later, or runs on XPU with XCCL - ``_check_comm_hook`` in ``torch/nn/parallel/distributed.py`` checks
+the build, not where the job runs: a gloo job on CPU tensors passes on a CUDA wheel and fails on a
+CPU-only one. This hook, being our own, runs on every build.)
 """
 from contextlib import contextmanager
 

@@ -8,7 +8,8 @@ for one weight are, in float32, g0 = 1e8, g1 = -1e8, g2 = 1::
     g0 + (g1 + g2) = 1e8 - 1e8 = 0     (-1e8 + 1 rounds back to -1e8: float32 spacing there is 8)
 
 An all-reduce fixes no order. A ring starts each chunk's sum at a different rank, so neighbouring
-chunks are added in different orders; gloo and NCCL choose their algorithm by message size and topology.
+chunks are added in different orders; NCCL chooses ring or tree by message size and topology (gloo runs
+its ring at every size).
 Every rank still ends with the same bits (the last phase copies one result to all), but not the
 bits one process gets, and not necessarily the bits of yesterday's run on another machine.
 

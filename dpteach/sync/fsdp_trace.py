@@ -29,8 +29,11 @@ The range names are FSDP2's internals, not an API: a torch that renames them get
 """
 from __future__ import annotations
 
+import os
 import re
+import sys
 import time
+from contextlib import contextmanager
 
 import torch
 
@@ -38,14 +41,40 @@ LAYER = re.compile(r"^FSDP::(all_gather|post_backward_reduce) \((.+)\)$")  # (th
 PREFETCH = ("FSDP::forward_prefetch", "FSDP::backward_prefetch")
 
 
+@contextmanager
+def native_output_silenced():
+    """Send what native code writes to this process's stdout and stderr to /dev/null for the block.
+
+    The profiler's C++ side (Kineto) prints a line of its own when it starts and stops ("USDT: ...
+    profiler_start"), whatever ``KINETO_LOG_LEVEL`` says; in a lesson those lines land in the learner's
+    cell. Python's own streams are flushed first, so nothing of theirs is lost."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, devnull):
+            os.close(fd)
+
+
 def profile_step(run_step, timeline) -> tuple[list, float]:
     """Run ``run_step()`` under the CPU profiler; return its events and the offset (seconds) that maps
     a profiler time (microseconds since the trace started) onto ``timeline``: ``offset + us / 1e6``."""
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
-        wall_ns, on_timeline = time.time_ns(), timeline.now()  # one moment on both clocks
-        run_step()
-    trace_start_ns = profiler.profiler.kineto_results.trace_start_ns()  # wall-clock time of the trace's zero
-    return list(profiler.events()), on_timeline - (wall_ns - trace_start_ns) / 1e9
+    with native_output_silenced():
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
+            wall_ns, on_timeline = time.time_ns(), timeline.now()  # one moment on both clocks
+            run_step()
+        trace_start_ns = profiler.profiler.kineto_results.trace_start_ns()  # wall-clock time of the trace's zero
+        events = list(profiler.events())
+    return events, on_timeline - (wall_ns - trace_start_ns) / 1e9
 
 
 def _inside(inner, outer) -> bool:

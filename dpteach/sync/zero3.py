@@ -12,7 +12,9 @@ backward), so a rank sends 3 x (W-1)/W x Psi instead of 2 x: 1.5 times the traff
 Rajbhandari et al. 2020, section 7.2.2). The cost can hide behind compute: from the second step on,
 the all-gather of the *next* layer - next in forward order, or next in backward order, which is the
 reverse - is launched before the current layer computes (prefetching; FSDP does the same, Zhao et
-al., "PyTorch FSDP", VLDB 2023). The order is the one the first step ran in, as FSDP2 records it.
+al., "PyTorch FSDP", VLDB 2023). The order is the one the first step ran in; FSDP2 instead records
+the order afresh in every forward and prefetches from it in that iteration's backward, so it follows a
+model whose order changes, where this file, written for the course's fixed models, does not.
 """
 import torch
 import torch.distributed as dist

@@ -29,11 +29,17 @@ def plot_gantt(timelines: dict, steps=None, ax=None, title: str | None = None, d
     yticks, ylabels, used = [], [], set()
     for row, rank in enumerate(reversed(ranks)):
         base = row * 3
+        # Collectives of different kinds in flight at once (zero3's reduce-scatters launched in backward
+        # while the next layer's all-gather runs) get a strip each, so that none hides another.
+        kinds = sorted({s["name"] for s in spans_by_rank[rank] if s["lane"] == "comm"})
         for span in spans_by_rank[rank]:
-            y = base + (1.0 if span["lane"] == "compute" else 0.0)
+            y, height = base + (1.0 if span["lane"] == "compute" else 0.0), 0.9
+            if span["lane"] == "comm" and len(kinds) > 1:
+                height = 0.9 / len(kinds)
+                y += height * kinds.index(span["name"])
             key = "comm" if span["lane"] == "comm" and span["name"] not in COLORS else span["name"]
             used.add(key)
-            ax.broken_barh([((span["start"] - t0) * 1e3, (span["end"] - span["start"]) * 1e3)], (y, 0.9),
+            ax.broken_barh([((span["start"] - t0) * 1e3, (span["end"] - span["start"]) * 1e3)], (y, height),
                            facecolors=COLORS.get(key, "#999999"), edgecolor="white", linewidth=0.3)
         yticks += [base + 0.45, base + 1.45]
         ylabels += [f"rank {rank} {rows[0]}", f"rank {rank} {rows[1]}"]

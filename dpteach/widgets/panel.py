@@ -17,7 +17,9 @@ breaking the panel, and the button is re-enabled whatever happens.
 """
 from __future__ import annotations
 
+import itertools
 import time
+import weakref
 
 import ipywidgets as widgets
 from IPython.display import display
@@ -59,9 +61,21 @@ def sharing_note(result) -> str | None:
     return Placement(result.get("backend", "gloo"), "cuda", gpus).describe_sharing(ranks) if gpus else None
 
 
+_serials = itertools.count()
+
+
 class ExperimentPanel:
+    _built: "weakref.WeakSet" = weakref.WeakSet()  # every panel alive in this kernel (widgets/options.py runs them)
+
+    @classmethod
+    def every_panel(cls) -> list:
+        """The panels built in this kernel and still alive, in the order they were built."""
+        return sorted(cls._built, key=lambda panel: panel.serial)
+
     def __init__(self, title: str, experiment, render, controls: dict | None = None, fixed: dict | None = None,
                  run_label: str = "Run"):
+        self.serial = next(_serials)
+        ExperimentPanel._built.add(self)
         self.title, self.experiment, self.render = title, experiment, render
         self.controls = dict(controls or {})
         for control in self.controls.values():  # whole labels ("compute ms", not "compute ...")

@@ -11,7 +11,8 @@ from IPython.display import HTML
 
 
 def table(headers: list[str], rows: list[list], title: str | None = None) -> str:
-    """An aligned text table (pandas is not a dependency of the course); returns and prints it."""
+    """A table (pandas is not a dependency of the course): in a notebook an HTML table, whose columns wrap
+    their headers instead of breaking every line in a narrow window; elsewhere aligned text. Returns the text."""
     cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     lines = [title] if title else []
@@ -19,8 +20,29 @@ def table(headers: list[str], rows: list[list], title: str | None = None) -> str
     lines.append("  ".join("-" * w for w in widths))
     lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells[1:]]
     text = "\n".join(lines)
-    print(text)
+    if _in_a_notebook():
+        from IPython.display import display
+        if title:
+            print(title)
+        display(html_table(list(headers), [[str(c) for c in row] for row in rows],
+                           align="".join("l" if not _numeric(c) else "r" for c in (rows[0] if rows else headers))))
+    else:
+        print(text)
     return text
+
+
+def _numeric(value) -> bool:
+    return isinstance(value, (int, float)) or str(value).replace(",", "").replace(".", "", 1).lstrip("-").isdigit()
+
+
+def _in_a_notebook() -> bool:
+    """True inside a Jupyter kernel (where HTML is shown), False in a terminal or a plain script."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
 
 
 def html_table(header: list[str], rows: list[list], align: str | None = None) -> HTML:

@@ -103,10 +103,14 @@ def render_sharding_payoff(result: dict) -> None:
     by_w = {}
     for r in result["rows"]:
         by_w.setdefault(r["world_size"], {})[r["stage"]] = r
-    table(["W"] + [f"stage {s} GB" for s in range(4)] + ["smallest stage that fits", "its comm ms / step"],
+    def duration(seconds: float) -> str:  # a time people read: ms up to a second, then s, then min
+        if seconds < 1:
+            return f"{seconds * 1e3:.1f} ms"
+        return f"{seconds:,.1f} s" if seconds < 120 else f"{seconds / 60:,.0f} min"
+    table(["W"] + [f"stage {s} GB" for s in range(4)] + ["smallest stage that fits", "its comm per step"],
           [[w] + [f"{stages[s]['gb_per_gpu']:,.1f}" for s in range(4)]
            + ([next(f"stage {s}" for s in range(4) if stages[s]["fits"]),
-               f"{next(stages[s]['comm_s'] for s in range(4) if stages[s]['fits']) * 1e3:.1f}"]
+               duration(next(stages[s]["comm_s"] for s in range(4) if stages[s]["fits"]))]
               if any(stages[s]["fits"] for s in range(4)) else ["none", "-"])
            for w, stages in by_w.items()])
     show(plot_sharding_payoff(result))

@@ -58,9 +58,9 @@ def render_profile(result: dict) -> None:
     print(f"CPU cores: {m['cpus']}   GPUs: {gpus}   gloo: {m['gloo']}   nccl: {m['nccl']}")
     print(f"{result['world_size']} ranks use backend {result['backend']} on {result['device']}\n")
     rows = sorted(result["rows"], key=lambda r: (r["bytes"], r["algorithm"]))
-    table(["size", "algorithm", "time (ms)", "algbw (GB/s)", "busbw (GB/s)"],
-          [[human_bytes(r["bytes"]), r["algorithm"], f"{r['time_s'] * 1e3:.3f}", f"{r['algbw_GBps']:.3f}",
-            f"{r['busbw_GBps']:.3f}"] for r in rows])
+    table(["size", "algorithm", "time (ms)", "algbw (MB/s)", "busbw (MB/s)"],
+          [[human_bytes(r["bytes"]), r["algorithm"], f"{r['time_s'] * 1e3:.3f}", f"{r['algbw_GBps'] * 1e3:,.1f}",
+            f"{r['busbw_GBps'] * 1e3:,.1f}"] for r in rows])  # MB/s: a 4 KiB message's rate reads as 0.000 in GB/s
     fit = result["fit"]
     print(f"\nring fit: alpha = {fit['alpha_s'] * 1e6:.1f} us per message, beta = {fit['beta_s_per_byte'] * 1e9:.3f} "
           f"ns/byte ({fit['bandwidth_GBps']:.2f} GB/s), R^2 = {fit['r2']:.3f}")

@@ -1,0 +1,85 @@
+"""Every choice a panel offers, run: the check that no option of a lesson is a dead end.
+
+A panel's dropdowns and checkboxes are promises: pick this model, this link, this optimizer, and the
+run works. :func:`run_every_option` keeps them - for every panel a notebook built, it runs rounds in
+which round k puts every dropdown on its k-th option (a checkbox counts as two options), so that each
+option of each control runs at least once, with the sliders at their cheapest (their minimum, and a
+panel's fixed number of steps cut to three). A
+combination the course refuses by design is not a dead end, and the rounds avoid the one there is:
+emulated peers with no link to time them (that round takes real ranks, and emulated peers get a round
+with a link).
+
+The test suite runs it at the end of every lesson (``tests/test_panel_options.py``).
+"""
+from __future__ import annotations
+
+import ipywidgets as widgets
+
+CHOICES = (widgets.Dropdown, widgets.ToggleButtons, widgets.RadioButtons, widgets.Select)
+FEWEST_STEPS = 3  # every experiment that trains accepts 3 steps (prefetching and timing need 2 or 3)
+
+
+def choices_of(control) -> list | None:
+    """The values a control offers to choose between (None for a slider or a text box)."""
+    if isinstance(control, widgets.Checkbox):
+        return [False, True]
+    if isinstance(control, CHOICES):
+        return [option[1] if isinstance(option, tuple) else option for option in control.options]
+    return None
+
+
+def cheapest(control):
+    """A slider's smallest setting: its minimum, or its first option for a selection slider."""
+    if isinstance(control, widgets.SelectionSlider):
+        option = control.options[0]
+        return option[1] if isinstance(option, tuple) else option
+    if hasattr(control, "min") and hasattr(control, "max"):
+        return control.min
+    return control.value
+
+
+def rounds(panel) -> list[dict]:
+    """The overrides of each round: every choice of every choosing control at least once."""
+    choosing = {name: choices_of(c) for name, c in panel.controls.items() if choices_of(c) is not None}
+    sliders = {name: cheapest(c) for name, c in panel.controls.items()
+               if name not in choosing and isinstance(c, (widgets.IntSlider, widgets.FloatSlider,
+                                                          widgets.SelectionSlider))}
+    if isinstance(panel.fixed.get("steps"), int) and "steps" not in panel.controls:
+        sliders["steps"] = min(panel.fixed["steps"], FEWEST_STEPS)  # the panel's own steps, cut to the fewest
+    if not choosing:
+        return []
+    def sensible(values: dict) -> dict:
+        if values.get("peers") == "emulated" and values.get("link", "given") is None:
+            values["peers"] = "real"  # emulated peers need a link to time them: this round takes real ranks
+        return values
+
+    out = [sensible({**sliders, **{name: options[k % len(options)] for name, options in choosing.items()}})
+           for k in range(max(len(v) for v in choosing.values()))]
+    for name, options in choosing.items():  # a choice the rule above displaced gets a round of its own
+        for value in options:
+            if not any(values[name] == value for values in out):
+                out.append({**out[0], name: value, **({"link": next(v for v in choosing["link"] if v is not None)}
+                                                      if name == "peers" and "link" in choosing else {})})
+    return out
+
+
+def run_every_option(panels) -> dict:
+    """Run every round of every panel; return ``{"runs", "errors": [...], "covered": {panel: {control: [values]}},
+    "offered": {panel: {control: [values]}}}`` (values as ``repr``)."""
+    errors, covered, offered, runs = [], {}, {}, 0
+    for panel in panels:
+        seen = covered.setdefault(panel.title, {})
+        offered[panel.title] = {name: [repr(v) for v in choices_of(c)] for name, c in panel.controls.items()
+                                if choices_of(c) is not None}
+        for values in rounds(panel):
+            panel.run(**values)
+            runs += 1
+            if panel.error is not None:
+                errors.append({"panel": panel.title, "values": {k: repr(v) for k, v in values.items()},
+                               "error": f"{type(panel.error).__name__}: {panel.error}"[:1500]})
+            for name, value in values.items():
+                if name in panel.controls and choices_of(panel.controls[name]) is not None:
+                    seen.setdefault(name, [])
+                    if repr(value) not in seen[name]:
+                        seen[name].append(repr(value))
+    return {"runs": runs, "errors": errors, "covered": covered, "offered": offered}
