@@ -133,22 +133,44 @@ class _LinkWork:
             # Stamped by the thread that completes the real work, the moment it does: whether the bytes
             # beat the deadline must not depend on when the release thread happens to look (on a loaded
             # machine it can wake late, and a late look would make a late transfer seem on time).
-            work.get_future().then(self._arrived)
+            self.real = torch.futures.Future()  # completed, with the real result, when the bytes are there
+            try:
+                real = work.get_future()
+            except RuntimeError:  # gloo's reduce-scatter has no future ("not implemented"): wait on a thread
+                real = None
+            if real is not None:
+                real.then(self._arrived)
+            else:
+                threading.Thread(target=self._wait_for_real, name="dpteach-link-wait", daemon=True).start()
             emulator.release_at(deadline, self)
 
     def _arrived(self, real) -> None:
         self.arrived_at = time.perf_counter()
+        try:
+            self.real.set_result(real.value())
+        except Exception as exc:  # the real collective failed: whoever completes the caller's future says so
+            self.real.set_exception(exc)
+
+    def _wait_for_real(self) -> None:
+        try:
+            self.work.wait()
+        except Exception as exc:
+            self.arrived_at = time.perf_counter()
+            self.real.set_exception(exc)
+            return
+        self.arrived_at = time.perf_counter()
+        self.real.set_result(None)
 
     def _was_late(self) -> bool:
         return (self.arrived_at or time.perf_counter()) > self.deadline + SLACK_S
 
     def release(self) -> None:
         """At the deadline, on the release thread: were the bytes there in time?"""
-        if self.arrived_at is not None:  # arrived: complete now, and say whether the link set the time
+        if self.real.done():  # arrived: complete now, and say whether the link set the time
             self.emulator._finished(late=self._was_late())
-            self._complete(self.work.get_future())
+            self._complete(self.real)
         else:  # this machine is slower than the link: complete when the real transfer does
-            self.work.get_future().then(self._late)
+            self.real.then(self._late)
 
     def _late(self, real) -> None:
         self.emulator._finished(late=self._was_late())

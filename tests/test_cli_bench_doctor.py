@@ -103,3 +103,18 @@ def test_dpteach_lab_starts_a_server_that_answers_as_this_user(tmp_path):
         if server.poll() is None:
             os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
+
+
+def test_lab_gives_the_notebooks_the_kernel_metadata_jupyterlab_would_write(tmp_path):
+    """So that no lesson opens marked as modified (tests/test_browser_rerun.py opens one and checks)."""
+    import shutil
+    from dpteach.commands.lab import align_kernel_metadata, kernel_metadata
+    shutil.copy("notebooks/00_start_here.ipynb", tmp_path / "a.ipynb")
+    notebook = json.loads((tmp_path / "a.ipynb").read_text())
+    notebook["metadata"]["language_info"] = {"name": "python", "version": "0.0"}
+    (tmp_path / "a.ipynb").write_text(json.dumps(notebook))
+    assert align_kernel_metadata([tmp_path / "a.ipynb"]) == [tmp_path / "a.ipynb"]
+    aligned = json.loads((tmp_path / "a.ipynb").read_text())
+    assert {k: aligned["metadata"][k] for k in kernel_metadata()} == kernel_metadata()
+    assert aligned["cells"] == notebook["cells"] and aligned["metadata"]["dpteach"] == notebook["metadata"]["dpteach"]
+    assert align_kernel_metadata([tmp_path / "a.ipynb"]) == []  # nothing to do the second time

@@ -86,3 +86,14 @@ def test_a_link_faster_than_this_machine_is_reported_as_machine_bound():
 def test_without_a_link_comm_is_plain_torch():
     ranks = dpteach.launch(_timed_collectives, 2, args=(None,), timeout=120, **CPU)
     assert all(r["sum"] == 3.0 and r["report"] is None for r in ranks)
+
+
+def test_the_sharded_strategies_run_on_an_emulated_link_and_stay_exact():
+    """zero2 and zero3 launch gloo reduce-scatters without waiting, and gloo's reduce-scatter has no future:
+    the link waits for it on a thread of its own instead (a panel of lesson 11 found this)."""
+    from dpteach.experiments import compare_strategies
+    result = compare_strategies(2, model="mlp", steps=3, batch_per_rank=8, link="10gbe",
+                                strategies=("zero1", "zero2", "zero3"), **CPU)
+    for row in result["rows"]:
+        assert row["max_abs_diff_vs_single"] <= result["tolerance"] and row["replicas_identical"], row["strategy"]
+        assert row["link_report"]["messages_per_step"] > 0, row["strategy"]
