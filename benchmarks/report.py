@@ -116,6 +116,12 @@ def main() -> int:
             print("\n".join(speed_tables(data)) + "\n")
             continue
         report = data["report"]
+        if "plain_step_s" in report:  # benchmarks/lone_rank.py
+            print(f"{report['model']}, batch {report['batch_per_rank']}, {report['threads']} threads: median step of a "
+                  f"lone rank / of a plain process = **{report['ratio']:.2f}** (bar: at most {report['bar']}); "
+                  f"steps (ms), alternating: plain {', '.join(f'{t * 1e3:.1f}' for t in report['plain_step_s'])}; "
+                  f"rank {', '.join(f'{t * 1e3:.1f}' for t in report['rank_step_s'])}.\n")
+            continue
         if "rate_bits" in report:
             table = shaped_table(report)
         elif "strategy" in report["rows"][0]:
