@@ -242,6 +242,7 @@ class _Ranks:
             if failed:
                 self._raise_failure(failed)
             if all(c == 0 for c in codes):
+                self._update_progress()  # what the ranks reported between the last look and their exit
                 return
             if time.monotonic() > deadline:
                 running = [r for r, c in enumerate(codes) if c is None]
