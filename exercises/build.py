@@ -13,6 +13,7 @@ changes no byte.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a clone without installing
 
+from dpteach.commands.lab import kernel_metadata  # noqa: E402
 from dpteach.grading.spec import all_exercises  # noqa: E402
 
 TRY_TEXT = """\
@@ -66,12 +68,18 @@ def build(exercise) -> nbformat.NotebookNode:
     ]
     for number, cell in enumerate(cells):
         cell["id"] = f"ex{exercise.id}-{number}"
-    notebook = new_notebook(cells=cells, metadata={
-        "dpteach": {"exercise": exercise.id},
-        "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
-        "language_info": {"name": "python"},
-    })
+    # The kernel metadata JupyterLab writes when the kernel starts: with it already there, a notebook
+    # does not open marked as modified (dpteach/commands/lab.py, align_kernel_metadata).
+    notebook = new_notebook(cells=cells, metadata={"dpteach": {"exercise": exercise.id}, **kernel_metadata()})
     nbformat.validate(notebook)
+    return notebook
+
+
+def comparable(text: str) -> dict:
+    """A notebook's content without the Python version in its metadata: the notebooks are the same
+    exercise on every Python, and ``dpteach lab`` writes the learner's version into them."""
+    notebook = json.loads(text)
+    notebook.get("metadata", {}).get("language_info", {}).pop("version", None)
     return notebook
 
 
@@ -88,7 +96,7 @@ def main(argv=None) -> int:
         path = HERE / exercise.notebook_name
         text = text_of(exercise)
         if args.check:
-            if not path.exists() or path.read_text(encoding="utf-8") != text:
+            if not path.exists() or comparable(path.read_text(encoding="utf-8")) != comparable(text):
                 stale.append(path.name)
         else:
             path.write_text(text, encoding="utf-8")

@@ -85,7 +85,12 @@ def test_dpteach_lab_starts_a_server_that_answers_as_this_user(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"), "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg")}
+    import shutil
+    course = tmp_path / "course"  # a copy: dpteach lab writes kernel metadata into the notebooks it opens
+    for folder in ("notebooks", "exercises"):
+        shutil.copytree(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), folder), course / folder)
+    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"), "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg"),
+           "DPTEACH_COURSE": str(course)}
     server = subprocess.Popen([sys.executable, "-m", "dpteach", "lab", "--no-browser", "--port", str(port),
                                "--", "--ServerApp.ip=127.0.0.1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               env=env, start_new_session=True)
@@ -109,7 +114,7 @@ def test_lab_gives_the_notebooks_the_kernel_metadata_jupyterlab_would_write(tmp_
     """So that no lesson opens marked as modified (tests/test_browser_rerun.py opens one and checks)."""
     import shutil
     from dpteach.commands.lab import align_kernel_metadata, kernel_metadata
-    shutil.copy("notebooks/00_start_here.ipynb", tmp_path / "a.ipynb")
+    shutil.copy(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "notebooks", "00_start_here.ipynb"), tmp_path / "a.ipynb")
     notebook = json.loads((tmp_path / "a.ipynb").read_text())
     notebook["metadata"]["language_info"] = {"name": "python", "version": "0.0"}
     (tmp_path / "a.ipynb").write_text(json.dumps(notebook))

@@ -56,7 +56,7 @@ def _rank_gradient(model_name: str, batch_per_rank: int, accum_steps: int, seed:
         context.report_progress(1)
     averaged = local.clone()
     dist.all_reduce(averaged)  # sum over ranks ...
-    averaged /= world          # ... then divide: the mean (gloo has no AVG op)
+    averaged /= world          # ... then divide: the mean (ReduceOp.AVG would do both at once)
     if rank == 0:
         context.report_progress(1)
     return {"rank": rank, "shard": [i for micro in shard for i in micro], "global_batch": list(batch),

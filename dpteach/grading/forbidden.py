@@ -3,7 +3,9 @@
 A ring all-reduce that calls ``dist.all_reduce`` inside passes every numerical check - and teaches
 nothing. So an exercise lists what it forbids (``Exercise.forbidden``: dotted names such as
 ``torch.distributed.all_reduce``; ``forbidden_methods``: ProcessGroup methods; ``forbidden_modules``),
-and using any of them scores zero for the whole exercise, with the reason and the line.
+and using any of them scores zero for the whole exercise, with the reason and the line. Which of torch's
+functions and methods are collectives is read from torch itself (``spec.torch_collectives``), so a
+collective that a new torch release adds is forbidden wherever its kind is.
 
 This module finds uses by reading the syntax tree, before anything runs:
 

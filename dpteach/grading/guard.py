@@ -65,7 +65,7 @@ class Guard:
         self._paused = 0
         self._codes: dict = {}           # code object -> forbidden name
         self._watch: dict = {}           # code object -> callback(event, frame, arg)
-        self._c_calls: list = []         # callback(builtin) for every C function the learner calls
+        self._c_calls: list = []         # callback(event, builtin) as the learner's code calls C functions
         self._patched: list = []         # (owner, attribute, original) to undo
         for name in ("isend", "send"):
             code = _code_of(getattr(dist.distributed_c10d, name))
@@ -126,7 +126,9 @@ class Guard:
         self._watch.pop(_code_of(function), None)
 
     def watch_c_calls(self, callback) -> None:
-        """Call ``callback(builtin)`` for every C-level call while active (e.g. ``work.wait()``)."""
+        """Call ``callback(event, builtin)`` when a C function is called ("c_call", e.g. ``work.wait()``) and
+        when it returns or raises ("c_return", "c_exception") while active: what runs in between, such as a
+        ``.then()`` callback run at once on a future already done, happened inside that call."""
         self._c_calls.append(callback)
 
     def clear_watches(self) -> None:
@@ -159,9 +161,9 @@ class Guard:
     def _profile(self, frame, event, arg) -> None:
         if self._paused:
             return
-        if event == "c_call":
+        if event in ("c_call", "c_return", "c_exception"):
             for callback in self._c_calls:
-                callback(arg)
+                callback(event, arg)
             return
         if event not in ("call", "return"):
             return

@@ -15,6 +15,13 @@ Time limits are kept by a watchdog thread: when a check runs past its limit (an 
 deadlock, where every rank waits in a receive that nobody sends to) the watchdog writes a "timeout"
 line and ends the rank at once. The launcher then stops the other ranks, and the runner starts a new
 world for the checks that remain.
+
+A check runs on every rank, and each rank judges on its own. So when rank 1's check fails (or its code
+raises), rank 1 stops calling the learner's code - and its peers, still inside that code, wait for a
+message rank 1 will never send. That wait is no deadlock of the learner's, and the verdict is already
+known: rank 1 writes its line first, then says so in the key-value store, and each peer's watchdog,
+seeing it, gives its rank a moment to finish and then ends it ("stopped", not "timeout"). The runner
+reports rank 1's failure, with its message, in seconds rather than at the time limit.
 """
 from __future__ import annotations
 
@@ -36,6 +43,8 @@ from .spec import Fail, get_exercise
 
 WATCHDOG_EXIT_CODE = 75
 PROCESS_GROUP_TIMEOUT = timedelta(seconds=600)  # the watchdog acts long before this
+PEER_FAILED_GRACE = 1.0  # seconds a rank may still take to finish a check that failed on a peer
+POLL_INTERVAL = 0.1      # how often a watchdog asks the store whether a peer has failed the check
 
 
 class LearnerError(Exception):
@@ -132,24 +141,50 @@ class _Results:
 
 
 class _Watchdog(threading.Thread):
-    """Ends this rank when the armed check runs past its limit, after saying so in the results file."""
+    """Ends this rank when the armed check runs past its limit, after saying so in the results file - or,
+    once a peer has failed the check, when this rank has not finished it ``grace`` seconds later.
 
-    def __init__(self, results: _Results):
+    It asks the store through a client of its own: the main thread's client may be blocked in a wait.
+    """
+
+    def __init__(self, results: _Results, store=None):
         super().__init__(daemon=True)
-        self.results, self.label, self.deadline, self.limit = results, None, None, None
+        self.results, self.store = results, store
+        self.armed = None  # (label, limit, deadline, key a failing peer sets, grace): replaced whole
 
-    def arm(self, label, seconds: float) -> None:
-        self.label, self.limit, self.deadline = label, seconds, time.monotonic() + seconds
+    def arm(self, label, seconds: float, failed_key: str | None = None, grace: float = PEER_FAILED_GRACE) -> None:
+        self.armed = (label, seconds, time.monotonic() + seconds, failed_key, grace)
+
+    def settle(self) -> None:
+        """This rank has its verdict: only the time limit still applies (peers may keep it waiting)."""
+        armed = self.armed
+        if armed is not None:
+            self.armed = armed[:3] + (None, armed[4])
 
     def disarm(self) -> None:
-        self.deadline = None
+        self.armed = None
 
     def run(self) -> None:
+        seen, stop_at, next_poll = None, None, 0.0
         while True:
-            deadline = self.deadline
-            if deadline is not None and time.monotonic() > deadline:
-                self.results.write(event="timeout", check=self.label, limit=self.limit, at=time.time())
-                os._exit(WATCHDOG_EXIT_CODE)
+            armed, now = self.armed, time.monotonic()
+            if armed is not seen:
+                seen, stop_at = armed, None
+            if armed is not None:
+                label, limit, deadline, failed_key, grace = armed
+                if now > deadline:
+                    self.results.write(event="timeout", check=label, limit=limit, at=time.time())
+                    os._exit(WATCHDOG_EXIT_CODE)
+                if failed_key is not None and stop_at is None and now >= next_poll and self.store is not None:
+                    next_poll = now + POLL_INTERVAL
+                    try:
+                        if self.store.check([failed_key]):
+                            stop_at = now + grace
+                    except Exception:  # the store is going away with the world: the time limit still holds
+                        pass
+                if failed_key is not None and stop_at is not None and now > stop_at:
+                    self.results.write(event="stopped", check=label, at=time.time())
+                    os._exit(WATCHDOG_EXIT_CODE)
             time.sleep(0.02)
 
 
@@ -174,10 +209,10 @@ def rank_main(plan: dict) -> None:
     rank, size = dist.get_rank(), dist.get_world_size()
     exercise = get_exercise(plan["exercise"])
     results = _Results(os.path.join(plan["results_dir"], f"rank{rank}.jsonl"), rank)
-    watchdog = _Watchdog(results)
+    address = (os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]))
+    store = dist.TCPStore(*address, is_master=False, timeout=PROCESS_GROUP_TIMEOUT)
+    watchdog = _Watchdog(results, dist.TCPStore(*address, is_master=False, timeout=PROCESS_GROUP_TIMEOUT))
     watchdog.start()
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
-                          timeout=PROCESS_GROUP_TIMEOUT)
     nonce = plan["nonce"]
     guard = Guard(exercise.forbidden, exercise.forbidden_methods).install()
     seal = Seal()  # after the guard's own wrappers, before any learner code: see seal.py
@@ -215,15 +250,19 @@ def _run_check(plan, job, index, exercise, rank, store, namespace, guard, seal, 
                             timeout=PROCESS_GROUP_TIMEOUT)
     # Armed only once the world is complete: a rank that skipped the smaller worlds waits here for its
     # peers, and that wait is not this check's time.
-    watchdog.arm([job, index], check.limit * plan.get("limit_scale", 1.0))
+    scale = plan.get("limit_scale", 1.0)
+    watchdog.arm([job, index], check.limit * scale, failed_key=prefix + "/failed", grace=PEER_FAILED_GRACE * scale)
     started = time.perf_counter()
     outcome = _run_one(check, rank, namespace, guard, submission.files)
+    watchdog.settle()  # from here on a failing peer is no reason to stop this rank: it has its verdict
     replaced = seal.broken()
     if replaced:  # whatever the check concluded, it concluded with tools the learner's code had replaced
         outcome.update(outcome="tampered", replaced=replaced,
                        message=f"your code replaced {_listing(replaced)}, which the checks use to judge it")
     results.write(event="check", job=job, check=index, seconds=round(time.perf_counter() - started, 3),
                   at=time.time(), **outcome)
+    if outcome["outcome"] != "passed":  # written first: the runner must find this verdict when peers stop
+        store.set(prefix + "/failed", str(rank))
     _wait_for_peers(store, prefix + "/done", check.world)
     dist.destroy_process_group()
     watchdog.disarm()

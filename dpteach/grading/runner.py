@@ -11,12 +11,12 @@ The order of events, and why:
    each in a fresh world of its own size (``rank.py``). Starting ranks dominates the cost of grading (a fresh interpreter importing torch: about two
    seconds of CPU each, against milliseconds for a check), which is why all checks share one launch
    rather than one launch per world - and why ``grade_many`` lets several submissions share it too.
-5. **When a world dies** - a check ran past its limit, or a rank crashed, or the learner's code raised on
-   one rank while the others waited for it - the checks that finished keep their results, the check
-   that was running gets the blame (timed out / error, with the learner's traceback when there is one),
-   later checks that call the same learner functions are skipped (a hang usually recurs, and each
-   would cost a full time limit and a new world), and a new world runs the rest. No rank outlives its
-   launch: the launcher kills every rank's process group on any failure.
+5. **When a world dies** - a check ran past its limit, a rank crashed, or the check failed or the code
+   raised on one rank while the others waited for it - finished checks keep their results, the running
+   check gets the blame, and a new world runs the rest. A verdict a rank wrote before the world died is
+   the blame (the first failure or exception, with its message; its peers were stopped: ``rank.py``).
+   Only a hang or a crash skips the later checks of the same learner functions (a hang recurs, each
+   time at the cost of a time limit and a new world). No rank outlives its launch.
 6. **Score**: the points of the checks that passed; zero when a forbidden call was found, by reading or
    at run time. The attempt is recorded in the progress store.
 """
@@ -155,7 +155,7 @@ def _run_worlds(exercise, jobs, pending, limit_scale, deadline, load_errors, ret
                 load_errors.setdefault(r["check"][0], (
                     f"running your cells took longer than {LOAD_LIMIT:g} s before any check started: is "
                     f"there an endless loop (or a long computation) outside your functions?"))
-            elif r.get("event") == "timeout":  # keep the earliest: every rank's watchdog may fire
+            elif r.get("event") in ("timeout", "stopped"):  # keep the earliest: every rank's watchdog may fire
                 key = tuple(r["check"])
                 if key not in timeouts or r.get("at", 0.0) < timeouts[key].get("at", 0.0):
                     timeouts[key] = r
@@ -184,11 +184,10 @@ def _run_worlds(exercise, jobs, pending, limit_scale, deadline, load_errors, ret
             retried.add(broken)  # e.g. gloo failing to connect a check's world under load: once more
             pending = remaining
             continue
-        _blame(jobs[job][1].checks[index], checks[index], by_check.get(broken, {}), timeouts.get(broken),
-               failure, limit_scale)
+        how = _blame(jobs[job][1].checks[index], checks[index], by_check.get(broken, {}), timeouts.get(broken),
+                     failure, limit_scale)
         after = [key for key in remaining if key != broken]
-        skipped = [(j, i) for j, i in after if j == job and set(checks[index].uses) <= set(checks[i].uses)]
-        how = {"timed_out": "did not finish (timed out)"}.get(jobs[job][1].checks[index].outcome, "crashed")
+        skipped = [(j, i) for j, i in after if how and j == job and set(checks[index].uses) <= set(checks[i].uses)]
         for j, i in skipped:
             jobs[j][1].checks[i].outcome = "not_run"
             jobs[j][1].checks[i].message = (f"not run: {', '.join(checks[index].uses) or 'your code'} {how} in "
@@ -234,6 +233,10 @@ def _first_raised(records: list) -> dict:
 
 
 SEVERITY = ("tampered", "forbidden", "error", "grader_error", "failed")
+NATIVE = " (a crash in native code: for example a tensor used after its memory was freed)"
+CRASH_NOTES = {"SIGABRT": " (the C++ side aborted; with gloo that is typically a message whose size does not match the "
+                          "receive posted for it - check which chunk each rank sends and receives)",
+               "SIGSEGV": NATIVE, "SIGBUS": NATIVE, "SIGILL": NATIVE, "SIGFPE": NATIVE}
 
 
 def _merge(row: CheckResult, per_rank: dict) -> None:
@@ -258,18 +261,19 @@ def _merge(row: CheckResult, per_rank: dict) -> None:
         row.message = "the grader itself failed on this check - please report it:\n" + worst["message"]
 
 
-def _blame(row: CheckResult, check, per_rank: dict, timeout: dict | None, failure, limit_scale: float) -> None:
-    """The check that was running when its world died: why, as precisely as the records allow.
+def _blame(row: CheckResult, check, per_rank: dict, timeout: dict | None, failure, limit_scale: float):
+    """The check that was running when its world died: why, as precisely as the records allow. Returns how
+    the learner's code ended when later checks of its functions are to be skipped (a hang or a crash: it
+    recurs, each time at a new world's cost), or None when a rank's own verdict explains the death.
 
-    ``timeout`` is the earliest watchdog record for this check, if a rank's watchdog fired. An exception
-    raised on another rank *after* that moment is its echo, not its cause: in a deadlock every rank waits
-    in a receive, the first watchdog ends its rank, and a peer's receive then fails with "connection reset
-    by peer" a few milliseconds before its own watchdog would have fired. Blaming that exception would
-    tell the learner their code crashed when it hung.
+    ``timeout``: the earliest watchdog record ("timeout" at the limit; "stopped" after a peer failed). A
+    verdict written before it is the cause: a rank whose check failed or whose code raised stops calling the
+    learner's code, and its peers wait for it there (``rank.py``). An exception *after* it is an echo: in a
+    deadlock the first watchdog ends its rank, and a peer's receive fails ("connection reset by peer")
+    moments before its own watchdog would fire; blaming it would call a hang a crash.
     """
-    raised = [per_rank[r] for r in sorted(per_rank) if per_rank[r]["outcome"] in ("error", "forbidden")
-              and (timeout is None or per_rank[r].get("at", 0.0) < timeout.get("at", float("inf")))]
-    timed_out = timeout is not None
+    spoke = [per_rank[r] for r in sorted(per_rank) if per_rank[r]["outcome"] != "passed"
+             and (timeout is None or per_rank[r].get("at", 0.0) < timeout.get("at", float("inf")))]
     # A rank that died outright, with no Python exception: it ended its own process (os._exit, a signal) or
     # crashed in native code. The launcher notices at once, and the others' errors are its echo.
     crashed = (isinstance(failure, RankError) and failure.rank not in per_rank and not failure.exc_type
@@ -279,34 +283,40 @@ def _blame(row: CheckResult, check, per_rank: dict, timeout: dict | None, failur
         how = f"ended its own process with exit code {code} (os._exit or sys.exit outside the main thread?)"
         if code < 0:
             name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
-            how = f"was killed by {name}"
-            if -code == signal.SIGABRT:
-                how += (" (the C++ side aborted; with gloo that is typically a message whose size does not "
-                        "match the receive posted for it - check which chunk each rank sends and receives)")
-            elif -code in (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE):
-                how += " (a crash in native code: for example a tensor used after its memory was freed)"
+            how = f"was killed by {name}" + CRASH_NOTES.get(name, "")
         row.outcome = "error"
         row.message = (f"rank {failure.rank} {how} during the check '{check.name}'; the other ranks lost their "
                        f"connection to it and were stopped")
-    elif raised:
-        first = _first_raised(raised)
+        return "crashed"
+    if spoke:
+        # What zeroes the exercise (tampering, a forbidden call) speaks first; otherwise the first to speak.
+        zeroing = [r for r in spoke if r["outcome"] in ("tampered", "forbidden")]
+        first = _first_raised(zeroing or spoke)
         row.outcome = first["outcome"]
+        row.hint = first.get("hint") or row.hint
         row.message = (f"rank {first['rank']}: {first['message']}\n(the other ranks were left waiting for "
                        f"rank {first['rank']} and were stopped)")
-    elif timed_out or isinstance(failure, TimeoutError) or (
+        if row.outcome == "grader_error":
+            row.message = "the grader itself failed on this check - please report it:\n" + first["message"]
+        return None
+    if timeout is not None or isinstance(failure, TimeoutError) or (
             isinstance(failure, RankError) and failure.exit_code == WATCHDOG_EXIT_CODE):
         row.outcome = "timed_out"
         row.message = (f"timed out after {check.limit * limit_scale:g} s on W={check.world}: an endless loop, "
                        f"or a deadlock (a receive that no rank sends to, or ranks that disagree on the "
                        f"order of their messages). Every rank was stopped.")
+        how = "did not finish (timed out)"
     elif isinstance(failure, RankError):
         row.outcome = "error"
         row.message = f"rank {failure.rank} exited with code {failure.exit_code} during this check, without a result"
+        how = "crashed"
     else:
         row.outcome = "error"
         row.message = f"the world stopped during this check: {failure}"
+        how = "crashed"
     if _failed_outside_any_code_under_test(failure, per_rank, timeout):
         row.message = "the grader itself failed on this check - please report it:\n" + str(failure)
+    return how
 
 
 def _failed_outside_any_code_under_test(failure, per_rank: dict, timeout: dict | None) -> bool:
@@ -314,4 +324,4 @@ def _failed_outside_any_code_under_test(failure, per_rank: dict, timeout: dict |
     with no learner exception, time-out or crash to explain it. gloo's connect on a loaded machine
     fails that way now and then; a grader bug does too, and then it fails again when retried."""
     return (isinstance(failure, RankError) and bool(failure.exc_type) and timeout is None
-            and not any(r["outcome"] in ("error", "forbidden") for r in per_rank.values()))
+            and not any(r["outcome"] != "passed" for r in per_rank.values()))

@@ -14,6 +14,7 @@ answer key leaked through an error message is still an answer key.
 from __future__ import annotations
 
 import importlib
+import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -34,18 +35,78 @@ EXERCISE_MODULES = (
 # object's constants marks a stub when its source cannot be found (see notebook.attempted).
 STUB_TEXT = "your code here"
 
-# Collectives that a "build it yourself" exercise may not call. Grouped so that an exercise can
-# forbid all of them (01, 02) or all but the one it is about (04 allows all_reduce).
-TORCH_COLLECTIVES = tuple(f"torch.distributed.{name}" for name in (
-    "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "all_to_all_single",
-    "reduce_scatter_tensor", "all_gather_into_tensor", "all_gather_object", "broadcast_object_list",
-    "gather", "scatter", "gather_object", "scatter_object_list", "all_reduce_coalesced",
-    "all_gather_coalesced", "_all_gather_base", "_reduce_scatter_base", "_broadcast_coalesced"))
-# Methods of a ProcessGroup object (``dist.group.WORLD.allreduce(...)``): the same collectives, one level down.
-PROCESS_GROUP_METHODS = ("allreduce", "allgather", "reduce_scatter", "broadcast", "reduce", "alltoall",
-                         "alltoall_base", "allreduce_coalesced", "allgather_coalesced", "_allgather_base",
-                         "_reduce_scatter_base", "allgather_into_tensor_coalesced",
-                         "reduce_scatter_tensor_coalesced", "gather", "scatter")
+# Collectives that a "build it yourself" exercise may not call, read from torch itself rather than listed
+# by hand: a list written for one torch release misses what the next one adds (torch 2.13 added
+# dist.reduce_scatter_single and dist.all_gather_single, which a hand-written list did not name).
+# Point-to-point messages - one tensor to or from one named peer - are what the exercises are built
+# from, so they are never forbidden; these are the ProcessGroup's point-to-point primitives.
+POINT_TO_POINT_METHODS = ("send", "recv", "recv_anysource")
+
+
+def _signatures(function) -> list[str]:
+    """The signature lines of a pybind11 function's docstring (one per overload): ``name(args) -> result``."""
+    name = getattr(function, "__name__", "")
+    return [line.strip().split(". ", 1)[-1] for line in (getattr(function, "__doc__", None) or "").splitlines()
+            if re.match(rf"^(\d+\. )?{re.escape(name)}\(", line.strip())]
+
+
+def process_group_collectives(group_class=None) -> tuple[str, ...]:
+    """The ProcessGroup methods that start a collective (``dist.group.WORLD.allreduce(...)``): those that take
+    tensors and return a Work, other than the point-to-point ones. A barrier takes no tensor: it moves no
+    data, so it cannot stand in for anything an exercise asks for, and it stays allowed."""
+    if group_class is None:
+        import torch
+        group_class = torch._C._distributed_c10d.ProcessGroup
+    found = []
+    for name in sorted(vars(group_class)):
+        lines = _signatures(getattr(group_class, name)) if not name.startswith("__") else []
+        if name not in POINT_TO_POINT_METHODS and any(
+                "Tensor" in line.rsplit("->", 1)[0] and "Work" in line.rsplit("->", 1)[-1] for line in lines):
+            found.append(name)
+    return tuple(found)
+
+
+def torch_collectives(module=None, methods=None) -> tuple[str, ...]:
+    """Dotted names of the functions in ``torch.distributed`` that run a collective.
+
+    A Python function of ``distributed_c10d`` is one when its code calls a collective ProcessGroup method
+    (``all_reduce`` calls ``allreduce``), or calls another such function (``all_gather_object`` calls
+    ``all_gather``); a context manager (``_coalescing_manager``, which ``batch_isend_irecv`` uses for
+    point-to-point messages too) runs whatever is called inside it, and that is judged on its own. A C
+    function is one when it takes a ProcessGroup and tensors (``_broadcast_coalesced``).
+    """
+    import inspect
+    import warnings
+    if module is None:
+        import torch.distributed as module
+    methods = set(process_group_collectives() if methods is None else methods)
+    c10d = getattr(module, "distributed_c10d", module).__name__
+    names, calls = set(), {}
+    for name in sorted(dir(module)):
+        with warnings.catch_warnings():  # deprecated aliases (dist.reduce_op) warn when touched
+            warnings.simplefilter("ignore")
+            value = getattr(module, name, None)
+            if value is None or inspect.isclass(value) or not callable(value):
+                continue
+        code_of = inspect.unwrap(value)
+        if inspect.isfunction(code_of):
+            if code_of.__module__ == c10d and not inspect.isgeneratorfunction(code_of):
+                calls[name] = set(code_of.__code__.co_names)
+        elif any("ProcessGroup" in line and "Tensor" in line for line in _signatures(value)):
+            names.add(name)
+    grown = True
+    while grown:
+        reached = {name for name, called in calls.items() if called & (methods | names)} - names
+        names |= reached
+        grown = bool(reached)
+    return tuple(f"torch.distributed.{name}" for name in sorted(names))
+
+
+PROCESS_GROUP_METHODS = process_group_collectives()
+TORCH_COLLECTIVES = torch_collectives(methods=PROCESS_GROUP_METHODS)
+# What an exercise that forbids all-reduce only (08, 09: reduce-scatter and all-gather are the point) forbids.
+TORCH_ALL_REDUCES = tuple(name for name in TORCH_COLLECTIVES if "all_reduce" in name)
+PROCESS_GROUP_ALL_REDUCES = tuple(name for name in PROCESS_GROUP_METHODS if "allreduce" in name)
 DPTEACH_COLLECTIVES = tuple(f"dpteach.collectives.{name}" for name in (
     "ring_all_reduce", "ring_reduce_scatter", "ring_all_gather", "tree_all_reduce", "naive_all_reduce"))
 # Whole modules that are collectives under another name.

@@ -114,6 +114,13 @@ VARIANTS = (
               "    def finish(self):\n        for b in range(len(self.buckets)):\n"
               "            self.handles.append(dist.all_reduce(self.buffers[b], async_op=True))\n")),
             ("starts during backward",), "after backward"),
+    Variant("04", "launches each bucket as soon as it is complete, out of bucket order",
+            (("        self.fired.add(param)\n        self.missing[b] -= 1\n        self.launch_ready()\n",
+              "        self.fired.add(param)\n        self.missing[b] -= 1\n"
+              "        if self.missing[b] == 0:  # at once, whatever the buckets before it\n"
+              "            self.handles.append(dist.all_reduce(self.buffers[b], async_op=True))\n"
+              "            self.next_bucket += 1\n"),),
+            ("complete out of order on one rank", "in a different order on different ranks"), "launched after bucket"),
     Variant("05", "sync decided after forward",
             (("        with context:                       # decided before forward\n"
               "            loss = loss_fn(model(inputs), targets) / k\n            loss.backward()\n",

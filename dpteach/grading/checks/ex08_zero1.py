@@ -17,7 +17,7 @@ from functools import partial
 import torch
 from torch import nn
 
-from ..spec import Check, Exercise, Fail
+from ..spec import PROCESS_GROUP_ALL_REDUCES, TORCH_ALL_REDUCES, Check, Exercise, Fail
 
 STUB = '''\
 import torch
@@ -187,10 +187,9 @@ CHECKS = (
 EXERCISE = Exercise(
     id="08", stem="08_zero1", title="ZeRO stage 1: sharded optimizer state (stretch)", names=("ZeroSGD",),
     stub=STUB, intro=INTRO, try_code=TRY, checks=CHECKS,
-    forbidden=("torch.distributed.all_reduce", "dpteach.collectives.ring_all_reduce",
-               "dpteach.collectives.tree_all_reduce", "dpteach.collectives.naive_all_reduce",
-               "torch.distributed.all_reduce_coalesced"),
-    forbidden_methods=("allreduce", "allreduce_coalesced"),
+    forbidden=TORCH_ALL_REDUCES + ("dpteach.collectives.ring_all_reduce", "dpteach.collectives.tree_all_reduce",
+                                   "dpteach.collectives.naive_all_reduce"),
+    forbidden_methods=PROCESS_GROUP_ALL_REDUCES,
     rule="this exercise asks for reduce-scatter / update / all-gather, and your code all-reduces instead",
     after="Exercise 09 (also a stretch) shards the gradients as well: ZeRO stage 2.",
 )
