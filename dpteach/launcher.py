@@ -347,7 +347,7 @@ class _Ranks:
         if not self.want_progress or self.store is None:
             return
         if self.bar_phase is None:
-            self.bar = _bar(total=self.world_size, desc=f"starting {self.world_size} ranks", unit="rank")
+            self.bar = progress_bar(total=self.world_size, desc=f"starting {self.world_size} ranks", unit="rank")
             self.bar_phase = "starting"
         if self.bar_phase == "starting":
             joined = min(self.store.add("launch/joined", 0), self.world_size)
@@ -360,16 +360,22 @@ class _Ranks:
                 _advance(self.bar, self.bar.total)
                 self.bar.close()
             desc = self.store.get("progress/desc").decode() if self.store.check(["progress/desc"]) else None
-            self.bar = _bar(total=int(self.store.get("progress/total")), desc=desc)
+            self.bar = progress_bar(total=int(self.store.get("progress/total")), desc=desc)
             self.bar_phase = "run"
         if self.bar_phase == "run":
             _advance(self.bar, self.store.add("progress/done", 0))
 
 
-def _bar(**options):
-    """A progress bar that disappears when it completes (a widget in a notebook, text in a terminal)."""
-    from tqdm.auto import tqdm  # only when a bar is shown: the launcher's poll loop runs every few ms
-    return tqdm(leave=False, **options)
+def progress_bar(iterable=None, **options):
+    """A progress bar that disappears when it completes: a widget inside a Jupyter kernel, text on stderr
+    anywhere else. Decided here rather than by ``tqdm.auto``, which also draws a widget (printed as text
+    on stdout) in a plain IPython shell whose config has merely been asked about ``IPKernelApp``."""
+    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
+    if shell is not None and type(shell).__name__ == "ZMQInteractiveShell":
+        from tqdm.notebook import tqdm
+    else:
+        from tqdm import tqdm
+    return tqdm(iterable, leave=False, **options)
 
 
 def _advance(bar, to: int) -> None:

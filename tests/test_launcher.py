@@ -312,6 +312,15 @@ def test_rank_zero_drives_a_progress_bar_in_the_caller(capfd):
     assert "starting 2 ranks" in err and "2/2" in err.split("counting")[0]
 
 
+def test_the_bar_stays_text_on_stderr_in_a_process_that_loaded_ipykernel(capfd):
+    # `dpteach lab` reads the kernel's metadata from ipykernel, which imports ipykernel.zmqshell; tqdm.auto
+    # takes that module's presence for a notebook and prints a widget's text on stdout instead
+    import ipykernel.zmqshell  # noqa: F401
+    assert dpteach.launch(_report_progress, 2) == [True, True]
+    out, err = capfd.readouterr()
+    assert "counting" in err and "counting" not in out and "starting 2 ranks" not in out
+
+
 def test_under_torchrun_launch_joins_the_existing_world(tmp_path):
     script = tmp_path / "joined.py"
     script.write_text(textwrap.dedent("""

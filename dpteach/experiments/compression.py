@@ -32,7 +32,7 @@ from ..accounting import step_costs
 from ..backend import plain_fp32
 from ..buckets import build_buckets
 from ..costmodel import busbw_factor
-from ..launcher import launch
+from ..launcher import launch, progress_bar
 from ..link import resolve_link
 from ..models import SPECS, build_model
 from ..reference import exact_tolerance, reference_device, train_single_process
@@ -265,10 +265,9 @@ def compression_bytes(world_sizes=(2, 3, 4), model: str = "mlp", bucket_mb: floa
     Returns ``{"model", "bucket_mb", "rows": [{"world_size", "strategy", "measured", "formula"}]}``.
     """
     strategies = validate.choices("strategies", strategies, COMPRESSED)
-    from tqdm.auto import tqdm  # each world takes seconds to start: show that something is happening
     sizes = bucket_sizes(model, bucket_mb)
     rows = []
-    for world in tqdm(list(world_sizes), desc="worlds", leave=False):
+    for world in progress_bar(list(world_sizes), desc="worlds"):  # each world takes seconds to start
         measured = None
         if known is not None and known["world_size"] == world and known["model"] == model \
                 and known["bucket_mb"] == bucket_mb:
