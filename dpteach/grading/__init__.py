@@ -10,8 +10,10 @@ In a terminal: ``dpteach grade exercises/01_ring_reduce_scatter_all_gather.ipynb
 No grading server, database or JupyterHub: the checks run here, on this machine's CPU cores, in real
 gloo process groups of 1 to 4 ranks (``runner.py``, ``rank.py``), with a time limit per check, hidden
 cases, and a guard against calling the built-in collective the exercise asks you to build
-(``forbidden.py`` reads the code, ``guard.py`` watches it run). Scores go to the same progress store as
-the quizzes (``dpteach progress``).
+(``forbidden.py`` reads the code, ``guard.py`` watches it run). Every check is judged twice - in the ranks,
+and again from what they recorded in a process where no learner code ran (``replay.py``, ``judge.py``) -
+and code that changes how the checks judge scores 0 (``seal.py``, ``tampering.py``). Scores go to the
+same progress store as the quizzes (``dpteach progress``).
 
 For tools: :func:`grade_notebook` (a notebook file), :func:`grade_source` (the text of a solution cell) and
 :func:`grade_namespace` (a dict of the learner's objects) return a :class:`~dpteach.grading.report.Report`

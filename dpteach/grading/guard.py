@@ -17,16 +17,32 @@ outside that window or inside :meth:`Guard.allow`), two mechanisms watch:
 
 The wrappers are installed before the learner's code is loaded in the rank, so a
 ``from torch.distributed import all_reduce`` in a solution cell binds the wrapper, not the original.
+
+The same profiler notices the learner's code calling the grader's own code - a check module's helper
+that computes expected values, its reference answer: whenever the grader's code is entered and the first
+frame below it that belongs neither to the standard library nor to another library is the learner's,
+that is tampering (``tampering.py`` keeps the note), unless the check handed that function over on
+purpose (``hand``: a hook DDP calls, a ``compute_gradient`` the learner's ``work`` calls).
+
+What the counter of sent elements counts is what the learner's code *asks* to send. What really arrives
+is counted by :class:`Traffic`: the kernel's own count of the bytes received on the sockets gloo opened
+for the check's process group - data exchanged through files, the store or sockets of the learner's own
+is not in it.
 """
 from __future__ import annotations
 
 import importlib
 import inspect
+import os
+import socket
+import struct
 import sys
 from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
+
+from . import tampering
 
 
 class ForbiddenCall(BaseException):
@@ -67,6 +83,9 @@ class Guard:
         self._watch: dict = {}           # code object -> callback(event, frame, arg)
         self._c_calls: list = []         # callback(event, builtin) as the learner's code calls C functions
         self._patched: list = []         # (owner, attribute, original) to undo
+        self._handed: set = set()        # code objects of the grader's that the learner's code may call
+        self._grading: dict = {}         # code object -> whether it is the grader's (cache)
+        self.traffic = Traffic()
         for name in ("isend", "send"):
             code = _code_of(getattr(dist.distributed_c10d, name))
             if code is not None:
@@ -105,6 +124,7 @@ class Guard:
             return original(*args, **kwargs)
 
         forbidden.__wrapped_original__ = original
+        self._handed.add(forbidden.__code__)
         try:
             setattr(owner, attribute, forbidden)
         except (AttributeError, TypeError):
@@ -121,6 +141,12 @@ class Guard:
         code = _code_of(function)
         if code is not None:
             self._watch[code] = callback
+
+    def hand(self, function) -> None:
+        """Let the learner's code call ``function`` (grader code given to it on purpose)."""
+        code = _code_of(function)
+        if code is not None:
+            self._handed.add(code)
 
     def unwatch(self, function) -> None:
         self._watch.pop(_code_of(function), None)
@@ -171,9 +197,20 @@ class Guard:
         name = self._codes.get(code)
         if name is not None and event == "call":
             self.calls.append(name)
+        if event == "call" and code not in self._handed and self._is_grading(code):
+            below = tampering.first_not(("stdlib", "library"), frame.f_back)
+            if below is not None and tampering.kind(below.f_code.co_filename) == "learner":
+                tampering.note(f"called the grader's own {code.co_name} ({os.path.basename(code.co_filename)}), "
+                               f"which the checks judge with")
         callback = self._watch.get(code)
         if callback is not None:
             callback(event, frame, arg)
+
+    def _is_grading(self, code) -> bool:
+        found = self._grading.get(code)
+        if found is None:
+            found = self._grading[code] = tampering.kind(code.co_filename) == "grading"
+        return found
 
     def _count_send(self, event, frame, arg) -> None:
         """Count each message once, whatever the call path: ``send`` is built on ``isend`` in this torch
@@ -187,3 +224,65 @@ class Guard:
             self._sending += 1
         elif event == "return":
             self._sending = max(0, self._sending - 1)
+
+
+TCP_INFO_BYTES_RECEIVED = 128  # offset of tcpi_bytes_received in Linux's struct tcp_info (since 4.1)
+
+
+def _sockets() -> set:
+    """(fd, inode) of this process's sockets; empty where /proc is missing (not Linux)."""
+    found = set()
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return found
+    for name in names:
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+        if target.startswith("socket:"):
+            found.add((int(name), target))
+    return found
+
+
+def _bytes_received(fd: int, target: str) -> int:
+    """What the kernel counted as received on socket ``fd`` - if it is still the socket ``target`` names."""
+    try:
+        if os.readlink(f"/proc/self/fd/{fd}") != target:
+            return 0
+        copy = os.dup(fd)
+    except OSError:
+        return 0
+    try:
+        sock = socket.socket(fileno=copy)
+    except OSError:
+        os.close(copy)
+        return 0
+    with sock:
+        try:
+            info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
+        except (OSError, AttributeError):  # not a TCP socket, or no TCP_INFO here
+            return 0
+    return struct.unpack_from("Q", info, TCP_INFO_BYTES_RECEIVED)[0] if len(info) >= 136 else 0
+
+
+class Traffic:
+    """The bytes that really reached this rank through one check's process group: the kernel's count on
+    the sockets gloo opened for it (they are the ones that appear while the group is created)."""
+
+    def __init__(self):
+        self._before, self._sockets = set(), ()
+
+    def before_world(self) -> None:
+        self._before = _sockets()
+
+    def world_started(self) -> None:
+        self._sockets = tuple(sorted(_sockets() - self._before))
+
+    def received(self):
+        """Bytes received so far on the group's sockets; None where they cannot be counted (no TCP_INFO, no
+        /proc, or no socket appeared with the group - a gloo that connects lazily, say)."""
+        if not hasattr(socket, "TCP_INFO") or not self._sockets:
+            return None
+        return sum(_bytes_received(fd, target) for fd, target in self._sockets)

@@ -9,7 +9,13 @@ interpreter importing torch - is by far the most expensive thing in grading).
 
 For every check each rank writes one JSON line to its own results file, with ``os.write`` on an
 ``O_APPEND`` descriptor, so a line is either whole or absent even if the rank is killed a moment later.
-The parent process (``runner.py``) reads these files whatever happened to the world.
+The parent process (``runner.py``) reads these files whatever happened to the world. A verdict line is
+signed (HMAC, with a key the parent made for this launch and gave only to the rank's own writer): the
+learner's code runs in the same process and could append lines of its own, but not sign them.
+
+Before the learner's code is loaded, each rank takes the seal (``seal.py``) and adds the audit hook
+(``tampering.py``); every return from the learner's code is a checkpoint against both (``learner.py``),
+and so is the moment before a verdict is written.
 
 Time limits are kept by a watchdog thread: when a check runs past its limit (an endless loop; a
 deadlock, where every rank waits in a receive that nobody sends to) the watchdog writes a "timeout"
@@ -25,19 +31,22 @@ reports rank 1's failure, with its message, in seconds rather than at the time l
 """
 from __future__ import annotations
 
+import gc
+import hashlib
+import hmac
 import json
 import os
 import threading
 import time
 import traceback
-from contextlib import contextmanager
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
+from . import tampering
 from .guard import ForbiddenCall, Guard
-from .replay import encode, is_data, record_call
+from .learner import Context, LearnerError, Tampered, trimmed_traceback
 from .seal import Seal
 from .spec import Fail, get_exercise
 
@@ -47,96 +56,22 @@ PEER_FAILED_GRACE = 1.0  # seconds a rank may still take to finish a check that 
 POLL_INTERVAL = 0.1      # how often a watchdog asks the store whether a peer has failed the check
 
 
-class LearnerError(Exception):
-    """The learner's code raised; ``text`` is the traceback trimmed to the learner's own lines."""
-
-    def __init__(self, text: str, exc_type: str):
-        super().__init__(text)
-        self.text, self.exc_type = text, exc_type
-
-
-def trimmed_traceback(exc: BaseException, learner_files) -> str:
-    """The traceback of ``exc`` showing only frames from the learner's cells (the last frame if none)."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    mine = [frame for frame in frames if frame.filename in learner_files] or frames[-1:]
-    lines = ["Traceback (your code only, most recent call last):\n"]
-    lines += traceback.format_list(mine)
-    lines += traceback.format_exception_only(type(exc), exc)
-    return "".join(lines).rstrip()
-
-
-class Context:
-    """What a check's ``run(ctx)`` sees: its rank and world, and a safe way to call the learner's code."""
-
-    def __init__(self, rank: int, world: int, namespace: dict, guard: Guard, learner_files):
-        self.rank, self.world = rank, world
-        self.namespace, self.guard, self.learner_files = namespace, guard, learner_files
-        self.recording: list[dict] = []  # what the replay outside the ranks needs (replay.py)
-        # False once the check reaches for what a recording of values cannot carry: the learner's objects
-        # themselves, learner code run outside ``call``, its own communication, or a call given a live
-        # object (a model, an optimizer). Such a check is judged here only, under the seal.
-        self.replayable = True
-
-    def learner(self, name: str):
-        self.replayable = False
-        return self.namespace[name]
-
-    def call(self, name: str, *args, **kwargs):
-        """Run the learner's ``name(*args, **kwargs)`` with the guard watching; record what it left."""
-        if not all(is_data(value) for value in (*args, *kwargs.values())):
-            self.replayable = False
-        with self._watched():
-            result = self.namespace[name](*args, **kwargs)
-        self.recording.append(record_call(name, args, result))
-        return result
-
-    def sent_elements(self) -> int:
-        """Elements this rank's learner code has sent so far (the guard's count), recorded for the replay."""
-        count = self.guard.sent_elements
-        self.recording.append({"sent": count})
-        return count
-
-    def all_gather(self, tensor: torch.Tensor) -> list:
-        """The grader's own all-gather (never counted as the learner's traffic), recorded for the replay."""
-        gathered = [torch.empty_like(tensor) for _ in range(self.world)]
-        with self.guard.allow():
-            dist.all_gather(gathered, tensor)
-        self.recording.append({"gathered": encode(gathered)})
-        return gathered
-
-    def running_learner_code(self):
-        """Everything inside is the learner's doing: watched, and its exceptions become LearnerError."""
-        self.replayable = False
-        return self._watched()
-
-    @contextmanager
-    def _watched(self):
-        with self.guard.watching():
-            try:
-                yield
-            except (Fail, ForbiddenCall):
-                raise
-            except BaseException as exc:  # SystemExit and KeyboardInterrupt from their code, too
-                raise LearnerError(trimmed_traceback(exc, self.learner_files), type(exc).__name__) from None
-
-    def allow(self):
-        """The grader's own communication inside a learner window (see ``Guard.allow``)."""
-        self.replayable = False
-        return self.guard.allow()
-
-    def fail(self, message: str):
-        raise Fail(message)
+def sign(key: bytes, record: dict) -> str:
+    """The MAC of a record (its JSON with sorted keys): the runner checks it with the same key."""
+    return hmac.new(key, json.dumps(record, sort_keys=True).encode(), hashlib.sha256).hexdigest()
 
 
 class _Results:
-    """One JSON line per event, appended atomically to this rank's file."""
+    """One JSON line per event, appended atomically to this rank's file; signed when given a key."""
 
-    def __init__(self, path: str, rank: int):
-        self.rank = rank
+    def __init__(self, path: str, rank: int, key: bytes | None = None):
+        self.rank, self._key = rank, key
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
     def write(self, **record) -> None:
         record["rank"] = self.rank
+        if self._key is not None:
+            record["mac"] = sign(self._key, record)
         os.write(self.fd, (json.dumps(record) + "\n").encode())
 
 
@@ -208,20 +143,26 @@ def rank_main(plan: dict) -> None:
     """
     rank, size = dist.get_rank(), dist.get_world_size()
     exercise = get_exercise(plan["exercise"])
-    results = _Results(os.path.join(plan["results_dir"], f"rank{rank}.jsonl"), rank)
+    path = os.path.join(plan["results_dir"], f"rank{rank}.jsonl")
+    results = _Results(path, rank, key=bytes.fromhex(plan["key"]))  # held by this frame only: see sign()
     address = (os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]))
     store = dist.TCPStore(*address, is_master=False, timeout=PROCESS_GROUP_TIMEOUT)
-    watchdog = _Watchdog(results, dist.TCPStore(*address, is_master=False, timeout=PROCESS_GROUP_TIMEOUT))
+    watchdog = _Watchdog(_Results(path, rank), dist.TCPStore(*address, is_master=False, timeout=PROCESS_GROUP_TIMEOUT))
     watchdog.start()
     nonce = plan["nonce"]
     guard = Guard(exercise.forbidden, exercise.forbidden_methods).install()
+    if exercise.warmup is not None and plan["jobs"]:
+        exercise.warmup()  # before the seal: what torch changes in itself on first use is not the learner's doing
+    tampering.install(protected=[plan["results_dir"]], secret=[os.environ.get("DPTEACH_PAYLOAD", "")])
     seal = Seal()  # after the guard's own wrappers, before any learner code: see seal.py
+    gc.freeze()  # what exists now is the grader's and torch's: the collection before each verdict skips it
     dist.destroy_process_group()  # from here on, every check brings its own world
-    warm = False
     for job, submission, order in plan["jobs"]:
+        since = len(tampering.notes())  # what this job's code is seen doing, from its first line on
         watchdog.arm([job, "load"], plan["load_limit"])
         try:
-            namespace = submission.load()
+            with guard.watching():  # top-level code too: a table of answers built from the grader's helpers
+                namespace = submission.load()
             missing = [name for name in exercise.names if name not in namespace]
             if missing:
                 raise NameError(f"the solution does not define {', '.join(missing)}")
@@ -229,36 +170,47 @@ def rank_main(plan: dict) -> None:
             results.write(event="load_error", job=job, text=trimmed_traceback(exc, submission.files),
                           exc_type=type(exc).__name__)
             namespace = None
-        if namespace is not None and exercise.warmup is not None and not warm:
-            exercise.warmup()
-            warm = True
         watchdog.disarm()
+
+        def checkpoint(final=False, since=since):
+            found = seal.problems(final) + [f"your code {what}" for what in dict.fromkeys(tampering.notes()[since:])]
+            if found:
+                raise Tampered("; ".join(found))
+
         for index in order if namespace is not None else []:
-            _run_check(plan, job, index, exercise, rank, store, namespace, guard, seal, submission, results, watchdog)
+            _run_check(plan, job, index, exercise, rank, store, namespace, guard, (seal, checkpoint), submission,
+                       results, watchdog)
 
     # The launcher's worker tears down a default process group when we return: leave one in place.
     dist.init_process_group("gloo", store=dist.PrefixStore(f"{nonce}/end", store), rank=rank, world_size=size,
                             timeout=PROCESS_GROUP_TIMEOUT)
 
 
-def _run_check(plan, job, index, exercise, rank, store, namespace, guard, seal, submission, results, watchdog):
-    check = exercise.checks[index]
+def _run_check(plan, job, index, exercise, rank, store, namespace, guard, sealed, submission, results, watchdog):
+    check, (seal, checkpoint) = exercise.checks[index], sealed
     if rank >= check.world:
         return  # not part of this check's world; the next check's rendezvous waits for us
     prefix = f"{plan['nonce']}/job{job}/check{index}"
+    guard.traffic.before_world()
     dist.init_process_group("gloo", store=dist.PrefixStore(prefix, store), rank=rank, world_size=check.world,
                             timeout=PROCESS_GROUP_TIMEOUT)
+    guard.traffic.world_started()  # the sockets gloo opened for this world: see guard.Traffic
     # Armed only once the world is complete: a rank that skipped the smaller worlds waits here for its
     # peers, and that wait is not this check's time.
     scale = plan.get("limit_scale", 1.0)
     watchdog.arm([job, index], check.limit * scale, failed_key=prefix + "/failed", grace=PEER_FAILED_GRACE * scale)
     started = time.perf_counter()
-    outcome = _run_one(check, rank, namespace, guard, submission.files)
+    outcome = _run_one(check, rank, namespace, guard, checkpoint, submission.files)
     watchdog.settle()  # from here on a failing peer is no reason to stop this rank: it has its verdict
-    replaced = seal.broken()
-    if replaced:  # whatever the check concluded, it concluded with tools the learner's code had replaced
-        outcome.update(outcome="tampered", replaced=replaced,
-                       message=f"your code replaced {_listing(replaced)}, which the checks use to judge it")
+    gc.collect()  # the learner's objects the check dropped are finalized now, not while the verdict is written
+    try:
+        checkpoint(final=True)
+    except Tampered as found:  # whatever the check concluded, it concluded with tools the learner's code changed
+        outcome.pop("recording", None)
+        outcome.update(outcome="tampered", message=str(found))
+    changed = seal.changed_code()  # named in the report if the replay finds the check ran otherwise (judge.py)
+    if changed:
+        outcome["changed_code"] = changed
     results.write(event="check", job=job, check=index, seconds=round(time.perf_counter() - started, 3),
                   at=time.time(), **outcome)
     if outcome["outcome"] != "passed":  # written first: the runner must find this verdict when peers stop
@@ -268,19 +220,16 @@ def _run_check(plan, job, index, exercise, rank, store, namespace, guard, seal, 
     watchdog.disarm()
 
 
-def _listing(names: list[str], most: int = 4) -> str:
-    shown = ", ".join(names[:most])
-    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
-
-
-def _run_one(check, rank: int, namespace: dict, guard: Guard, learner_files) -> dict:
+def _run_one(check, rank: int, namespace: dict, guard: Guard, checkpoint, learner_files) -> dict:
     seen = len(guard.calls)
-    ctx = Context(rank, check.world, namespace, guard, learner_files)
+    ctx = Context(rank, check.world, namespace, guard, learner_files, checkpoint)
     torch.manual_seed(1000 + rank)  # learner code that draws random numbers does so reproducibly
     hint = None
     try:
         check.run(ctx)
         outcome, message = "passed", ""
+    except Tampered as found:
+        outcome, message = "tampered", str(found)
     except Fail as failure:
         outcome, message, hint = "failed", str(failure), failure.hint
     except ForbiddenCall as call:
@@ -291,7 +240,7 @@ def _run_one(check, rank: int, namespace: dict, guard: Guard, learner_files) -> 
         outcome, message = "grader_error", traceback.format_exc()
     finally:
         guard.clear_watches()
-    replay = check.replay and ctx.replayable and outcome in ("passed", "failed")
-    recorded = {"recording": ctx.recording} if replay else {}
+    # Only a pass needs its recording: the replay can confirm it or take it back (judge.py), never upgrade a failure.
+    recorded = {"recording": ctx.recording} if outcome == "passed" and ctx.replayable else {}
     hinted = {"hint": hint} if hint else {}
     return {"outcome": outcome, "message": message, "forbidden": guard.calls[seen:], **recorded, **hinted}

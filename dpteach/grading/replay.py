@@ -1,32 +1,33 @@
 """The verdict, reached again where no learner code has run: record in the rank, replay in a clean process.
 
 A check runs in a rank, next to the learner's code, and judges it with torch. Whatever the learner's code
-did to that process (``torch.equal = lambda a, b: True``, a rewritten ``Tensor.__eq__``, a patched
-dpteach helper) can sway the comparison there; the seal (``seal.py``) notices the common ways, not all.
-So for every check that talks to the learner only through ``ctx.call`` and its own bookkeeping, the
-rank also *records* what happened:
+did to that process can sway the comparison there; the seal (``seal.py``) and the audit hook
+(``tampering.py``) notice the ways they know, not all. So the rank also *records* everything the check
+learned from outside itself (``learner.py``):
 
 * each ``ctx.call``: what the learner's function returned, and what each tensor argument held after it;
-* each reading of the traffic counter (``ctx.sent_elements()``) and each grader collective
-  (``ctx.all_gather``): the numbers and tensors the rank saw.
+* each ``ctx.drive``: what a drive - grader code that works the learner's live objects (a model, an
+  optimizer) - observed and returned;
+* each salt, traffic count (``ctx.sent_elements``) and grader all-gather the rank saw.
 
-Recorded tensors travel as raw bytes with dtype and shape. After the ranks finish, ``python -m
-dpteach.grading.replay`` - a process that imports torch and the grader and nothing of the learner's -
-runs the same check function again with a context that answers each call from the recording instead
-of calling the learner. The check draws the same inputs (same seeds), builds the same expected values
-with an untouched torch and reaches its own verdict. That verdict is the one that counts; when it
-differs from the rank's, the learner's code changed how its process judges, and the report says so
-(scored like any other tampering: 0).
+Tensors are recorded with their storage: its bytes, read straight from memory (no torch operator a
+learner could override runs), and each tensor's offset, shape and stride in it. So two results that were
+views of one buffer are views of one buffer again in the replay, and a result that was a view of an
+argument is a view of the replay's argument. Only plain tensors on the CPU are recorded as tensors; a
+subclass is recorded by its type name, so it cannot answer the replay's questions its own way.
 
-Checks that hand the learner live objects (a model, a DDP wrapper, a process group of its own) cannot
-be replayed from a recording. The rank's context notices that by itself (``Context.replayable``: the
-check used ``ctx.learner``, ``ctx.allow`` or ``ctx.running_learner_code``, or passed a call something
-other than tensors and plain values) and sends no recording; such checks rely on the seal. A check whose
-*results* a recording cannot carry - views that share one buffer - sets ``replay=False``.
+After the ranks finish, ``python -m dpteach.grading.replay`` - a process that imported torch and the
+grader before any learner code ran, and nothing of the learner's - runs the same check function again
+with a context that answers from the recording instead of calling the learner. The check draws the same
+inputs, builds the same expected values with an untouched torch and reaches its own verdict. The check
+passes only when both verdicts say so (``judge.py``); a replay that cannot follow the recording (the check
+asks for what the rank never recorded, or the rank recorded more than the check asks for) means the
+check ran otherwise in the rank, and counts against the attempt.
 """
 from __future__ import annotations
 
 import base64
+import ctypes
 import json
 import sys
 
@@ -34,58 +35,126 @@ import torch
 
 DTYPES = {str(dtype): dtype for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64,
                                           torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool)}
+PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+# Taken when the grader is imported, before any learner code (the seal watches these names, too).
+_string_at, _b64encode, _b64decode = ctypes.string_at, base64.b64encode, base64.b64decode
 
 
 class NotReplayable(Exception):
-    """The check did something a recording cannot answer; mark it ``replay=False``."""
+    """The check asked for something the recording cannot answer."""
 
 
-# -- plain data from the rank's values ---------------------------------------------------------------
+def _plain(value) -> bool:
+    return (type(value) in PLAIN_TENSORS and value.device.type == "cpu" and value.layout == torch.strided
+            and str(value.dtype) in DTYPES)
 
-def encode(value, args=()):
-    """JSON-able data for ``value``; a tensor that *is* one of ``args`` is recorded as that argument."""
-    if isinstance(value, torch.Tensor):
+
+def _storage_key(tensor) -> tuple:
+    storage = tensor.untyped_storage()
+    return storage.data_ptr(), storage.nbytes()
+
+
+class Encoder:
+    """JSON-able data for the values of one event; tensors that share a storage share it in the data."""
+
+    def __init__(self, args=()):
+        self.args, self.blobs, self._where = args, [], {}
         for index, arg in enumerate(args):
-            if value is arg:
-                return {"arg": index}
-        flat = value.detach().cpu().contiguous().reshape(-1)
-        raw = flat.view(torch.uint8) if flat.dtype != torch.bool else flat.to(torch.uint8)
-        return {"tensor": str(value.dtype), "shape": list(value.shape),
-                "bytes": base64.b64encode(bytes(raw.numpy().tobytes())).decode()}
-    if isinstance(value, (list, tuple)):
-        return {"seq": [encode(item, args) for item in value], "tuple": isinstance(value, tuple)}
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return {"plain": value}
-    return {"other": type(value).__name__}
+            if _plain(arg):
+                self._where.setdefault(_storage_key(arg), {"arg_storage": index})
+
+    def blob(self, tensor) -> int:
+        storage = tensor.untyped_storage()
+        self.blobs.append(_b64encode(_string_at(storage.data_ptr(), storage.nbytes())).decode())
+        return len(self.blobs) - 1
+
+    def value(self, value):
+        if isinstance(value, torch.Tensor):
+            for index, arg in enumerate(self.args):
+                if value is arg:
+                    return {"arg": index}
+            if not _plain(value):
+                return {"other": f"{type(value).__name__} on {value.device}"}
+            key = _storage_key(value)
+            if key not in self._where:
+                self._where[key] = {"storage": self.blob(value)}
+            return {"tensor": str(value.dtype), "shape": list(value.shape), "stride": list(value.stride()),
+                    "offset": value.storage_offset(), **self._where[key]}
+        if isinstance(value, (list, tuple)):
+            return {"seq": [self.value(item) for item in value], "tuple": isinstance(value, tuple)}
+        if type(value) is dict and all(type(key) is str for key in value):
+            return {"dict": {key: self.value(item) for key, item in value.items()}}
+        if value is None or type(value) in (bool, int, float, str):
+            return {"plain": value}
+        return {"other": type(value).__name__}
+
+
+class Decoder:
+    """Values back from an event's data; ``args`` are the replay's own arguments, for views of them."""
+
+    def __init__(self, blobs, args=()):
+        self.blobs, self.args, self._storages = blobs, args, {}
+
+    def storage(self, index: int):
+        if index not in self._storages:
+            raw = _b64decode(self.blobs[index])
+            bytes_ = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
+            self._storages[index] = bytes_.untyped_storage()
+        return self._storages[index]
+
+    def value(self, data):
+        if "arg" in data:
+            return self.args[data["arg"]]
+        if "tensor" in data:
+            storage = (self.args[data["arg_storage"]].untyped_storage() if "arg_storage" in data
+                       else self.storage(data["storage"]))
+            return torch.empty(0, dtype=DTYPES[data["tensor"]]).set_(storage, data["offset"], data["shape"],
+                                                                     data["stride"])
+        if "seq" in data:
+            items = [self.value(item) for item in data["seq"]]
+            return tuple(items) if data["tuple"] else items
+        if "dict" in data:
+            return {key: self.value(item) for key, item in data["dict"].items()}
+        if "plain" in data:
+            return data["plain"]
+        return type(data["other"].split(" on ")[0], (), {})()  # same type name: "it is a <name>" reads the same
+
+    def restore(self, tensor, index: int) -> None:
+        """Write a recorded storage back into ``tensor``'s storage (what the learner's call left in it)."""
+        target = torch.empty(0, dtype=torch.uint8).set_(tensor.untyped_storage())
+        source = torch.empty(0, dtype=torch.uint8).set_(self.storage(index))
+        if target.numel() != source.numel():
+            raise NotReplayable("an argument's memory differs in size from the one recorded")
+        target.copy_(source)
+
+
+def encode(value, args=()) -> dict:
+    """One value as data, with the storages it uses."""
+    encoder = Encoder(args)
+    return {"value": encoder.value(value), "blobs": encoder.blobs}
 
 
 def decode(data, args=()):
-    if "arg" in data:
-        return args[data["arg"]]
-    if "tensor" in data:
-        dtype = DTYPES[data["tensor"]]
-        raw = torch.frombuffer(bytearray(base64.b64decode(data["bytes"])), dtype=torch.uint8)
-        flat = raw.to(torch.bool) if dtype == torch.bool else raw.view(dtype)
-        return flat.reshape(data["shape"]).clone()
-    if "seq" in data:
-        items = [decode(item, args) for item in data["seq"]]
-        return tuple(items) if data["tuple"] else items
-    if "plain" in data:
-        return data["plain"]
-    return type(data["other"], (), {})()  # same type name, so "it is a <name>" messages read the same
+    return Decoder(data["blobs"], args).value(data["value"])
 
 
 def is_data(value) -> bool:
-    """A tensor, a plain value, or a list or tuple of them: what a recording carries exactly."""
+    """A plain tensor, a plain value, or a list or tuple of them: what a recording carries exactly."""
     if isinstance(value, (list, tuple)):
         return all(is_data(item) for item in value)
-    return value is None or isinstance(value, (torch.Tensor, bool, int, float, str))
+    return value is None or type(value) in (bool, int, float, str) or (
+        isinstance(value, torch.Tensor) and _plain(value))
 
 
 def record_call(name: str, args: tuple, result) -> dict:
     """What one call of the learner's ``name`` left behind: its result and its tensor arguments."""
-    return {"call": name, "result": encode(result, args),
-            "args_after": [encode(arg) if isinstance(arg, torch.Tensor) else None for arg in args]}
+    encoder = Encoder(args)
+    after = [encoder.blob(arg) if _plain(arg) else None for arg in args]
+    return {"call": name, "args_after": after, "result": encoder.value(result), "blobs": encoder.blobs}
+
+
+def drive_name(function) -> str:
+    return f"{function.__module__}.{function.__qualname__}"
 
 
 # -- the replaying side --------------------------------------------------------------------------------
@@ -93,26 +162,36 @@ def record_call(name: str, args: tuple, result) -> dict:
 class ReplayContext:
     """What a check's ``run(ctx)`` sees in the replay: the same rank and world, answers from the recording."""
 
+    replayable = True
+
     def __init__(self, rank: int, world: int, recording: list):
         self.rank, self.world = rank, world
         self._events = list(recording)
 
     def _next(self, kind: str) -> dict:
         if not self._events or kind not in self._events[0]:
-            raise NotReplayable(f"the check asked for {kind!r} where the recording has "
-                                f"{next(iter(self._events[0]), 'nothing') if self._events else 'nothing left'}")
+            found = next(iter(self._events[0]), "nothing") if self._events else "nothing left"
+            raise NotReplayable(f"the check asked for {kind!r} where the rank recorded {found!r}")
         return self._events.pop(0)
 
     def call(self, name: str, *args, **kwargs):
         event = self._next("call")
         if event["call"] != name:
             raise NotReplayable(f"the check called {name!r} where the rank called {event['call']!r}")
+        decoder = Decoder(event["blobs"], args)
         for arg, after in zip(args, event["args_after"]):
             if after is not None and isinstance(arg, torch.Tensor):
-                value = decode(after)
-                if value.shape == arg.shape and value.dtype == arg.dtype:
-                    arg.copy_(value)
-        return decode(event["result"], args)
+                decoder.restore(arg, after)
+        return decoder.value(event["result"])
+
+    def drive(self, function, *args):
+        event = self._next("drive")
+        if event["drive"] != drive_name(function):
+            raise NotReplayable(f"the check drove {drive_name(function)} where the rank drove {event['drive']}")
+        return Decoder(event["blobs"]).value(event["value"])
+
+    def salt(self) -> int:
+        return 0 if self.world == 1 else self._next("salt")["salt"]
 
     def sent_elements(self) -> int:
         return self._next("sent")["sent"]
@@ -121,17 +200,21 @@ class ReplayContext:
         return decode(self._next("gathered")["gathered"])
 
     def learner(self, name: str):
-        raise NotReplayable("the check hands the learner's object out; it cannot be replayed from a recording")
+        raise NotReplayable("the check reached for the learner's object outside a drive")
 
     def allow(self):
-        raise NotReplayable("the check communicates on its own; it cannot be replayed from a recording")
+        raise NotReplayable("the check communicated on its own outside a drive")
 
     def running_learner_code(self):
-        raise NotReplayable("the check runs learner code directly; it cannot be replayed from a recording")
+        raise NotReplayable("the check ran learner code outside a call or a drive")
 
     def fail(self, message: str):
         from .spec import Fail
         raise Fail(message)
+
+    def finish(self) -> None:
+        if self._events:
+            raise NotReplayable(f"the rank recorded {len(self._events)} more event(s) than the check asks for")
 
 
 def judge(exercise_id: str, index: int, rank: int, world: int, recording: list) -> dict:
@@ -140,8 +223,10 @@ def judge(exercise_id: str, index: int, rank: int, world: int, recording: list) 
     check = get_exercise(exercise_id).checks[index]
     with torch.random.fork_rng():
         torch.manual_seed(1000 + rank)  # as the rank did before the check (rank.py)
+        ctx = ReplayContext(rank, world, recording)
         try:
-            check.run(ReplayContext(rank, world, recording))
+            check.run(ctx)
+            ctx.finish()
             return {"outcome": "passed", "message": ""}
         except Fail as failure:
             return {"outcome": "failed", "message": str(failure), **({"hint": failure.hint} if failure.hint else {})}
@@ -149,78 +234,10 @@ def judge(exercise_id: str, index: int, rank: int, world: int, recording: list) 
             return {"outcome": "not_replayable", "message": str(problem)}
 
 
-class Judge:
-    """The clean process that replays checks: started early (importing torch overlaps the ranks' start),
-    asked once, at the end, about every recorded check."""
-
-    def __init__(self):
-        import os
-        import subprocess
-        env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "DPTEACH_GPUS": "0"}
-        self.process = subprocess.Popen([sys.executable, "-m", "dpteach.grading.replay"], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-
-    def verdicts(self, requests: list[dict], timeout: float = 120.0) -> dict:
-        """``{request key: verdict}``; raises RuntimeError (with the judge's last words) if it fails."""
-        import subprocess
-        payload = "".join(json.dumps(request) + "\n" for request in requests)
-        try:
-            out, err = self.process.communicate(payload, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.communicate()
-            raise RuntimeError(f"the judging process gave no verdict within {timeout:g} s") from None
-        verdicts = {}
-        for line in out.splitlines():
-            verdict = json.loads(line)
-            verdicts[verdict.pop("key")] = verdict
-        if self.process.returncode != 0 or len(verdicts) != len(requests):
-            raise RuntimeError(f"the judging process exited with code {self.process.returncode}: "
-                               f"{err.strip().splitlines()[-1] if err.strip() else 'no message'}")
-        return verdicts
-
-    def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.communicate()
-
-
-def rejudge(exercise_id: str, finished: dict, judge: "Judge | None") -> None:
-    """Give every recorded rank result of ``finished`` (``{(job, check): {rank: record}}``) the verdict
-    the clean process reaches; a rank whose own verdict was kinder is marked ``tampered``."""
-    requests = [{"key": f"{job}/{index}/{rank}", "exercise": exercise_id, "check": index, "rank": rank,
-                 "world": len(per_rank), "recording": record["recording"]}
-                for (job, index), per_rank in finished.items() for rank, record in per_rank.items()
-                if "recording" in record and record["outcome"] in ("passed", "failed")]  # not what the seal broke
-    if not requests:
-        return
-    try:
-        verdicts = judge.verdicts(requests) if judge is not None else {}
-    except RuntimeError as problem:
-        verdicts, unconfirmed = {}, str(problem)
-    else:
-        unconfirmed = "no judging process"
-    for request in requests:
-        job, index, rank = (int(part) for part in request["key"].split("/"))
-        record = finished[(job, index)][rank]
-        verdict = verdicts.get(request["key"])
-        if verdict is None or verdict["outcome"] not in ("passed", "failed"):
-            reason = verdict["message"] if verdict else unconfirmed
-            record["message"] = (record["message"] + "\n" if record["message"] else "") + (
-                f"(this verdict could not be confirmed outside the ranks: {reason})")
-        elif record["outcome"] == "passed" and verdict["outcome"] == "failed":
-            record.pop("hint", None)
-            record.update(outcome="tampered", message=(
-                "inside your ranks this check passed, but judged again outside them, with a torch your code "
-                "never touched, it fails: " + verdict["message"] + ". Your code changed how its own process "
-                "compares results"))
-        else:
-            record.pop("hint", None)
-            record.update(verdict)
-
-
 def main() -> None:
     """Read one request per line on stdin, write one verdict per line on stdout."""
+    from .spec import all_exercises
+    all_exercises()  # every check module imported now, before any rank has run learner code
     for line in sys.stdin:
         request = json.loads(line)
         try:

@@ -21,7 +21,9 @@ JSON (``dpteach grade --json``)::
 
 ``points`` is what a check is worth, ``earned`` what it gave (0 when the exercise is zeroed); ``outcome``
 is one of passed, failed, error (the learner's code raised), timed_out, not_run, forbidden, tampered (the
-learner's code replaced a function the checks judge with: ``seal.py``; the exercise then scores 0).
+learner's code changed how the checks judge - replaced their tools, left torch dispatching through a mode,
+reached into their frames (``seal.py``, ``tampering.py``), or passed a check that fails when judged again
+outside the ranks (``judge.py``); the exercise then scores 0), grader_error (the grader failed; not a pass).
 """
 from __future__ import annotations
 
@@ -53,7 +55,7 @@ class Report:
     max_score: int
     checks: list = field(default_factory=list)
     forbidden: list = field(default_factory=list)
-    tampered: list = field(default_factory=list)  # what the learner's code replaced in the checks' tools
+    tampered: list = field(default_factory=list)  # what the learner's code did to the checks' tools
     error: str | None = None
     elapsed_s: float = 0.0
     rule: str = ""

@@ -17,15 +17,21 @@ The order of events, and why:
    the blame (the first failure or exception, with its message; its peers were stopped: ``rank.py``).
    Only a hang or a crash skips the later checks of the same learner functions (a hang recurs, each
    time at the cost of a time limit and a new world). No rank outlives its launch.
-6. **Score**: the points of the checks that passed; zero when a forbidden call was found, by reading or
-   at run time. The attempt is recorded in the progress store.
+6. **Judged again** (``judge.py``): every check that passed in its ranks is replayed from its recording
+   in a process where no learner code ran, and counts as passed only if it passes there too. Only the
+   verdict lines the ranks' own writer signed are read (``rank.py``): learner code in a rank could append
+   lines of its own to the results file, not sign them.
+7. **Score**: the points of the checks that passed; zero when a forbidden call was found, by reading or
+   at run time, or when the learner's code tampered with the checks. The attempt is recorded in the
+   progress store.
 """
 from __future__ import annotations
 
+import hmac
 import json
 import os
+import secrets
 import shutil
-import signal
 import tempfile
 import time
 import uuid
@@ -35,10 +41,11 @@ from ..launcher import RankError, launch
 from ..progress import ProgressStore
 from . import forbidden as static
 from .notebook import Submission, attempted, syntax_problem
-from .rank import WATCHDOG_EXIT_CODE
-from .replay import Judge, rejudge
+from .judge import Judge, rejudge
+from .rank import sign
 from .report import CheckResult, Report, not_attempted
 from .spec import Exercise
+from .verdicts import _blame, _failed_outside_any_code_under_test, _merge
 
 LOAD_LIMIT = 20.0       # seconds for a rank to execute the learner's cells
 GRADING_BUDGET = 120.0  # after this, checks left after a dead world are not started again
@@ -122,7 +129,7 @@ def _run_checks(exercise: Exercise, jobs: list, limit_scale: float) -> dict:
     retried: set = set()  # checks whose world broke down outside anyone's code once already
     called: dict[int, set] = {}  # job -> forbidden functions the guard saw called
     finished: dict[tuple, dict] = {}  # (job, check) -> {rank: record}, merged once the judge has spoken
-    judge = Judge() if any(checks[i].replay for _, i in pending) else None
+    judge = Judge() if pending else None  # every check is judged again: judge.py
     try:
         _run_worlds(exercise, jobs, pending, limit_scale, deadline, load_errors, retried, called, finished)
         rejudge(exercise.id, finished, judge)
@@ -159,8 +166,8 @@ def _run_worlds(exercise, jobs, pending, limit_scale, deadline, load_errors, ret
                 key = tuple(r["check"])
                 if key not in timeouts or r.get("at", 0.0) < timeouts[key].get("at", 0.0):
                     timeouts[key] = r
-            elif r.get("event") == "check":
-                by_check.setdefault((r["job"], r["check"]), {})[r["rank"]] = r
+            elif r.get("event") == "check":  # only signed by the rank's writer; the first one counts
+                by_check.setdefault((r["job"], r["check"]), {}).setdefault(r["rank"], r)
                 called.setdefault(r["job"], set()).update(r["forbidden"])
         pending = [(job, i) for job, i in pending if job not in load_errors]
         done = [key for key in pending if len(by_check.get(key, {})) == checks[key[1]].world]
@@ -203,7 +210,8 @@ def _launch(exercise: Exercise, jobs: list, pending: list, limit_scale: float):
     """One world for the ``pending`` (job, check) pairs; returns (all result records, the failure or None)."""
     results_dir = tempfile.mkdtemp(prefix="dpteach-grade-")
     order = list(dict.fromkeys(job for job, _ in pending))
-    plan = {"exercise": exercise.id, "results_dir": results_dir, "nonce": uuid.uuid4().hex[:12],
+    key = secrets.token_bytes(32)
+    plan = {"exercise": exercise.id, "results_dir": results_dir, "nonce": uuid.uuid4().hex[:12], "key": key.hex(),
             "load_limit": LOAD_LIMIT, "limit_scale": limit_scale,
             "jobs": [(job, jobs[job][0], [i for j, i in pending if j == job]) for job in order]}
     world = max(exercise.checks[i].world for _, i in pending)
@@ -220,108 +228,24 @@ def _launch(exercise: Exercise, jobs: list, pending: list, limit_scale: float):
         records = []
         for name in sorted(os.listdir(results_dir)):
             with open(os.path.join(results_dir, name), encoding="utf-8") as handle:
-                records += [json.loads(line) for line in handle if line.strip()]
+                records += [record for record in map(_parsed, handle) if _genuine(record, key)]
     finally:
         shutil.rmtree(results_dir, ignore_errors=True)
     return records, failure
 
 
-def _first_raised(records: list) -> dict:
-    """The rank whose code raised first: when one rank fails, its peers often fail a moment later *because*
-    of it ("connection reset by peer"), and it is the first error that explains the others."""
-    return min(records, key=lambda r: (r.get("at", 0.0), r["rank"]))
-
-
-SEVERITY = ("tampered", "forbidden", "error", "grader_error", "failed")
-NATIVE = " (a crash in native code: for example a tensor used after its memory was freed)"
-CRASH_NOTES = {"SIGABRT": " (the C++ side aborted; with gloo that is typically a message whose size does not match the "
-                          "receive posted for it - check which chunk each rank sends and receives)",
-               "SIGSEGV": NATIVE, "SIGBUS": NATIVE, "SIGILL": NATIVE, "SIGFPE": NATIVE}
-
-
-def _merge(row: CheckResult, per_rank: dict) -> None:
-    """A check passes when it passed on every rank; otherwise one failing rank speaks for it: a forbidden
-    call first, then the first exception, then the lowest rank whose result was wrong."""
-    failing = [per_rank[r] for r in sorted(per_rank) if per_rank[r]["outcome"] != "passed"]
-    if not failing:
-        row.passed, row.outcome, row.message = True, "passed", ""
-        return
-    worst_kind = min(SEVERITY.index(r["outcome"]) for r in failing)
-    same_kind = [r for r in failing if SEVERITY.index(r["outcome"]) == worst_kind]
-    verdicts = SEVERITY[worst_kind] in ("failed", "tampered")  # conclusions, not exceptions with echoes
-    worst = same_kind[0] if verdicts else _first_raised(same_kind)
-    row.outcome = worst["outcome"]
-    row.hint = worst.get("hint") or row.hint  # the failure's own hint, when it has one
-    prefix = f"rank {worst['rank']}: " if len(per_rank) > 1 else ""
-    row.message = prefix + worst["message"]
-    echoes = [r for r in same_kind if r is not worst] if not verdicts else []
-    if echoes:  # peers that raised *after* it were waiting for it (e.g. "connection reset by peer")
-        row.message += f"\n(the other ranks were left waiting for rank {worst['rank']} and failed after it)"
-    if row.outcome == "grader_error":
-        row.message = "the grader itself failed on this check - please report it:\n" + worst["message"]
-
-
-def _blame(row: CheckResult, check, per_rank: dict, timeout: dict | None, failure, limit_scale: float):
-    """The check that was running when its world died: why, as precisely as the records allow. Returns how
-    the learner's code ended when later checks of its functions are to be skipped (a hang or a crash: it
-    recurs, each time at a new world's cost), or None when a rank's own verdict explains the death.
-
-    ``timeout``: the earliest watchdog record ("timeout" at the limit; "stopped" after a peer failed). A
-    verdict written before it is the cause: a rank whose check failed or whose code raised stops calling the
-    learner's code, and its peers wait for it there (``rank.py``). An exception *after* it is an echo: in a
-    deadlock the first watchdog ends its rank, and a peer's receive fails ("connection reset by peer")
-    moments before its own watchdog would fire; blaming it would call a hang a crash.
-    """
-    spoke = [per_rank[r] for r in sorted(per_rank) if per_rank[r]["outcome"] != "passed"
-             and (timeout is None or per_rank[r].get("at", 0.0) < timeout.get("at", float("inf")))]
-    # A rank that died outright, with no Python exception: it ended its own process (os._exit, a signal) or
-    # crashed in native code. The launcher notices at once, and the others' errors are its echo.
-    crashed = (isinstance(failure, RankError) and failure.rank not in per_rank and not failure.exc_type
-               and failure.exit_code not in (WATCHDOG_EXIT_CODE, None))
-    if crashed:
-        code = failure.exit_code
-        how = f"ended its own process with exit code {code} (os._exit or sys.exit outside the main thread?)"
-        if code < 0:
-            name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
-            how = f"was killed by {name}" + CRASH_NOTES.get(name, "")
-        row.outcome = "error"
-        row.message = (f"rank {failure.rank} {how} during the check '{check.name}'; the other ranks lost their "
-                       f"connection to it and were stopped")
-        return "crashed"
-    if spoke:
-        # What zeroes the exercise (tampering, a forbidden call) speaks first; otherwise the first to speak.
-        zeroing = [r for r in spoke if r["outcome"] in ("tampered", "forbidden")]
-        first = _first_raised(zeroing or spoke)
-        row.outcome = first["outcome"]
-        row.hint = first.get("hint") or row.hint
-        row.message = (f"rank {first['rank']}: {first['message']}\n(the other ranks were left waiting for "
-                       f"rank {first['rank']} and were stopped)")
-        if row.outcome == "grader_error":
-            row.message = "the grader itself failed on this check - please report it:\n" + first["message"]
+def _parsed(line: str):
+    try:
+        return json.loads(line)
+    except ValueError:
         return None
-    if timeout is not None or isinstance(failure, TimeoutError) or (
-            isinstance(failure, RankError) and failure.exit_code == WATCHDOG_EXIT_CODE):
-        row.outcome = "timed_out"
-        row.message = (f"timed out after {check.limit * limit_scale:g} s on W={check.world}: an endless loop, "
-                       f"or a deadlock (a receive that no rank sends to, or ranks that disagree on the "
-                       f"order of their messages). Every rank was stopped.")
-        how = "did not finish (timed out)"
-    elif isinstance(failure, RankError):
-        row.outcome = "error"
-        row.message = f"rank {failure.rank} exited with code {failure.exit_code} during this check, without a result"
-        how = "crashed"
-    else:
-        row.outcome = "error"
-        row.message = f"the world stopped during this check: {failure}"
-        how = "crashed"
-    if _failed_outside_any_code_under_test(failure, per_rank, timeout):
-        row.message = "the grader itself failed on this check - please report it:\n" + str(failure)
-    return how
 
 
-def _failed_outside_any_code_under_test(failure, per_rank: dict, timeout: dict | None) -> bool:
-    """A rank raised in the grader's own code around a check - joining or leaving the check's world -
-    with no learner exception, time-out or crash to explain it. gloo's connect on a loaded machine
-    fails that way now and then; a grader bug does too, and then it fails again when retried."""
-    return (isinstance(failure, RankError) and bool(failure.exc_type) and timeout is None
-            and not any(r["outcome"] != "passed" for r in per_rank.values()))
+def _genuine(record, key: bytes) -> bool:
+    """A verdict counts only with the rank writer's signature: learner code in the rank could append lines."""
+    if not isinstance(record, dict):
+        return False
+    if record.get("event") not in ("check", "load_error"):
+        return True  # time-outs and stops: the watchdog's, and a forged one can only cost points
+    mac = record.pop("mac", None)
+    return isinstance(mac, str) and hmac.compare_digest(mac, sign(key, record))

@@ -133,8 +133,13 @@ class Check:
     ``uses`` names the learner's functions the check calls: when one of them hangs, the world has to be
     killed, and later checks of the same function are skipped rather than each waiting for its own
     time-out (the learner fixes the hang first either way). ``hint`` is shown when the check fails.
-    A check with ``replay`` talks to the learner only through ``ctx.call``, ``ctx.sent_elements()`` and
-    ``ctx.all_gather``, so that ``replay.py`` can reach its verdict again where no learner code ran.
+
+    Every check is judged twice: in the ranks, and again by ``replay.py`` in a clean process from what the
+    rank recorded, and only a check passed in both passes. So a check talks to the learner only through
+    its context (``learner.py``): ``ctx.call`` for a function given and returning data, ``ctx.drive`` for
+    what needs live objects (a model, an optimizer) and returns what it observed, ``ctx.salt``,
+    ``ctx.all_gather`` and ``ctx.sent_elements`` for the rest - and it computes what it expects only after
+    the learner's call has returned, from data the learner never held (other ranks' secret salts).
     """
 
     name: str
@@ -145,8 +150,17 @@ class Check:
     uses: tuple = ()
     hint: str = ""
     limit: float = 6.0
-    replay: bool = True  # judged again outside the ranks from a recording (replay.py); False for a check
-    #                      whose results a recording cannot carry (views sharing one buffer)
+
+
+# Functions that run in a rank after the learner's code and whose results the replay takes as observed
+# (the drives of ``ctx.drive`` and the helpers that read what they return): the seal pictures their code.
+OBSERVERS: list = []
+
+
+def observes(function):
+    """Mark ``function`` as one whose results are recorded as observations (see ``OBSERVERS``)."""
+    OBSERVERS.append(function)
+    return function
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,12 @@ included, whose 8-bit mantissa is exact up to 256 - so the checks compare with `
 tolerance: the order in which a ring adds the contributions cannot matter, and a wrong answer cannot
 hide inside a tolerance.
 
-**Every rank knows every rank's data** (it is drawn from ``seed`` and the rank number), so each rank
-computes the expected result locally. The grader needs no collective of its own to know the answer,
-and nothing it does can be confused with the learner's communication.
+**No rank knows another rank's data before the learner's call returns.** A rank's data is drawn from the
+check's seed mixed with the rank's own secret salt (``ctx.salt()``, see ``learner.py``): the seeds are
+public (they are in the check modules), so data drawn from them alone would let a solution rebuild every
+rank's data - and the expected answer - with no message at all. After the call, the check learns every
+rank's seed with its own all-gather (:func:`everyones`, never counted as the learner's traffic) and only
+then computes the expected result: nothing in the check's frame during the call gives the answer away.
 """
 from __future__ import annotations
 
@@ -22,9 +25,28 @@ DTYPE_NAMES = {torch.float32: "float32", torch.float64: "float64", torch.float16
                torch.uint8: "uint8"}
 
 
-def rank_data(seed: int, rank: int, numel: int, dtype: torch.dtype, shape=None) -> torch.Tensor:
-    """Rank ``rank``'s tensor for case ``seed``: small integers, exact in ``dtype``."""
-    generator = torch.Generator().manual_seed(seed * 7919 + rank * 104729 + numel)
+def mixed(seed: int, salt: int) -> int:
+    """A rank's seed for one case: the public ``seed`` mixed with the rank's secret ``salt`` (0: unchanged)."""
+    return (seed * 1_000_003 + salt) % 2 ** 62 if salt else seed
+
+
+def secret_seed(ctx, seed: int) -> int:
+    """This rank's seed for the case: ``seed`` and a fresh salt of its own (the seed itself on one rank)."""
+    return mixed(seed, ctx.salt())
+
+
+def everyones(ctx, mine: int) -> list[int]:
+    """Every rank's seed, by the grader's own all-gather. Call it after the learner's calls, on every rank."""
+    if ctx.world == 1:
+        return [mine]
+    return [int(part.item()) for part in ctx.all_gather(torch.tensor([mine], dtype=torch.int64))]
+
+
+def rank_data(seed, rank: int, numel: int, dtype: torch.dtype, shape=None) -> torch.Tensor:
+    """Rank ``rank``'s tensor for case ``seed`` (one seed, or a list with every rank's): small integers,
+    exact in ``dtype``."""
+    own = seed[rank] if isinstance(seed, (list, tuple)) else seed
+    generator = torch.Generator().manual_seed((own * 7919 + rank * 104729 + numel) % 2 ** 63)
     values = torch.randint(-20, 21, (numel,), generator=generator)
     if dtype == torch.uint8:
         values = values.abs()
@@ -32,8 +54,8 @@ def rank_data(seed: int, rank: int, numel: int, dtype: torch.dtype, shape=None) 
     return values.reshape(shape) if shape is not None else values
 
 
-def sum_over_ranks(seed: int, world: int, numel: int, dtype: torch.dtype, shape=None) -> torch.Tensor:
-    """The sum of every rank's ``rank_data``, computed exactly (in int64) and stored in ``dtype``."""
+def sum_over_ranks(seed, world: int, numel: int, dtype: torch.dtype, shape=None) -> torch.Tensor:
+    """The sum of every rank's ``rank_data`` (``seed``: one, or every rank's), exact (in int64), in ``dtype``."""
     parts = [rank_data(seed, r, numel, torch.int64) for r in range(world)]
     if dtype == torch.uint8:
         parts = [part.abs() for part in parts]
@@ -66,3 +88,12 @@ def which_chunk(value: torch.Tensor, total: torch.Tensor, world: int) -> int | N
 def unchanged(before: torch.Tensor, after: torch.Tensor, what: str) -> None:
     if not torch.equal(before, after):
         raise Fail(f"{what} was changed; leave the input as it was (work on a copy)")
+
+
+def require_received(received, needed: int, what: str, later: str = "") -> None:
+    """``received`` bytes reached this rank through the check's process group (``ctx.received_bytes``); the
+    answer needs at least ``needed`` of its peers' bytes. None: this machine cannot count them (not Linux)."""
+    if received is not None and received < needed:
+        raise Fail(f"only {received} bytes reached this rank through the process group, fewer than the {needed} "
+                   f"that {what} needs from its peers: the data must travel as messages (send/recv), not through "
+                   f"files, the store or any other channel" + later)

@@ -16,7 +16,8 @@ import torch
 
 from ...collectives import chunk_bounds
 from ..spec import (ALL_COLLECTIVES, COLLECTIVE_MODULES, PROCESS_GROUP_METHODS, Check, Exercise, Fail)
-from .common import (expect_dtype, expect_tensor, rank_data, sum_over_ranks, unchanged, which_chunk)
+from .common import (everyones, expect_dtype, expect_tensor, rank_data, secret_seed, sum_over_ranks, unchanged,
+                     which_chunk)
 
 STUB = '''\
 import torch
@@ -105,12 +106,14 @@ HINT_TRAFFIC = ("A ring sends one chunk per step, W-1 steps per pass: (W-1)/W of
 
 
 def reduce_scatter_case(ctx, numel, dtype, seed, traffic=False):
-    mine = rank_data(seed, ctx.rank, numel, dtype)
+    mine_seed = secret_seed(ctx, seed)
+    mine = rank_data(mine_seed, ctx.rank, numel, dtype)
     before = mine.clone()
     sent = ctx.sent_elements()
-    out = expect_tensor(ctx.call("reduce_scatter", mine), "the result of reduce_scatter")
+    out = ctx.call("reduce_scatter", mine)
     sent = ctx.sent_elements() - sent
-    total = sum_over_ranks(seed, ctx.world, numel, dtype)
+    total = sum_over_ranks(everyones(ctx, mine_seed), ctx.world, numel, dtype)  # only now: see common.py
+    out = expect_tensor(out, "the result of reduce_scatter")
     start, stop = chunk_bounds(numel, ctx.world)[ctx.rank]
     expect_dtype(out, dtype, "the returned chunk")
     if out.numel() != stop - start:
@@ -129,14 +132,21 @@ def reduce_scatter_case(ctx, numel, dtype, seed, traffic=False):
         _check_traffic(ctx, sent, numel, passes=1)
 
 
+def _chunks(seeds, world, numel, dtype):
+    """Every rank's chunk, each cut from a vector drawn from that rank's own seed, in rank order."""
+    return torch.cat([rank_data(seeds, r, numel, dtype)[a:b] for r, (a, b) in enumerate(chunk_bounds(numel, world))])
+
+
 def all_gather_case(ctx, numel, dtype, seed, traffic=False):
-    total = sum_over_ranks(seed, ctx.world, numel, dtype)
+    mine_seed = secret_seed(ctx, seed)
     start, stop = chunk_bounds(numel, ctx.world)[ctx.rank]
-    chunk = total[start:stop].clone()
+    chunk = rank_data(mine_seed, ctx.rank, numel, dtype)[start:stop].clone()
     before = chunk.clone()
     sent = ctx.sent_elements()
-    out = expect_tensor(ctx.call("all_gather", chunk, numel), "the result of all_gather")
+    out = ctx.call("all_gather", chunk, numel)
     sent = ctx.sent_elements() - sent
+    total = _chunks(everyones(ctx, mine_seed), ctx.world, numel, dtype)  # only now: see common.py
+    out = expect_tensor(out, "the result of all_gather")
     expect_dtype(out, dtype, "the gathered tensor")
     if out.numel() != numel:
         raise Fail("the gathered tensor has the wrong number of elements: it must hold all `numel`")
@@ -150,11 +160,13 @@ def all_gather_case(ctx, numel, dtype, seed, traffic=False):
 
 
 def round_trip_case(ctx, numel, dtype, seed):
-    mine = rank_data(seed, ctx.rank, numel, dtype)
+    mine_seed = secret_seed(ctx, seed)
+    mine = rank_data(mine_seed, ctx.rank, numel, dtype)
     chunk = expect_tensor(ctx.call("reduce_scatter", mine), "the result of reduce_scatter")
-    out = expect_tensor(ctx.call("all_gather", chunk, numel), "the result of all_gather")
-    if out.dtype != dtype or out.numel() != numel or not torch.equal(out.reshape(-1), sum_over_ranks(
-            seed, ctx.world, numel, dtype)):
+    out = ctx.call("all_gather", chunk, numel)
+    total = sum_over_ranks(everyones(ctx, mine_seed), ctx.world, numel, dtype)
+    out = expect_tensor(out, "the result of all_gather")
+    if out.dtype != dtype or out.numel() != numel or not torch.equal(out.reshape(-1), total):
         raise Fail("all_gather(reduce_scatter(x), n) is not the all-reduce (the sum over ranks) of x")
 
 

@@ -14,7 +14,7 @@ import torch
 
 from ...collectives import chunk_bounds
 from ..spec import ALL_COLLECTIVES, COLLECTIVE_MODULES, PROCESS_GROUP_METHODS, Check, Exercise, Fail
-from .common import rank_data, sum_over_ranks
+from .common import everyones, rank_data, secret_seed, sum_over_ranks
 from .ex01_ring_pieces import _check_traffic
 
 STUB = '''\
@@ -116,15 +116,15 @@ def _diagnose(mine, before, out, total, world: int) -> None:
 
 def all_reduce_case(ctx, numel, dtype, seed, shape=None, traffic=False, repeat=1, transposed=False):
     for round_ in range(repeat):
-        case_seed = seed + 100 * round_
-        mine = rank_data(case_seed, ctx.rank, numel, dtype, shape)
-        total = sum_over_ranks(case_seed, ctx.world, numel, dtype, shape)
-        if transposed:
-            mine, total = mine.t(), total.t()
+        mine_seed = secret_seed(ctx, seed + 100 * round_)  # a fresh salt each round
+        mine = rank_data(mine_seed, ctx.rank, numel, dtype, shape)
+        mine = mine.t() if transposed else mine
         before = mine.clone()
         sent = ctx.sent_elements()
         out = ctx.call("ring_all_reduce", mine)
         sent = ctx.sent_elements() - sent
+        total = sum_over_ranks(everyones(ctx, mine_seed), ctx.world, numel, dtype, shape)  # only now: common.py
+        total = total.t() if transposed else total
         if not torch.equal(mine, total):
             _diagnose(mine, before, out, total, ctx.world)
         if out is not None and not (isinstance(out, torch.Tensor) and out.shape == total.shape

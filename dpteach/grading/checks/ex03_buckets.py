@@ -5,8 +5,10 @@ with a view per gradient.
 bucket closes once it holds at least the cap, the parameter that crosses it included; a smaller first
 cap) on hand-picked and seeded random sizes. ``flatten(grads)`` must return a *new* flat buffer and
 views that share its memory - a copy would look right and silently break the all-reduce-then-read-back
-that bucketing relies on. Finally both run together on real ranks: the grader all-reduces each of the
-learner's flat buffers and reads the averaged gradients back through the learner's views.
+that bucketing relies on. Finally both run together on real ranks: the grader averages each of the
+learner's flat buffers over the ranks and reads the averaged gradients back through the learner's views.
+The views are judged again outside the ranks like everything else: the recording keeps which tensors
+share a buffer (``replay.py``).
 """
 from __future__ import annotations
 
@@ -14,9 +16,9 @@ import random
 from functools import partial
 
 import torch
-import torch.distributed as dist
 
 from ..spec import Check, Exercise, Fail
+from .common import everyones, secret_seed
 
 STUB = '''\
 import torch
@@ -140,7 +142,7 @@ def random_cases(seed: int, count: int):
 
 
 def _grads(shapes, dtype, seed):
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed % 2 ** 63)
     return [torch.randn(shape, generator=generator).to(dtype) for shape in shapes]
 
 
@@ -178,9 +180,8 @@ def flatten_case(ctx, shapes, dtype, seed):
 def bucketed_sync_case(ctx, shapes, cap, first_cap, seed):
     """On real ranks: average gradients bucket by bucket through the learner's buckets and views."""
     world = ctx.world
-    mine = _grads(shapes, torch.float32, seed * 10 + ctx.rank)
-    average = [sum(_grads(shapes, torch.float32, seed * 10 + r)[i] for r in range(world)) / world
-               for i in range(len(shapes))]
+    mine_seed = secret_seed(ctx, seed * 10 + ctx.rank)
+    mine = _grads(shapes, torch.float32, mine_seed)
     sizes = [g.numel() * g.element_size() for g in mine]
     buckets = _checked_buckets(ctx.call("assign_buckets", sizes, cap, first_cap), len(sizes))
     for bucket in buckets:
@@ -188,10 +189,12 @@ def bucketed_sync_case(ctx, shapes, cap, first_cap, seed):
         if not isinstance(result, tuple) or len(result) != 2 or not isinstance(result[0], torch.Tensor):
             raise Fail("flatten should return a pair (flat, views)")
         flat, views = result
-        dist.all_reduce(flat)  # the grader's own all-reduce: not the learner's code
-        flat.div_(world)
+        gathered = ctx.all_gather(flat.detach().reshape(-1).clone())  # the grader's own exchange, not the learner's
+        flat.copy_((sum(gathered) / world).view_as(flat))
         for i, view in zip(bucket, views):
             mine[i].copy_(view)
+    seeds = everyones(ctx, mine_seed)
+    average = [sum(_grads(shapes, torch.float32, s)[i] for s in seeds) / world for i in range(len(shapes))]
     if any(not torch.allclose(g, a, atol=1e-6) for g, a in zip(mine, average)):
         raise Fail("after all-reducing each bucket's flat buffer and reading the gradients back through the "
                    "views, some gradient is not the average over ranks")
@@ -215,13 +218,13 @@ CHECKS = (
           hint=HINT_ASSIGN),
     Check("flatten: one new 1-D buffer holding every gradient in order (float32)", 1, 1,
           partial(flatten_case, shapes=[(2, 3), (4,), (3, 1, 2)], dtype=torch.float32, seed=41), uses=USES_F,
-          hint=HINT_VIEWS, replay=False),
+          hint=HINT_VIEWS),
     Check("flatten: the views share the buffer's memory and have the gradients' shapes", 2, 1,
           partial(flatten_case, shapes=[(5,), (2, 2), (1,)], dtype=torch.float32, seed=42), uses=USES_F,
-          hint=HINT_VIEWS, replay=False),
+          hint=HINT_VIEWS),
     Check("W=2: all-reducing each bucket's flat buffer averages every gradient", 2, 2,
           partial(bucketed_sync_case, shapes=[(8, 4), (8,), (3, 8), (3,)], cap=100, first_cap=40, seed=43),
-          uses=BOTH, hint=HINT_VIEWS, replay=False),
+          uses=BOTH, hint=HINT_VIEWS),
     Check("hidden: assign_buckets, random sizes and caps", 2, 1,
           partial(assign_case, cases=random_cases(44, 12)), hidden=True, uses=USES_A, hint=HINT_ASSIGN),
     Check("hidden: assign_buckets, parameters larger than the cap", 1, 1,
@@ -231,13 +234,11 @@ CHECKS = (
           partial(assign_case, cases=[([4] * 8, 5, 20), ([], 8, 8)]), hidden=True, uses=USES_A, hint=HINT_ASSIGN),
     Check("hidden: flatten, float64 and 0-d tensors", 1, 1,
           partial(flatten_case, shapes=[(), (3, 2), (), (1, 1, 1)], dtype=torch.float64, seed=45), hidden=True,
-          uses=USES_F, hint=HINT_VIEWS, replay=False),
+          uses=USES_F, hint=HINT_VIEWS),
     Check("hidden: many buckets of mixed sizes, on real ranks", 1, 2,
           partial(bucketed_sync_case, shapes=[(6, 5), (6,), (5, 6), (5,), (2, 5), (2,)], cap=64, first_cap=16,
-                  seed=46), hidden=True, uses=BOTH, hint=HINT_VIEWS, replay=False),
+                  seed=46), hidden=True, uses=BOTH, hint=HINT_VIEWS),
 )
-# flatten's checks compare memory sharing (views into one buffer), which a recording of values cannot
-# carry; they and the bucketed all-reduce are judged in the ranks only, under the seal (grading/seal.py).
 
 EXERCISE = Exercise(
     id="03", stem="03_buckets", title="Buckets and flat buffers", names=("assign_buckets", "flatten"), stub=STUB,

@@ -7,6 +7,11 @@ buffer held at that moment - which tells the bucket it carries, so the launch or
 where buckets have the same size. Whether ``finish()`` waited is judged from what it leaves behind, never
 from a handle's state: gloo marks a work's future done a moment before ``work.is_completed()`` says so,
 and a check that asked the handle failed correct code at random.
+
+The learner's object lives in the rank only, so the rank *drives* it (``_start``, ``_step``: run through
+``ctx.drive``) and records what each step left - every launch, the gradients, the parameters - and the
+judging that follows runs on that record, in the rank and again in the replay outside it. Each step's
+batches are drawn from every rank's own secret salt, learned only after the step (``common.py``).
 """
 from __future__ import annotations
 
@@ -16,7 +21,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..spec import Fail
+from ..spec import Fail, observes
+from .common import everyones, secret_seed
 
 PEER_DELAY = 0.2  # seconds the last rank holds back its first backward in a check of "waited"
 
@@ -49,16 +55,18 @@ def _model(widths, dtype, seed):
 
 
 def _loss(model, widths, dtype, seed, step, rank):
-    generator = torch.Generator().manual_seed(seed * 1000 + step * 31 + rank)
+    """The loss of ``rank``'s batch at ``step``, drawn from ``seed`` (the public one mixed with the rank's salt)."""
+    generator = torch.Generator().manual_seed((seed * 1000 + step * 31 + rank) % 2 ** 63)
     x = torch.randn(4, widths[1 if widths[0] == "branches" else 0], generator=generator).to(dtype)
     y = torch.randn(4, widths[-1], generator=generator).to(dtype)
     out = model(x, rank) if isinstance(model, _Branches) else model(x)
     return nn.functional.mse_loss(out, y)
 
 
-def _gradients(widths, dtype, seed, step, rank):
+def _gradients(widths, dtype, seed, step, rank, batch_seed=None):
+    """``rank``'s gradient at ``step``: the model drawn from ``seed``, the batch from ``batch_seed`` (or ``seed``)."""
     model = _model(widths, dtype, seed)
-    _loss(model, widths, dtype, seed, step, rank).backward()
+    _loss(model, widths, dtype, seed if batch_seed is None else batch_seed, step, rank).backward()
     return [p.grad.clone() for p in model.parameters()]
 
 
@@ -70,9 +78,46 @@ def overlap_case(ctx, props, widths, plan, steps, dtype, seed):
     other ranks' all-reduces are still running when their finish() returns unless it waits for them.
     What each launched buffer held at that moment must not change once the grader has waited for them.
     """
+    live = {}  # the learner's object and the model: in the rank only, never in the replay
+    ctx.drive(_start, live, widths, plan, dtype, seed)
+    start = [p.detach() for p in _model(widths, dtype, seed).parameters()]
+    bucket_numels = [sum(start[i].numel() for i in bucket) for bucket in plan]
+    tol = 1e-5 if dtype == torch.float32 else 1e-10
+    for step in range(steps):
+        batch_seed = secret_seed(ctx, seed)  # a fresh salt each step
+        seen = ctx.drive(_step, live, props, widths, dtype, step, batch_seed)
+        seeds = everyones(ctx, batch_seed)  # only now: see common.py
+        local = _gradients(widths, dtype, seed, step, ctx.rank, seeds[ctx.rank])
+        average = [sum(g) / ctx.world for g in zip(*(_gradients(widths, dtype, seed, step, r, s)
+                                                     for r, s in enumerate(seeds)))]
+        launches, later = seen["launches"], f" (step {step + 1} of {steps})" if steps > 1 else ""
+        if "params" in props and any(not torch.equal(p, b) for p, b in zip(seen["params"], start)):
+            raise Fail("a parameter's values changed: the hook must all-reduce the gradient (param.grad), "
+                       "never the parameter itself")
+        if "order" in props:
+            _check_order(launches, [torch.cat([local[i].reshape(-1) for i in b]) for b in plan], ctx.world, later)
+        if "launches" in props:
+            _check_launches(launches, bucket_numels, later)
+        if "overlap" in props and not all(launch["backward"] for launch in launches):
+            raise Fail("an all-reduce was launched after backward had finished (in finish()): launch each "
+                       "bucket from the hook, as soon as its last gradient has arrived" + later)
+        if "overlap" in props and seen["stalled"]:
+            raise Fail("an all-reduce was waited on during backward: that stalls backward until the bucket "
+                       "has been sent, so nothing overlaps; wait only in finish()" + later)
+        if "waited" in props and any(h is not None and not torch.equal(h, a) for h, a in zip(seen["held"],
+                                                                                          seen["after_wait"])):
+            raise Fail("finish() returned while an all-reduce was still running: its buffer changed after "
+                       "finish() had returned. wait() on every handle (or its future) before reading the "
+                       "buffers" + later)
+        if "average" in props:
+            _check_average(seen["grads"], local, average, ctx.world, tol, later)
+
+
+@observes
+def _start(ctx, live, widths, plan, dtype, seed):
+    """Build the model, watch every all-reduce the learner launches, construct the learner's OverlapSync."""
     model = _model(widths, dtype, seed)
     params = list(model.parameters())
-    buckets = [[params[i] for i in bucket] for bucket in plan]
     launches, state = [], {"backward": False, "stalled": False, "then": 0}
 
     def on_all_reduce(event, frame, arg):
@@ -95,54 +140,40 @@ def overlap_case(ctx, props, widths, plan, steps, dtype, seed):
     ctx.guard.watch(dist.distributed_c10d.all_reduce, on_all_reduce)
     ctx.guard.watch_c_calls(on_c_call)
     with ctx.running_learner_code():
-        sync = ctx.learner("OverlapSync")(model, buckets)
-    tol = 1e-5 if dtype == torch.float32 else 1e-10
-    for step in range(steps):
-        local = _gradients(widths, dtype, seed, step, ctx.rank)
-        average = [sum(g) / ctx.world for g in zip(*(_gradients(widths, dtype, seed, step, r)
-                                                     for r in range(ctx.world)))]
-        before = [p.detach().clone() for p in params]
-        for p in params:
-            p.grad = None
-        loss = _loss(model, widths, dtype, seed, step, ctx.rank)
-        launches.clear()
-        state["stalled"], state["then"] = False, 0
-        if "waited" in props and step == 0 and ctx.world > 1:
-            dist.barrier()  # the grader's own, before any all-reduce of this step: the ranks start together
-            if ctx.rank == ctx.world - 1:
-                time.sleep(PEER_DELAY)
-        with ctx.running_learner_code():
-            state["backward"] = True
-            loss.backward()
-            state["backward"] = False
-            sync.finish()
-        grads = [None if p.grad is None else p.grad.detach().clone() for p in params]  # at once: see above
-        held = [None if launch["tensor"] is None else launch["tensor"].detach().clone() for launch in launches]
-        later = f" (step {step + 1} of {steps})" if steps > 1 else ""
-        if "params" in props and any(not torch.equal(p.detach(), b) for p, b in zip(params, before)):
-            raise Fail("a parameter's values changed: the hook must all-reduce the gradient (param.grad), "
-                       "never the parameter itself")
-        if "order" in props:
-            _check_order(launches, [torch.cat([local[i].reshape(-1) for i in b]) for b in plan], ctx.world, later)
-        if "launches" in props:
-            _check_launches(launches, [sum(p.numel() for p in b) for b in buckets], later)
-        if "overlap" in props and not all(launch["backward"] for launch in launches):
-            raise Fail("an all-reduce was launched after backward had finished (in finish()): launch each "
-                       "bucket from the hook, as soon as its last gradient has arrived" + later)
-        if "overlap" in props and state["stalled"]:
-            raise Fail("an all-reduce was waited on during backward: that stalls backward until the bucket "
-                       "has been sent, so nothing overlaps; wait only in finish()" + later)
-        if "waited" in props:
-            with ctx.allow():
-                for launch in launches:
-                    if launch["work"] is not None:
-                        launch["work"].wait()
-            if any(h is not None and not torch.equal(h, launch["tensor"]) for h, launch in zip(held, launches)):
-                raise Fail("finish() returned while an all-reduce was still running: its buffer changed after "
-                           "finish() had returned. wait() on every handle (or its future) before reading the "
-                           "buffers" + later)
-        if "average" in props:
-            _check_average(grads, local, average, ctx.world, tol, later)
+        sync = ctx.learner("OverlapSync")(model, [[params[i] for i in bucket] for bucket in plan])
+    live.update(model=model, params=params, launches=launches, state=state, sync=sync)
+
+
+@observes
+def _step(ctx, live, props, widths, dtype, step, batch_seed):
+    """One backward pass and finish(); what they left: launches, gradients, parameters, buffers."""
+    model, params, launches, state = live["model"], live["params"], live["launches"], live["state"]
+    for p in params:
+        p.grad = None
+    loss = _loss(model, widths, dtype, batch_seed, step, ctx.rank)
+    launches.clear()
+    state["stalled"], state["then"] = False, 0
+    if "waited" in props and step == 0 and ctx.world > 1:
+        dist.barrier()  # the grader's own, before any all-reduce of this step: the ranks start together
+        if ctx.rank == ctx.world - 1:
+            time.sleep(PEER_DELAY)
+    with ctx.running_learner_code():
+        state["backward"] = True
+        loss.backward()
+        state["backward"] = False
+        live["sync"].finish()
+    grads = [None if p.grad is None else p.grad.detach().clone() for p in params]  # at once: see above
+    held = [None if launch["tensor"] is None else launch["tensor"].detach().clone() for launch in launches]
+    after = held
+    if "waited" in props:
+        with ctx.allow():
+            for launch in launches:
+                if launch["work"] is not None:
+                    launch["work"].wait()
+        after = [None if launch["tensor"] is None else launch["tensor"].detach().clone() for launch in launches]
+    return {"grads": grads, "params": [p.detach().clone() for p in params], "held": held, "after_wait": after,
+            "stalled": state["stalled"],
+            "launches": [{key: launch[key] for key in ("backward", "async", "numel", "sent")} for launch in launches]}
 
 
 def _bucket_of(sent, flat_grads, world):

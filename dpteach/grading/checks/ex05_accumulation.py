@@ -10,6 +10,11 @@ The learner writes ``train_step(model, micro_batches, optimizer, loss_fn)`` for 
   by the forward, so every micro-batch is all-reduced, and averaging is linear), only the cost. So the
   grader counts the all-reduces DDP performs, through a communication hook it registers: one per
   bucket per step, on the last micro-batch - the "synchronised once" checks.
+
+The DDP model lives in the rank only: the rank drives it (``_ddp``, ``_train``, through ``ctx.drive``)
+and records what each step left - the hook's count, the returned loss, the gradients, the weights - and
+the judging runs on that record, in the rank and again in the replay outside it. Each rank's micro-batches
+are drawn from its own secret salt, learned by the others only after the last step (``common.py``).
 """
 from __future__ import annotations
 
@@ -20,7 +25,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from ..spec import ALL_COLLECTIVES, COLLECTIVE_MODULES, PROCESS_GROUP_METHODS, Check, Exercise, Fail
+from ..spec import ALL_COLLECTIVES, COLLECTIVE_MODULES, PROCESS_GROUP_METHODS, Check, Exercise, Fail, observes
+from .common import everyones, secret_seed
 
 STUB = '''\
 import torch
@@ -98,17 +104,18 @@ def _model(seed):
 
 
 def _micro_batches(seed, step, rank, k):
-    generator = torch.Generator().manual_seed(seed * 1000 + step * 37 + rank)
+    generator = torch.Generator().manual_seed((seed * 1000 + step * 37 + rank) % 2 ** 63)
     return [(torch.randn(BATCH, WIDTHS[0], generator=generator, dtype=torch.float64),
              torch.randn(BATCH, WIDTHS[-1], generator=generator, dtype=torch.float64)) for _ in range(k)]
 
 
-def _reference(seed, world, k, steps):
-    """One process, one model, each step on the whole global batch (every rank's micro-batches)."""
+def _reference(seed, seeds, k, steps):
+    """One process, one model, each step on the whole global batch (every rank's micro-batches, drawn from
+    ``seeds``, one per rank)."""
     model = _model(seed)
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     for step in range(steps):
-        pairs = [pair for r in range(world) for pair in _micro_batches(seed, step, r, k)]
+        pairs = [pair for r, rank_seed in enumerate(seeds) for pair in _micro_batches(rank_seed, step, r, k)]
         x, y = torch.cat([p[0] for p in pairs]), torch.cat([p[1] for p in pairs])
         nn.functional.mse_loss(model(x), y).backward()
         optimizer.step()
@@ -123,9 +130,43 @@ def _import_dynamo():
 
 
 def accumulation_case(ctx, props, k, steps, seed):
+    live = {}  # the DDP model and its optimizer: in the rank only, never in the replay
+    ctx.drive(_ddp, live, seed)
+    mine_seed = secret_seed(ctx, seed)
+    seen = None
+    for step in range(steps):
+        seen = ctx.drive(_train, live, k, step, mine_seed)
+        calls, returned, later = seen["calls"], seen["returned"], f" (step {step + 1} of {steps})" if steps > 1 else ""
+        if "comm" in props and calls != 1:
+            if calls == 0:
+                raise Fail("DDP never synchronised the gradients: the last micro-batch must run outside "
+                           "no_sync()" + later)
+            raise Fail("DDP synchronised the gradients more than once in the step: every micro-batch but the "
+                       "last must run forward and backward inside no_sync() - entered before forward" + later)
+        if "loss" in props and step == 0:
+            if not isinstance(returned, (float, int)) and not (isinstance(returned, torch.Tensor)
+                                                               and returned.numel() == 1):
+                raise Fail("train_step should return the step's loss as a float")
+            with torch.no_grad():
+                first_loss = sum(nn.functional.mse_loss(_model(seed)(x), y).item()
+                                 for x, y in _micro_batches(mine_seed, 0, ctx.rank, k)) / k
+            if abs(float(returned) - first_loss) > 1e-9 * max(1.0, abs(first_loss)):
+                raise Fail("the returned loss is not the mean of the K micro-batch losses (before the update)")
+        if "cleared" in props and any(g is not None and g.count_nonzero() > 0 for g in seen["grads"]):
+            raise Fail("the gradients were not cleared after the optimizer step: the next step would add to them")
+    if "weights" in props:
+        expected = _reference(seed, everyones(ctx, mine_seed), k, steps)  # only now: see common.py
+        for mine, want in zip(seen["params"], expected):
+            if not torch.allclose(mine, want, atol=1e-10, rtol=1e-9):
+                raise Fail("the weights differ from one process training on the whole global batch: is each "
+                           "loss divided by K, is the optimizer stepped once per step, are gradients cleared?")
+
+
+@observes
+def _ddp(ctx, live, seed):
+    """The DDP model, its optimizer, and the communication hook that counts DDP's all-reduces."""
     model = _model(seed)
     ddp = DistributedDataParallel(model)
-    optimizer = torch.optim.SGD(ddp.parameters(), lr=LR)
     calls = []
 
     def counting_allreduce(state, bucket):  # what DDP does by default, counted
@@ -135,35 +176,21 @@ def accumulation_case(ctx, props, k, steps, seed):
             future = dist.all_reduce(tensor, async_op=True).get_future()
         return future.then(lambda done: done.value()[0])
 
-    ddp.register_comm_hook(None, counting_allreduce)
-    first_loss = None
-    for step in range(steps):
-        batches = _micro_batches(seed, step, ctx.rank, k)
-        if step == 0:
-            with torch.no_grad():
-                first_loss = sum(nn.functional.mse_loss(model(x), y).item() for x, y in batches) / k
-        calls.clear()
-        returned = ctx.call("train_step", ddp, batches, optimizer, nn.functional.mse_loss)
-        later = f" (step {step + 1} of {steps})" if steps > 1 else ""
-        if "comm" in props and len(calls) != 1:
-            if len(calls) == 0:
-                raise Fail("DDP never synchronised the gradients: the last micro-batch must run outside "
-                           "no_sync()" + later)
-            raise Fail("DDP synchronised the gradients more than once in the step: every micro-batch but the "
-                       "last must run forward and backward inside no_sync() - entered before forward" + later)
-        if "loss" in props and step == 0:
-            if not isinstance(returned, (float, int)) and not (isinstance(returned, torch.Tensor)
-                                                               and returned.numel() == 1):
-                raise Fail("train_step should return the step's loss as a float")
-            if abs(float(returned) - first_loss) > 1e-9 * max(1.0, abs(first_loss)):
-                raise Fail("the returned loss is not the mean of the K micro-batch losses (before the update)")
-        if "cleared" in props and any(p.grad is not None and p.grad.count_nonzero() > 0 for p in ddp.parameters()):
-            raise Fail("the gradients were not cleared after the optimizer step: the next step would add to them")
-    if "weights" in props:
-        for mine, expected in zip(model.parameters(), _reference(seed, ctx.world, k, steps)):
-            if not torch.allclose(mine.detach(), expected, atol=1e-10, rtol=1e-9):
-                raise Fail("the weights differ from one process training on the whole global batch: is each "
-                           "loss divided by K, is the optimizer stepped once per step, are gradients cleared?")
+    ddp.register_comm_hook(None, ctx.hand(counting_allreduce))  # DDP calls it from the learner's backward
+    live.update(params=list(model.parameters()), ddp=ddp, calls=calls,
+                optimizer=torch.optim.SGD(ddp.parameters(), lr=LR))
+
+
+@observes
+def _train(ctx, live, k, step, mine_seed):
+    """One call of the learner's train_step; what it left: DDP's all-reduces, its result, gradients, weights."""
+    live["calls"].clear()
+    batches = _micro_batches(mine_seed, step, ctx.rank, k)
+    with ctx.running_learner_code():
+        returned = ctx.learner("train_step")(live["ddp"], batches, live["optimizer"], nn.functional.mse_loss)
+    params = live["params"]
+    return {"calls": len(live["calls"]), "returned": returned, "params": [p.detach().clone() for p in params],
+            "grads": [None if p.grad is None else p.grad.detach().clone() for p in params]}
 
 
 HINT_WEIGHTS = ("The accumulated gradient must be the mean over the K micro-batches and the W ranks: DDP "

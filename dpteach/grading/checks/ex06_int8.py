@@ -16,6 +16,7 @@ from functools import partial
 import torch
 
 from ..spec import Check, Exercise, Fail
+from .common import everyones, secret_seed
 
 STUB = '''\
 import torch
@@ -84,7 +85,7 @@ except NotImplementedError as missing:
 
 
 def _values(numel, seed, dtype=torch.float32, zero_chunk=None, chunk=None):
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed % 2 ** 63)
     x = (torch.randn(numel, generator=generator) * torch.rand(numel, generator=generator) * 3).to(dtype)
     if zero_chunk is not None:
         x[zero_chunk * chunk:(zero_chunk + 1) * chunk] = 0
@@ -185,12 +186,13 @@ def feedback_case(ctx, props, numel, chunk, seed, steps=50, varying=False):
 
 def ranks_case(ctx, numel, chunk, seed):
     """On real ranks: every rank decodes every rank's message; the average is within half a step."""
-    x = _values(numel, seed * 10 + ctx.rank)
+    mine_seed = secret_seed(ctx, seed * 10 + ctx.rank)
+    x = _values(numel, mine_seed)
     q, scales = _quantized(ctx, x, chunk)
     all_q = ctx.all_gather(q)              # the grader's own communication
     all_scales = ctx.all_gather(scales)
     decoded = sum(_decoded(ctx, a, b, chunk, numel).double() for a, b in zip(all_q, all_scales)) / ctx.world
-    true = sum(_values(numel, seed * 10 + r).double() for r in range(ctx.world)) / ctx.world
+    true = sum(_values(numel, s).double() for s in everyones(ctx, mine_seed)) / ctx.world
     bound = sum(_steps(b, chunk, numel).double() for b in all_scales) / ctx.world * (0.5 + 1e-4) + 1e-6
     if ((decoded - true).abs() > bound).any():
         raise Fail("the average of every rank's decoded message is further from the true average than half "

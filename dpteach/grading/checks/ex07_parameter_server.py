@@ -7,6 +7,14 @@ that log independently - each applied gradient recomputed on the weights of the 
 used - and must arrive at exactly the server's final weights. The log itself must be consistent: every
 push answered, each worker computing on the version the server last sent it, and a push dropped if and
 only if it is staler than the bound. One worker is made slow on purpose so that staleness happens.
+
+Each worker's batches are drawn from its own secret salt, which the server learns only after the run
+(``common.py``): the server can only know a worker's gradients from that worker's messages. And they must
+be messages: each rank counts the bytes that reached it through the process group (``guard.Traffic``) -
+every push's gradient at the server, the weights of every reply at each worker - so pushes and replies
+left in files, or in the store, do not count. The learner's ``serve`` and ``work`` get live objects (a
+model, an optimizer, a ``compute_gradient``), so the rank drives them (``ctx.drive``) and the judging runs
+on what they left, in the rank and again in the replay outside it.
 """
 from __future__ import annotations
 
@@ -17,7 +25,8 @@ import torch
 from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from ..spec import ALL_COLLECTIVES, COLLECTIVE_MODULES, PROCESS_GROUP_METHODS, Check, Exercise, Fail
+from ..spec import ALL_COLLECTIVES, COLLECTIVE_MODULES, PROCESS_GROUP_METHODS, Check, Exercise, Fail, observes
+from .common import everyones, require_received, secret_seed
 
 STUB = '''\
 import torch
@@ -73,7 +82,9 @@ whoever sends first and returns that rank). Collectives (and dpteach's own `asyn
 to compare with. Instead, `serve` returns its log, and the grader replays it on its own: every applied
 gradient recomputed on the weights of the version that worker used. The replay must end on exactly the
 server's weights, and the log must be consistent - each push answered, each worker computing on the
-version the server last sent it, a push dropped exactly when it is too stale.
+version the server last sent it, a push dropped exactly when it is too stale. Pushes and replies must be
+messages: the grader counts the bytes that reach each rank through the process group, so data passed
+through files or the store does not count.
 """
 
 TRY = '''\
@@ -130,7 +141,7 @@ def _model(seed):
 
 
 def _batch(seed, worker, update):
-    generator = torch.Generator().manual_seed(seed * 1000 + worker * 97 + update)
+    generator = torch.Generator().manual_seed((seed * 1000 + worker * 97 + update) % 2 ** 63)
     return torch.randn(4, WIDTHS[0], generator=generator), torch.randn(4, WIDTHS[-1], generator=generator)
 
 
@@ -142,23 +153,58 @@ def _gradient(model, seed, worker, update):
 
 
 def server_case(ctx, updates, bound, seed, slow_ms=15.0):
-    model = _model(seed)
+    mine_seed = secret_seed(ctx, seed)  # a worker's batches: its own secret until the run is over
     if ctx.rank > 0:
-        def compute_gradient(update):
-            _gradient(model, seed, ctx.rank, int(update))
-            if ctx.rank == 1 and ctx.world > 2:
-                time.sleep(slow_ms / 1000)  # one slow worker: its pushes arrive stale
-        ctx.call("work", model, compute_gradient, updates)
+        seen = ctx.drive(_work, updates, seed, mine_seed, slow_ms)
+    else:
+        seen = ctx.drive(_serve, updates * (ctx.world - 1), bound, seed)
+    seeds = everyones(ctx, mine_seed)  # only now: see common.py
+    numel = sum(p.numel() for p in _model(seed).parameters())
+    if ctx.rank > 0:
+        require_received(seen["received"], updates * numel * 4, "receiving the server's weights after each push")
         return
     pushes = updates * (ctx.world - 1)
-    log = ctx.call("serve", model, PlainSGD(model.parameters()), pushes, bound)
-    entries = _checked_log(log, pushes, ctx.world, updates)
+    entries = _checked_log(seen["log"], pushes, ctx.world, updates)
     _check_versions(entries, bound)
-    replayed = _replay(entries, seed)
-    if not torch.allclose(parameters_to_vector(model.parameters()).detach(), replayed, atol=1e-6, rtol=1e-5):
+    require_received(seen["received"], pushes * numel * 4, "receiving every push's gradient")
+    replayed = _replay(entries, seed, seeds)
+    if not torch.allclose(seen["weights"], replayed, atol=1e-6, rtol=1e-5):
         raise Fail("the server's final weights differ from replaying its own log: is each applied gradient "
                    "put into param.grad before optimizer.step(), and does each worker compute on the weights "
                    "the server sent it?")
+
+
+def _received_since(ctx, before):
+    now = ctx.received_bytes()
+    return None if now is None or before is None else now - before
+
+
+@observes
+def _serve(ctx, pushes, bound, seed):
+    """The learner's serve on rank 0; what it left: its log, its final weights, the bytes it received."""
+    model, before = _model(seed), ctx.received_bytes()
+    optimizer = PlainSGD(model.parameters())
+    ctx.hand(PlainSGD.step)
+    ctx.hand(PlainSGD.zero_grad)
+    with ctx.running_learner_code():
+        log = ctx.learner("serve")(model, optimizer, pushes, bound)
+    return {"log": log, "weights": parameters_to_vector(model.parameters()).detach().clone(),
+            "received": _received_since(ctx, before)}
+
+
+@observes
+def _work(ctx, updates, seed, mine_seed, slow_ms):
+    """The learner's work on a worker; what it left: the bytes it received."""
+    model, before = _model(seed), ctx.received_bytes()
+
+    def compute_gradient(update):
+        _gradient(model, mine_seed, ctx.rank, int(update))
+        if ctx.rank == 1 and ctx.world > 2:
+            time.sleep(slow_ms / 1000)  # one slow worker: its pushes arrive stale
+
+    with ctx.running_learner_code():
+        ctx.learner("work")(model, ctx.hand(compute_gradient), updates)
+    return {"received": _received_since(ctx, before)}
 
 
 def _checked_log(log, pushes, world, updates):
@@ -201,8 +247,9 @@ def _check_versions(entries, bound):
         last_sent[worker] = version
 
 
-def _replay(entries, seed) -> torch.Tensor:
-    """The server's weights after applying the log, each gradient taken at the version its worker used."""
+def _replay(entries, seed, seeds) -> torch.Tensor:
+    """The server's weights after applying the log, each gradient taken at the version its worker used
+    (``seeds``: each rank's, for its batches)."""
     model = _model(seed)
     history = [parameters_to_vector(model.parameters()).detach().clone()]
     pushed = {}
@@ -212,7 +259,7 @@ def _replay(entries, seed) -> torch.Tensor:
         if not applied:
             continue
         vector_to_parameters(history[used], model.parameters())
-        _gradient(model, seed, worker, update)
+        _gradient(model, seeds[worker], worker, update)
         grad = parameters_to_vector([p.grad for p in model.parameters()])
         history.append(history[-1] - LR * grad)
     return history[-1]

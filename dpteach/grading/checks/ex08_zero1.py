@@ -8,6 +8,13 @@ reduce-scatter / update / all-gather pattern, so an all-reduce of the gradients 
 
 A limit, stated plainly: the state size is the one ``state_numel()`` reports, so a learner could keep a
 full momentum buffer and report less. The weights check still holds them to the right numbers.
+
+The numbers have to travel as messages. Each rank's batches are drawn from its own secret salt, which the
+others learn only after the last step (``common.py``), and each rank counts the bytes that reached it
+through the process group (``guard.Traffic``): a reduce-scatter and an all-gather bring a rank at least
+the N elements of the flat vector per step - its slice of every other rank's gradient, and every other
+slice of the updated weights - so gradients or weights passed through files or the store do not count.
+The optimizer lives in the rank: the rank drives it (``ctx.drive``) and the judging runs on what it left.
 """
 from __future__ import annotations
 
@@ -17,7 +24,8 @@ from functools import partial
 import torch
 from torch import nn
 
-from ..spec import PROCESS_GROUP_ALL_REDUCES, TORCH_ALL_REDUCES, Check, Exercise, Fail
+from ..spec import PROCESS_GROUP_ALL_REDUCES, TORCH_ALL_REDUCES, Check, Exercise, Fail, observes
+from .common import everyones, require_received, secret_seed
 
 STUB = '''\
 import torch
@@ -67,7 +75,9 @@ open to put the update in the middle), and the momentum memory per rank falls fr
 **What to write:** `ZeroSGD(params, lr, momentum)` with `step()` and `state_numel()`. You may use
 `ring_reduce_scatter` / `ring_all_gather` from `dpteach.collectives` (or your own from exercise 01).
 **Rules:** no all-reduce of the gradients (`dist.all_reduce`, `ring_all_reduce`): that would give every rank
-the whole average and miss the point - it scores zero.
+the whole average and miss the point - it scores zero. And the slices must travel as messages: the grader
+counts the bytes that reach each rank through the process group (at least the N elements a reduce-scatter
+and an all-gather bring per step), so data passed through files or the store does not count.
 """
 
 TRY = '''\
@@ -110,16 +120,18 @@ def _model(widths, seed):
 
 
 def _batch(widths, seed, step, rank):
-    generator = torch.Generator().manual_seed(seed * 1000 + step * 41 + rank)
+    generator = torch.Generator().manual_seed((seed * 1000 + step * 41 + rank) % 2 ** 63)
     return (torch.randn(4, widths[0], generator=generator, dtype=torch.float64),
             torch.randn(4, widths[-1], generator=generator, dtype=torch.float64))
 
 
-def _trajectory(widths, seed, world, steps):
+def _trajectory(widths, seed, seeds, steps):
     """Every rank's gradient, averaged, through SGD with momentum as torch.optim.SGD defines it (written
     out, because constructing a torch optimizer first imports torch._dynamo: seconds of CPU per rank).
-    Returns, per step, every rank's flat gradient and the flat momentum after the update; and the final
-    weights. (Exercise 09 checks the first two slice by slice; both exercises check the weights.)"""
+    ``seeds[step][rank]``: the seed of each rank's batch at each step. Returns, per step, every rank's flat
+    gradient and the flat momentum after the update; and the final weights. (Exercise 09 checks the first
+    two slice by slice; both exercises check the weights.)"""
+    world = len(seeds[0])
     model = _model(widths, seed)
     params = list(model.parameters())
     buffer = torch.zeros(sum(p.numel() for p in params), dtype=torch.float64)
@@ -128,7 +140,7 @@ def _trajectory(widths, seed, world, steps):
         per_rank = []
         for rank in range(world):
             model.zero_grad()
-            x, y = _batch(widths, seed, step, rank)
+            x, y = _batch(widths, seeds[step][rank], step, rank)
             nn.functional.mse_loss(model(x), y).backward()
             per_rank.append(torch.cat([p.grad.reshape(-1) for p in params]))
         buffer = MOMENTUM * buffer + sum(per_rank) / world
@@ -141,29 +153,46 @@ def _trajectory(widths, seed, world, steps):
 
 
 def zero_case(ctx, props, widths, steps, seed):
+    mine_seed = secret_seed(ctx, seed)
+    seen = ctx.drive(_zero_steps, widths, steps, seed, mine_seed, "state" in props)
+    seeds = everyones(ctx, mine_seed)  # only now: see common.py
+    total = sum(p.numel() for p in _model(widths, seed).parameters())
+    if ctx.world > 1:
+        require_received(seen["received"], steps * total * 8, "a reduce-scatter and an all-gather each step")
+    if "state" in props:
+        held = seen["state"]
+        if not isinstance(held, int) or held > math.ceil(total / ctx.world):
+            raise Fail("this rank holds more momentum than its slice: each rank keeps state for "
+                       "chunk_bounds(N, W)[rank] only")
+    if "weights" in props:
+        for mine, expected in zip(seen["params"], _trajectory(widths, seed, [seeds] * steps, steps)[2]):
+            if not torch.allclose(mine, expected, atol=1e-10, rtol=1e-9):
+                raise Fail("the weights differ from SGD with momentum on the gradient averaged over ranks: "
+                           "check the division by W, the momentum update, and that every slice is gathered")
+
+
+@observes
+def _zero_steps(ctx, widths, steps, seed, mine_seed, state):
+    """The learner's ZeroSGD through ``steps`` steps; what it left: the weights, its state, the bytes received."""
     model = _model(widths, seed)
     params = list(model.parameters())
+    before = ctx.received_bytes()
     with ctx.running_learner_code():
         optimizer = ctx.learner("ZeroSGD")(params, LR, MOMENTUM)
     for step in range(steps):
         for p in params:
             p.grad = None
-        x, y = _batch(widths, seed, step, ctx.rank)
+        x, y = _batch(widths, mine_seed, step, ctx.rank)
         nn.functional.mse_loss(model(x), y).backward()
         with ctx.running_learner_code():
             optimizer.step()
-    if "state" in props:
+    after = ctx.received_bytes()
+    held = None
+    if state:
         with ctx.running_learner_code():
             held = optimizer.state_numel()
-        total = sum(p.numel() for p in params)
-        if not isinstance(held, int) or held > math.ceil(total / ctx.world):
-            raise Fail("this rank holds more momentum than its slice: each rank keeps state for "
-                       "chunk_bounds(N, W)[rank] only")
-    if "weights" in props:
-        for mine, expected in zip(params, _trajectory(widths, seed, ctx.world, steps)[2]):
-            if not torch.allclose(mine.detach(), expected, atol=1e-10, rtol=1e-9):
-                raise Fail("the weights differ from SGD with momentum on the gradient averaged over ranks: "
-                           "check the division by W, the momentum update, and that every slice is gathered")
+    return {"params": [p.detach().clone() for p in params], "state": held,
+            "received": None if after is None or before is None else after - before}
 
 
 USES = ("ZeroSGD",)

@@ -21,19 +21,19 @@ peak during backward, when every full gradient exists for a moment (real stage 2
 by bucket during backward, as ``dpteach/sync/zero2.py`` does); traffic inside torch's built-in
 collectives, which the counter cannot see - so the exercise asks for the course's point-to-point ones,
 and a rank that sends nothing fails the traffic check. All-reduce is forbidden, as in exercise 08.
+
+The optimizer lives in the rank: each step the rank drives it twice (``_reduce``: backward and
+``reduce_gradients()``; ``_step``: ``step()``) and records what it left; the judging runs on that record,
+in the rank and again in the replay outside it. Each step's batches are drawn from every rank's own
+secret salt, learned by the others only once that step's ``reduce_gradients()`` has returned (``common.py``).
 """
 from __future__ import annotations
 
-import math
 from functools import partial
 
-import torch
-from torch import nn
-
-from ...collectives import chunk_bounds
-from ..spec import Check, Exercise, Fail
+from ..spec import Check, Exercise
 from .ex08_zero1 import EXERCISE as ZERO1
-from .ex08_zero1 import LR, MOMENTUM, _batch, _model, _trajectory
+from .ex09_slices import zero2_case
 
 STUB = '''\
 import torch
@@ -141,128 +141,6 @@ with explain_failures():  # if a rank fails, two lines say which and why
         # expect: True, 6 and 6 on every rank, and the same bias everywhere
         print(f"rank {rank}: .grad freed {freed}; keeps {kept} gradient and {state} momentum values; bias {bias}")
 '''
-
-
-def _close(a, b):
-    return a.shape == b.shape and torch.allclose(a, b, atol=1e-10, rtol=1e-9)
-
-
-def _check_slice(kept, what, expected, ctx, total, later, own=None):
-    """``kept`` must be this rank's slice of ``expected`` (a flat full-length tensor), in its own storage."""
-    bounds = chunk_bounds(total, ctx.world)
-    start, stop = bounds[ctx.rank]
-    if not isinstance(kept, torch.Tensor):
-        raise Fail(f"{what} should return the torch.Tensor you keep, but it returned {type(kept).__name__}{later}")
-    if kept.numel() != stop - start:
-        raise Fail(f"{what} holds {kept.numel()} elements, but this rank's slice chunk_bounds(N, W)[rank] has "
-                   f"{stop - start}: keep exactly your slice of the flat vector{later}")
-    if kept.untyped_storage().nbytes() > math.ceil(total / ctx.world) * kept.element_size():
-        raise Fail(f"{what} is a view into a larger buffer, which stays in memory whole: keep your slice in a "
-                   f"tensor of its own (.clone() it) and let the full-length one go{later}")
-    flat = kept.detach().reshape(-1).to(torch.float64)
-    if _close(flat, expected[start:stop]):
-        return
-    if own is not None and ctx.world > 1 and _close(flat, ctx.world * expected[start:stop]):
-        raise Fail(f"{what} holds the sum of the ranks' gradients, not their average: divide by W{later}")
-    if own is not None and ctx.world > 1 and _close(flat, own[start:stop]):
-        raise Fail(f"{what} holds this rank's own gradient, not the average over ranks: reduce-scatter the "
-                   f"flat gradients first{later}")
-    for other, (a, b) in enumerate(bounds):
-        if other != ctx.rank and b - a == stop - start and _close(flat, expected[a:b]):
-            raise Fail(f"{what} holds slice {other} of the flat vector, not slice {ctx.rank}: rank r keeps "
-                       f"chunk_bounds(N, W)[r]{later}")
-    which = "the gradient averaged over ranks" if own is not None else "the momentum of SGD on the averaged gradient"
-    raise Fail(f"the values of {what} differ from this rank's slice of {which}{later}")
-
-
-def _held_bytes(optimizer, params) -> int:
-    """Bytes in tensors reachable from the optimizer's attributes (through lists, tuples, sets and dicts),
-    counted once per storage, leaving out storage shared with a parameter (the model's own weights)."""
-    shared = {p.untyped_storage().data_ptr() for p in params}
-    seen, storages = set(), {}
-    pending = [(value, 0) for value in getattr(optimizer, "__dict__", {}).values()]
-    while pending:
-        value, depth = pending.pop()
-        if id(value) in seen or depth > 4:
-            continue
-        seen.add(id(value))
-        if isinstance(value, torch.Tensor):
-            storage = value.untyped_storage()
-            if storage.data_ptr() not in shared:
-                storages[storage.data_ptr()] = storage.nbytes()
-        elif isinstance(value, dict):
-            pending += [(item, depth + 1) for item in value.values()]
-        elif isinstance(value, (list, tuple, set, frozenset)):
-            pending += [(item, depth + 1) for item in value]
-    return sum(storages.values())
-
-
-def _check_memory(optimizer, params, ctx, total, when, later):
-    for index, p in enumerate(params):
-        if p.grad is not None:
-            raise Fail(f"{when}, parameter {index} (shape {tuple(p.shape)}) still has a .grad: set p.grad = None "
-                       f"for every parameter once its gradient is reduced - stage 2 keeps no full gradient{later}")
-    slice_bytes = math.ceil(total / ctx.world) * params[0].element_size()
-    held = _held_bytes(optimizer, params)
-    if held > 2 * slice_bytes + 64:
-        raise Fail(f"{when}, your optimizer holds {held // params[0].element_size()} elements in tensors of its "
-                   f"own, more than a gradient slice and a momentum slice ({2 * math.ceil(total / ctx.world)}): a "
-                   f"full-length buffer kept between calls is the memory stage 2 removes - build full-length tensors "
-                   f"inside a call and let them go{later}")
-
-
-def zero2_case(ctx, props, widths, steps, seed):
-    model = _model(widths, seed)
-    params = list(model.parameters())
-    total = sum(p.numel() for p in params)
-    grads, buffers, weights = _trajectory(widths, seed, ctx.world, steps)
-    with ctx.running_learner_code():
-        optimizer = ctx.learner("Zero2SGD")(params, LR, MOMENTUM)
-    for step in range(steps):
-        later = f" (step {step + 1} of {steps})" if steps > 1 else ""
-        model.zero_grad(set_to_none=True)
-        x, y = _batch(widths, seed, step, ctx.rank)
-        loss = nn.functional.mse_loss(model(x), y)
-        sent = ctx.sent_elements()
-        with ctx.running_learner_code():
-            loss.backward()
-            optimizer.reduce_gradients()
-        if "memory" in props:
-            _check_memory(optimizer, params, ctx, total, "after reduce_gradients()", later)
-        if "grad" in props:
-            with ctx.running_learner_code():
-                kept = optimizer.grad_slice()
-            _check_slice(kept, "grad_slice()", sum(grads[step]) / ctx.world, ctx, total, later,
-                         own=grads[step][ctx.rank])
-        with ctx.running_learner_code():
-            optimizer.step()
-        sent = ctx.sent_elements() - sent
-        if "traffic" in props and ctx.world > 1:
-            _check_traffic(sent, ctx.world, total, later)
-        if "memory" in props:
-            _check_memory(optimizer, params, ctx, total, "after step()", later)
-        if "state" in props:
-            with ctx.running_learner_code():
-                kept = optimizer.momentum_slice()
-            _check_slice(kept, "momentum_slice()", buffers[step], ctx, total, later)
-    if "weights" in props:
-        for mine, expected in zip(params, weights):
-            if not torch.allclose(mine.detach(), expected, atol=1e-10, rtol=1e-9):
-                raise Fail("the weights differ from SGD with momentum on the gradient averaged over ranks: check "
-                           "the division by W, the momentum update, and that every updated slice is gathered "
-                           "and copied back into the parameters")
-
-
-def _check_traffic(sent, world, total, later):
-    """A ring reduce-scatter and a ring all-gather: W-1 slices each, plus the sizes their calls exchange."""
-    if sent == 0:
-        raise Fail("this rank sent nothing point to point: communicate with ring_reduce_scatter and ring_all_gather "
-                   "(or your own send/recv) - the grader counts what they send and cannot see inside torch's "
-                   "built-in collectives" + later)
-    if sent > 2 * (world - 1) * math.ceil(total / world) + 4 * world:
-        raise Fail("this rank sent more elements in one step than a reduce-scatter of the gradients plus an "
-                   "all-gather of the parameters, (W-1)/W of the vector each: no full-length tensor should "
-                   "travel" + later)
 
 
 USES = ("Zero2SGD",)

@@ -1,0 +1,190 @@
+"""What the learner's code does to the grader around it, seen as it happens: Python's audit events.
+
+The seal (``seal.py``) compares the state of the grader's tools before and after the learner's code ran;
+some tampering leaves no state behind. Reading a check's frame (``sys._getframe``, ``inspect``,
+``gc.get_referrers``) changes nothing and learns the expected values, or reaches the context that keeps
+the recording; rewriting the grader's files on disk changes the next process that imports them. Python
+raises an *audit event* for each of these (PEP 578), and an audit hook, once added, can be neither
+removed nor listed - so the hook and the notes it keeps are out of the learner's reach.
+
+Who did it is read from the stack: the frames of the grader (``dpteach/grading``), of the standard
+library, and of other libraries (torch, numpy, the rest of dpteach) are told apart by their files; any
+other frame is the learner's (its cells, code it compiled). An event counts when the learner's code asked
+for it directly, or through a standard-library helper that hands frames back (``inspect.currentframe``,
+``traceback.walk_stack``); torch or ``collections.namedtuple`` reading a frame for their own purposes
+do not count (nor does ``traceback.print_exc``, which shows only file names and lines). Writing into the
+package, the standard library, the environment's libraries or the folder of the ranks' verdicts is
+refused whoever asks (Python's own bytecode cache shrugs a refusal off), and reported when the learner
+asked; so is opening the launch's payload (it holds the key that signs the verdicts: ``rank.py``) or a
+process's memory.
+
+Notes only grow: :func:`notes` returns what was seen so far, and the rank compares counts before and
+after a check (``seal.py``). Known limits: ctypes and /proc reach memory without an event, and a frame
+passed to a signal handler is not audited.
+"""
+from __future__ import annotations
+
+import _thread
+import inspect
+import logging
+import os
+import sys
+import sysconfig
+import traceback
+
+GRADING_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+PACKAGE_DIR = os.path.dirname(GRADING_DIR.rstrip(os.sep)) + os.sep
+TRYOUT = os.path.join(GRADING_DIR, "tryout.py")
+_PATHS = sysconfig.get_paths()
+STDLIB_DIR = os.path.realpath(_PATHS["stdlib"]) + os.sep
+LIBRARY_DIRS = tuple(dict.fromkeys(os.path.realpath(p) + os.sep for p in (
+    sys.prefix, sys.base_prefix, sys.exec_prefix, _PATHS["purelib"], _PATHS["platlib"])))
+PROTECTED_DIRS = (PACKAGE_DIR, STDLIB_DIR) + LIBRARY_DIRS  # no rank writes here once the hook is added
+
+# Reading frames, objects or code this way is how a check's frame or context is reached.
+DIRECT = {"sys._getframe", "sys._getframemodulename", "sys._current_frames", "sys._current_exceptions",
+          "gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys.settrace", "sys.setprofile",
+          "code.__new__", "function.__new__", "marshal.loads", "sys.addaudithook"}
+FRAME_ATTRIBUTES = {"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back"}
+# Standard-library functions that hand frames (or the values in them) back to whoever called them.
+FRAME_HELPERS = {inspect.currentframe.__code__, inspect.stack.__code__, inspect.trace.__code__,
+                 traceback.walk_stack.__code__, traceback.StackSummary.extract.__func__.__code__,
+                 logging.currentframe.__code__}
+WRITES = {"os.rename", "os.remove", "os.rmdir", "os.link", "os.symlink", "os.chmod", "os.chown", "os.mkdir",
+          "os.utime", "shutil.rmtree", "shutil.move", "shutil.copyfile", "shutil.copytree"}
+WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+_kinds: dict = {}
+
+
+def kind(filename: str) -> str:
+    """'grading', 'stdlib', 'library' or 'learner': whose code a frame with this file name runs."""
+    found = _kinds.get(filename)
+    if found is None:
+        path = os.path.realpath(filename) if os.path.isabs(filename) else filename
+        if path == TRYOUT or filename == TRYOUT:
+            found = "library"  # the try cells' helper: made for learners, it judges nothing
+        elif path.startswith(GRADING_DIR) or filename.startswith(GRADING_DIR):
+            found = "grading"
+        elif filename.startswith("<frozen ") or (path.startswith(STDLIB_DIR) and "-packages" + os.sep not in path):
+            found = "stdlib"
+        elif path.startswith(PACKAGE_DIR) or path.startswith(LIBRARY_DIRS):
+            found = "library"
+        else:
+            found = "learner"
+        _kinds[filename] = found
+    return found
+
+
+def first_not(kinds: tuple, frame):
+    """The first frame from ``frame`` down the stack whose code is none of ``kinds``; None at the bottom."""
+    while frame is not None and kind(frame.f_code.co_filename) in kinds:
+        frame = frame.f_back
+    return frame
+
+
+def _is_learners(frame) -> bool:
+    return frame is not None and kind(frame.f_code.co_filename) == "learner"
+
+
+def _asked_by_learner(event: str, args, caller) -> bool:
+    """Did the learner's code ask for this event (``caller``: the frame that triggered it)?"""
+    if event == "object.__getattr__":
+        return len(args) > 1 and args[1] in FRAME_ATTRIBUTES and _is_learners(caller)
+    if event in DIRECT:
+        if _is_learners(caller):
+            return True
+        if event == "sys._getframe" and caller is not None and kind(caller.f_code.co_filename) == "stdlib":
+            called = caller  # the standard-library function the learner's code called, if it did
+            while called.f_back is not None and kind(called.f_back.f_code.co_filename) == "stdlib":
+                called = called.f_back
+            return called.f_code in FRAME_HELPERS and _is_learners(called.f_back)
+        return event.startswith("gc.") and _is_learners(first_not(("stdlib",), caller))
+    if event == "compile":  # code compiled under a grader's or a library's file name passes for theirs
+        name = args[1] if len(args) > 1 and isinstance(args[1], str) else ""
+        return os.path.isabs(name) and kind(name) != "learner" and _is_learners(first_not(("stdlib",), caller))
+    return False
+
+
+def _paths(event: str, args) -> tuple[list, bool]:
+    """The paths an event touches, and whether it writes to them."""
+    if event == "open":
+        path, mode, flags = (list(args) + [None, None, 0])[:3]
+        writes = (isinstance(mode, str) and any(c in mode for c in "wax+")) or bool((flags or 0) & WRITE_FLAGS)
+        return [path], writes
+    if event in WRITES:
+        return [a for a in args[:2] if isinstance(a, (str, bytes, os.PathLike))], True
+    return [], False
+
+
+def _real(path):
+    try:
+        return os.path.realpath(os.fsdecode(path))
+    except (TypeError, ValueError):
+        return None
+
+
+def _refused(event: str, args, protected: tuple, secret: tuple):
+    """The path an event may not touch - written under ``protected``, or opened at all if ``secret`` or a
+    process's memory - if any."""
+    paths, writes = _paths(event, args)
+    for path in paths:
+        real = _real(path) if isinstance(path, (str, bytes, os.PathLike)) else None
+        if real is None:
+            continue
+        if real in secret or (real.startswith("/proc/") and real.endswith("/mem")) or (
+                writes and real.startswith(protected)):
+            return real
+    return None
+
+
+_notes: list = []
+_installed: list = []
+
+
+def install(protected=(), secret=()) -> None:
+    """Add the audit hook (once per process: a hook cannot be removed). Call before the learner's code loads.
+
+    Besides the package, the standard library and the libraries, nothing may write under ``protected`` (the
+    folder of the ranks' results), and nothing may open ``secret`` files (the launch's payload, which holds
+    the key that signs the ranks' verdicts) or a process's memory (``/proc/*/mem``)."""
+    if _installed:
+        return
+    protected = PROTECTED_DIRS + tuple(os.path.realpath(p) + os.sep for p in protected if p)
+    secret = tuple(os.path.realpath(p) for p in secret if p)
+    busy = set()  # threads inside the hook: its own frame reading raises events too
+
+    def hook(event, args):
+        if event not in DIRECT and event not in WRITES and event not in ("object.__getattr__", "compile", "open"):
+            return
+        me = _thread.get_ident()
+        if me in busy:
+            return
+        busy.add(me)
+        try:
+            caller = sys._getframe(1)
+            refused = _refused(event, args, protected, secret)
+            if refused is not None:
+                cache = os.sep + "__pycache__" + os.sep in refused and ".pyc" in refused  # Python's own cache
+                if not cache and (refused in secret or _is_learners(first_not(("stdlib", "library"), caller))):
+                    _notes.append(f"opened {refused}, which belongs to the grader or a library")
+                raise PermissionError(f"{refused}: the grader's and the libraries' files are out of bounds while "
+                                      f"an exercise is graded")
+            if _asked_by_learner(event, args, caller):
+                what = f"{event} {args[1]}" if event == "object.__getattr__" else event
+                _notes.append(f"called {what}, which reaches into the grader's frames and objects")
+        finally:
+            busy.discard(me)
+
+    sys.addaudithook(hook)
+    _installed.append(True)
+
+
+def note(text: str) -> None:
+    """Add what the grader saw the learner's code do (the guard notes calls into the grader's code)."""
+    _notes.append(text)
+
+
+def notes() -> tuple:
+    """Everything seen of the learner's code so far, oldest first."""
+    return tuple(_notes)
