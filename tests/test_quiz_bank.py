@@ -8,11 +8,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dpteach.quiz import EXPERIMENTS, NOTEBOOKS, TOPICS, BankError, load_bank, validate_bank
-from dpteach.quiz.bank import SCHEMA_PATH, default_bank_dir
+from dpteach import course
+from dpteach.quiz import EXPERIMENTS, NOTEBOOKS, BankError, load_bank, topic_titles, validate_bank
+from dpteach.quiz.bank import _schema, default_bank_dir
+from dpteach.quiz.catalog import lesson_topics, topic_header
 
 SEEDS = Path(__file__).parents[2] / "shared" / "seeds"
 BANK = default_bank_dir()
+TOPICS = topic_titles(BANK)
 
 # The practice questions and, for each, the concept every correct option must name (each correct
 # option's text must contain every keyword of one of the sets) and how many distractors it has.
@@ -40,18 +43,53 @@ def test_shipped_bank_validates():
     assert validate_bank(BANK) == []
 
 
-def test_one_file_per_topic_named_after_it():
-    assert sorted(path.stem for path in BANK.glob("*.yaml")) == sorted(TOPICS)
+def test_one_file_per_topic_named_after_it_with_its_title_and_lesson():
+    for path in BANK.glob("*.yaml"):
+        header = topic_header(path)
+        assert header["topic"] == path.stem and header["title"].strip(), path.name
+        assert course.lesson(header["lesson"]).number == header["lesson"], path.name
 
 
-def test_schema_enums_equal_the_python_constants():
-    definitions = json.loads(SCHEMA_PATH.read_text())["$defs"]
-    assert definitions["topic"]["enum"] == list(TOPICS)
-    assert definitions["notebook"]["enum"] == list(NOTEBOOKS)
+def test_each_lesson_asks_the_topics_it_teaches():
+    taught = lesson_topics(BANK)
+    for lesson in course.LESSONS:
+        text = (BANK.parent / "notebooks" / lesson.notebook).read_text()
+        asked = set(re.findall(r'quiz\.show\(\\"(\w+)\\"\)', text))
+        assert asked == set(taught.get(lesson.number, [])), lesson.notebook
+
+
+def test_the_schema_lists_come_from_the_course_table():
+    definitions = _schema()["$defs"]
+    assert definitions["lesson"]["enum"] == [lesson.number for lesson in course.LESSONS]
+    assert definitions["notebook"]["enum"] == list(NOTEBOOKS) == [lesson.notebook for lesson in course.LESSONS]
+    assert definitions["experiment"]["enum"] == list(EXPERIMENTS)
     item = definitions["item"]["properties"]
-    assert item["demonstrated_by"]["properties"]["experiment"]["enum"] == list(EXPERIMENTS)
+    assert item["demonstrated_by"]["properties"]["experiment"] == {"$ref": "#/$defs/experiment"}
     for key in ("demonstrated_by", "explained_in"):
         assert item[key]["properties"]["notebook"] == {"$ref": "#/$defs/notebook"}
+
+
+def test_a_new_topic_is_one_new_file(tmp_path):
+    import shutil
+    import subprocess
+    import sys
+    bank_dir = tmp_path / "quizzes"
+    shutil.copytree(BANK, bank_dir)
+    item = yaml.safe_load((BANK / "overlap.yaml").read_text())["items"][0]
+    item = {**item, "id": "hsdp-two-levels", "topic": "hsdp"}
+    item.pop("mirrors", None)
+    (bank_dir / "hsdp.yaml").write_text(yaml.safe_dump(
+        {"topic": "hsdp", "title": "Hybrid sharding", "lesson": "11", "items": [item]}, sort_keys=False))
+    bank = load_bank(bank_dir)
+    assert bank.topics["hsdp"] == "Hybrid sharding"
+    # in course order: after the topics of lessons up to 11, before lesson 12's
+    order = list(bank.topics)
+    assert order.index("ddp_options") < order.index("hsdp") < order.index("sharding") < order.index("mixed_precision")
+    assert [i.id for i in bank.topic("hsdp")] == ["hsdp-two-levels"]
+    assert lesson_topics(bank_dir)["11"] == ["hsdp", "sharding"]
+    listed = subprocess.run([sys.executable, "-m", "dpteach", "quiz", "--bank", str(bank_dir), "--topic", "hsdp",
+                             "--list"], capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0 and "hsdp-two-levels" in listed.stdout, listed.stderr
 
 
 def test_every_item_is_complete(bank):
@@ -185,7 +223,8 @@ GOOD_ITEM = {
 
 def _write(folder: Path, topic: str, items: list, raw: str | None = None) -> Path:
     path = folder / f"{topic}.yaml"
-    path.write_text(raw if raw is not None else yaml.safe_dump({"topic": topic, "items": items}, sort_keys=False))
+    path.write_text(raw if raw is not None else yaml.safe_dump(
+        {"topic": topic, "title": topic.title(), "lesson": "03", "items": items}, sort_keys=False))
     return path
 
 
@@ -259,10 +298,21 @@ def test_unreadable_file_is_reported_with_its_name(tmp_path, raw, reason):
     assert any(text.startswith(str(path)) and reason in text for text in problems), problems
 
 
-def test_file_not_named_after_a_topic(tmp_path):
-    (tmp_path / "misc.yaml").write_text("topic: misc\nitems: []\n")
-    [problem] = [str(p) for p in validate_bank(tmp_path)]
-    assert "misc.yaml" in problem and "topic one of" in problem
+def test_file_not_named_after_its_topic(tmp_path):
+    _write(tmp_path, "misc", [GOOD_ITEM], raw=yaml.safe_dump(
+        {"topic": "bucketing", "title": "Buckets", "lesson": "03", "items": [GOOD_ITEM]}, sort_keys=False))
+    problems = [str(p) for p in validate_bank(tmp_path)]
+    assert any("misc.yaml" in text and "the file name says 'misc'" in text for text in problems), problems
+
+
+@pytest.mark.parametrize("header, reason", [
+    ({"topic": "misc"}, "'title' is a required property"),
+    ({"topic": "misc", "title": "Misc", "lesson": "31"}, "'31' is not one of"),
+])
+def test_a_topic_file_says_its_title_and_a_lesson_of_the_course(tmp_path, header, reason):
+    (tmp_path / "misc.yaml").write_text(yaml.safe_dump({**header, "items": [GOOD_ITEM]}, sort_keys=False))
+    problems = [str(p) for p in validate_bank(tmp_path)]
+    assert any("misc.yaml" in text and reason in text for text in problems), problems
 
 
 def test_missing_or_empty_folder(tmp_path):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from dpteach.progress import ProgressStore
 from dpteach.quiz.bank import default_bank_dir, load_bank, validate_bank
-from dpteach.quiz.catalog import TOPICS
+from dpteach.quiz.catalog import topic_titles
 from dpteach.quiz.scoring import pick_items, score_answers
 from dpteach.quiz.terminal import run_quiz
 
@@ -27,7 +27,7 @@ DEFAULT_EXAM_SIZE = 10
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--topic", metavar="T", help=f"ask the items of one topic: {', '.join(TOPICS)}")
+    parser.add_argument("--topic", metavar="T", help=f"ask the items of one topic: {', '.join(topic_titles())}")
     parser.add_argument("--exam", type=int, metavar="N",
                         help=f"ask N items drawn across all topics (the default, with N={DEFAULT_EXAM_SIZE})")
     parser.add_argument("--seed", type=int, default=0, metavar="S", help="fixes the exam draw and option order")
@@ -43,15 +43,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _check_arguments(args) -> Path:
     if args.bank is not None and not Path(args.bank).is_dir():
         raise ValueError(f"--bank {args.bank!r} is not a folder; give the folder that holds the <topic>.yaml files")
-    if args.topic is not None and args.topic not in TOPICS:
-        raise ValueError(f"--topic {args.topic!r} is not a course topic; choose one of: {', '.join(TOPICS)}")
+    bank_dir = Path(args.bank) if args.bank is not None else default_bank_dir()
+    topics = topic_titles(bank_dir)
+    if args.topic is not None and args.topic not in topics:
+        raise ValueError(f"--topic {args.topic!r} is not a course topic; choose one of: {', '.join(topics)}")
     if args.exam is not None and args.exam < 1:
         raise ValueError(f"--exam {args.exam} must be at least 1 (the number of items to ask)")
     if args.topic is not None and args.exam is not None:
         raise ValueError(f"--topic {args.topic!r} and --exam {args.exam} both given; choose one")
     if args.json and not (args.list or args.answers):
         raise ValueError("--json applies only to --list and --answers")
-    return Path(args.bank) if args.bank is not None else default_bank_dir()
+    return bank_dir
 
 
 def _validate(bank_dir: Path) -> int:

@@ -16,20 +16,14 @@ from __future__ import annotations
 import importlib
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
-# The exercise modules, in course order. Each defines ``EXERCISE``.
-EXERCISE_MODULES = (
-    "dpteach.grading.checks.ex01_ring_pieces",
-    "dpteach.grading.checks.ex02_ring_all_reduce",
-    "dpteach.grading.checks.ex03_buckets",
-    "dpteach.grading.checks.ex04_overlap",
-    "dpteach.grading.checks.ex05_accumulation",
-    "dpteach.grading.checks.ex06_int8",
-    "dpteach.grading.checks.ex07_parameter_server",
-    "dpteach.grading.checks.ex08_zero1",
-    "dpteach.grading.checks.ex09_zero2",
-)
+# The exercise modules, in course order: the modules of ``checks/`` named ``exNN_*`` that define
+# ``EXERCISE`` (their helpers, such as ``ex04_backward``, define none). A new exercise is a new module.
+CHECKS_DIR = Path(__file__).with_name("checks")
+EXERCISE_MODULES = tuple(f"{__package__}.checks.{path.stem}" for path in sorted(CHECKS_DIR.glob("ex[0-9][0-9]_*.py"))
+                         if "\nEXERCISE = " in path.read_text(encoding="utf-8"))
 
 # Every stub function's body is ``raise NotImplementedError("your code here")``; this text in a code
 # object's constants marks a stub when its source cannot be found (see notebook.attempted).

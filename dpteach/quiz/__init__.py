@@ -14,11 +14,11 @@ In a terminal: ``dpteach quiz --topic overlap``; instructors check the bank with
 from __future__ import annotations
 
 from .bank import Bank, BankError, Item, Option, Problem, default_bank_dir, load_bank, validate_bank
-from .catalog import EXPERIMENTS, NOTEBOOKS, TOPICS
+from .catalog import EXPERIMENTS, NOTEBOOKS, topic_titles
 from .scoring import pick_items, score_answers
 
 __all__ = ["show", "QuizPanel", "load_bank", "validate_bank", "score_answers", "pick_items", "default_bank_dir",
-           "Bank", "BankError", "Item", "Option", "Problem", "TOPICS", "NOTEBOOKS", "EXPERIMENTS"]
+           "Bank", "BankError", "Item", "Option", "Problem", "topic_titles", "NOTEBOOKS", "EXPERIMENTS"]
 
 
 def show(what=None, seed: int = 0, *, exam: int | None = None, bank: Bank | None = None, store=None,
@@ -36,8 +36,8 @@ def show(what=None, seed: int = 0, *, exam: int | None = None, bank: Bank | None
     items = pick_items(bank, what, exam=exam, seed=seed)
     if exam is not None:
         title = f"Practice exam: {len(items)} questions"
-    elif isinstance(what, str) and what in TOPICS:
-        title = f"Quiz: {TOPICS[what]}"
+    elif isinstance(what, str) and what in bank.topics:
+        title = f"Quiz: {bank.topics[what]}"
     else:
         title = "Quiz"
     return QuizPanel(items, seed=seed, store=store, record=record, title=title)

@@ -4,7 +4,8 @@ Instructors edit the bank by hand, so every mistake must come back as a sentence
 the file, the item and what is wrong. Checking happens in two layers:
 
 1. ``schema.json`` (shipped in this package) checks the shape: required fields, types, known
-   notebooks and experiments, no unknown keys (a misspelt ``explanation`` is caught, not ignored);
+   lessons, notebooks and experiments (filled in from the course table, ``dpteach.course``), no
+   unknown keys (a misspelt ``explanation`` is caught, not ignored);
 2. :func:`_check_semantics` checks what a schema cannot say: a single-answer item has exactly one
    correct option, a multiple-select item has exactly ``select`` correct ones, an item is either
    demonstrated by an experiment or explained in a notebook section (one of the two, never both),
@@ -21,7 +22,8 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from .catalog import TOPICS
+from .catalog import EXPERIMENTS, NOTEBOOKS, topic_header, topic_order
+from ..course import LESSONS
 
 SCHEMA_PATH = Path(__file__).with_name("schema.json")
 BANK_ENV_VAR = "DPTEACH_QUIZZES"
@@ -38,6 +40,7 @@ class Option:
 class Item:
     id: str
     topic: str
+    topic_title: str  # the title its bank file gives the topic
     type: str  # "single" or "multiple"
     select: int  # how many options to pick: 1 for "single"
     stem: str
@@ -111,7 +114,16 @@ def _mapping_without_duplicates(loader, node, deep=False):
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
-_VALIDATOR = jsonschema.Draft202012Validator(json.loads(SCHEMA_PATH.read_text(encoding="utf-8")))
+def _schema() -> dict:
+    """``schema.json`` with its lists of lessons, notebooks and experiments taken from the course table."""
+    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    schema["$defs"]["lesson"]["enum"] = [lesson.number for lesson in LESSONS]
+    schema["$defs"]["notebook"]["enum"] = list(NOTEBOOKS)
+    schema["$defs"]["experiment"]["enum"] = list(EXPERIMENTS)
+    return schema
+
+
+_VALIDATOR = jsonschema.Draft202012Validator(_schema())
 
 
 def _item_label(data, index: int) -> str:
@@ -185,10 +197,10 @@ def _check_semantics(data: dict, file: str, topic: str) -> list[Problem]:
     return problems
 
 
-def _to_item(entry: dict, file: str) -> Item:
+def _to_item(entry: dict, file: str, title: str) -> Item:
     shown, explained = entry.get("demonstrated_by"), entry.get("explained_in")
     return Item(
-        id=entry["id"], topic=entry["topic"], type=entry["type"], select=entry.get("select", 1),
+        id=entry["id"], topic=entry["topic"], topic_title=title, type=entry["type"], select=entry.get("select", 1),
         stem=entry["stem"].strip(),
         options=tuple(Option(o["text"].strip(), o["correct"], o["explanation"].strip()) for o in entry["options"]),
         trap=entry["trap"].strip(), notebook=(shown or explained)["notebook"],
@@ -201,8 +213,6 @@ def read_bank_file(path: Path) -> tuple[list[Item], list[Problem]]:
     """Items of one bank file and the problems found in it (items only when there are none)."""
     file = str(path)
     topic = path.stem
-    if topic not in TOPICS:
-        return [], [Problem(file, None, f"file name must be <topic>.yaml with topic one of {', '.join(TOPICS)}")]
     try:
         data = yaml.load(path.read_text(encoding="utf-8"), Loader=_StrictLoader)
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
@@ -212,16 +222,21 @@ def read_bank_file(path: Path) -> tuple[list[Item], list[Problem]]:
         problems = _check_semantics(data, file, topic)
     if problems:
         return [], problems
-    return [_to_item(entry, file) for entry in data["items"]], []
+    return [_to_item(entry, file, data["title"].strip()) for entry in data["items"]], []
 
 
 # -- the whole bank ----------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Bank:
-    """All items, in course order (topic order of ``TOPICS``, then file order)."""
+    """All items, in course order (topics by the lesson that teaches them, then file order)."""
     folder: Path
     items: tuple[Item, ...]
+
+    @property
+    def topics(self) -> dict:
+        """``{topic: title}`` in course order."""
+        return {item.topic: item.topic_title for item in self.items}
 
     def get(self, item_id: str) -> Item:
         for item in self.items:
@@ -230,8 +245,8 @@ class Bank:
         raise ValueError(f"no quiz item with id {item_id!r} in {self.folder}")
 
     def topic(self, topic: str) -> list[Item]:
-        if topic not in TOPICS:
-            raise ValueError(f"topic {topic!r} is not a course topic; choose one of {', '.join(TOPICS)}")
+        if topic not in self.topics:
+            raise ValueError(f"topic {topic!r} is not a course topic; choose one of {', '.join(self.topics)}")
         return [item for item in self.items if item.topic == topic]
 
     def exam(self, count: int, seed: int = 0) -> list[Item]:
@@ -246,7 +261,7 @@ def check_bank(folder: Path | str | None = None) -> tuple[list[Item], list[Probl
     folder = Path(folder) if folder is not None else default_bank_dir()
     if not folder.is_dir():
         return [], [Problem(str(folder), None, "quiz bank folder does not exist")]
-    paths = sorted(folder.glob("*.yaml"), key=lambda p: (list(TOPICS).index(p.stem) if p.stem in TOPICS else 99, p.name))
+    paths = sorted(folder.glob("*.yaml"), key=lambda p: topic_order(p.stem, str(topic_header(p).get("lesson", ""))))
     if not paths:
         return [], [Problem(str(folder), None, "quiz bank folder holds no <topic>.yaml file")]
     items, problems = [], []

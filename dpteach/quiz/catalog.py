@@ -1,80 +1,68 @@
-"""The fixed vocabulary a quiz item may refer to: course topics, notebooks and experiments.
+"""What a quiz item may refer to: the course's topics, notebooks and experiments.
 
-These names are the contract between the quiz bank and the rest of the course. An item says
-either which notebook and which experiment function in :mod:`dpteach.experiments` show its
-answer live (``demonstrated_by``), or, where no run on this machine can show it (NCCL's
-internals, a cluster's network), which notebook section explains it (``explained_in``); validating against these lists catches a typo in a bank file long before a learner
-clicks a link to a notebook that does not exist. ``schema.json`` repeats the lists as enums so
-that an editor can check a bank file on its own; a test keeps both copies equal.
+These names are the contract between the quiz bank and the rest of the course, and none is written
+here: notebooks and experiments come from the course table (``dpteach.course``), and topics from the
+bank itself - each topic is one file, ``quizzes/<topic>.yaml``, whose header gives its title and the
+lesson that teaches it. Adding a topic is adding that file. An item says either which notebook and
+which experiment show its answer live (``demonstrated_by``), or, where no run on this machine can show
+it (NCCL's internals, a cluster's network), which notebook section explains it (``explained_in``);
+the bank's checks (``bank.py``) fill ``schema.json``'s lists from here, so a typo in a bank file is
+caught long before a learner clicks a link to a notebook that does not exist.
 """
 from __future__ import annotations
 
-# topic id -> title shown to learners; one bank file ``quizzes/<topic>.yaml`` per topic.
-TOPICS = {
-    "data_parallelism": "Data parallelism basics",
-    "collectives": "Collectives and ring all-reduce",
-    "nccl_algorithms": "How NCCL chooses an algorithm",
-    "nccl_debugging": "Debugging collectives: NCCL and torch settings",
-    "bucketing": "Gradient bucketing",
-    "ddp_options": "DDP's options: unused parameters, static graphs, bucket views, hooks, Join",
-    "overlap": "Overlapping communication with backward",
-    "accumulation": "Gradient accumulation",
-    "compression": "Gradient compression",
-    "sync_async": "Synchronous vs asynchronous updates",
-    "input_pipeline": "Input pipelines",
-    "memory": "Memory limits of replication",
-    "scaling": "Scaling efficiency",
-    "multinode": "Across nodes: NICs and hierarchical collectives",
-    "sharding": "Sharded data parallelism: ZeRO stages and FSDP2",
-    "mixed_precision": "Mixed precision with data parallelism",
-}
+from pathlib import Path
 
-NOTEBOOKS = (
-    "00_start_here.ipynb",
-    "01_data_parallelism.ipynb",
-    "02_collectives.ipynb",
-    "03_bucketing.ipynb",
-    "04_overlap.ipynb",
-    "05_accumulation.ipynb",
-    "06_compression.ipynb",
-    "07_sync_vs_async.ipynb",
-    "08_input_pipeline.ipynb",
-    "09_scaling.ipynb",
-    "10_practice_exam.ipynb",
-    "11_sharding.ipynb",
-    "12_mixed_precision.ipynb",
-)
+import yaml
 
-# Functions of dpteach.experiments; each returns plain data a notebook plots.
-EXPERIMENTS = (
-    "machine_profile",
-    "gradient_equivalence",
-    "bitwise_reproducibility",
-    "memory_per_replica",
-    "measure_model_memory",
-    "collective_basics",
-    "collective_trace",
-    "allreduce_sweep",
-    "collective_mismatch",
-    "bucket_assignment",
-    "bucket_size_sweep",
-    "ddp_bucket_assignment",
-    "unused_parameters",
-    "bucket_view_memory",
-    "overlap_timeline",
-    "accumulation_sweep",
-    "compression_tradeoff",
-    "compression_bytes",
-    "async_staleness",
-    "input_pipeline",
-    "sampler_sharding",
-    "uneven_inputs",
-    "scaling_sweep",
-    "scaling_simulation",
-    "sharding_memory",
-    "sharding_timeline",
-    "sharding_payoff",
-    "precision_drift",
-    "loss_scaling",
-    "comm_precision",
-)
+from .. import course
+
+NOTEBOOKS = course.notebooks()
+EXPERIMENTS = course.experiments()
+
+
+def topic_header(path: Path) -> dict:
+    """The keys above ``items:`` of a bank file (``topic``, ``title``, ``lesson``), without reading its items;
+    an empty dict when the header cannot be read (the full check then says why)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return {}
+    head = text.split("\nitems:", 1)[0]
+    try:
+        header = yaml.safe_load(head)
+    except yaml.YAMLError:
+        return {}
+    return header if isinstance(header, dict) else {}
+
+
+def topic_order(topic: str, lesson: str | None) -> tuple:
+    """Course order: by the lesson that teaches the topic, then by name (a topic with no known lesson last)."""
+    numbers = [entry.number for entry in course.LESSONS]
+    return (numbers.index(lesson) if lesson in numbers else len(numbers), topic)
+
+
+def topic_titles(folder: Path | str | None = None) -> dict:
+    """``{topic: title}`` for the bank files in ``folder`` (default: the course's bank), in course order."""
+    from .bank import default_bank_dir
+    folder = Path(folder) if folder is not None else default_bank_dir()
+    headers = {path.stem: topic_header(path) for path in folder.glob("*.yaml")}
+    order = sorted(headers, key=lambda t: topic_order(t, str(headers[t].get("lesson", ""))))
+    return {topic: str(headers[topic].get("title") or topic) for topic in order}
+
+
+def lesson_topics(folder: Path | str | None = None) -> dict:
+    """``{lesson number: [topics it teaches]}``, from the bank files' headers."""
+    from .bank import default_bank_dir
+    folder = Path(folder) if folder is not None else default_bank_dir()
+    taught: dict = {}
+    for topic in topic_titles(folder):
+        lesson = str(topic_header(folder / f"{topic}.yaml").get("lesson", ""))
+        taught.setdefault(lesson, []).append(topic)
+    return taught
+
+
+def __getattr__(name: str):
+    if name == "TOPICS":  # the course bank's topics, read when asked (the bank folder may be set by then)
+        return topic_titles()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

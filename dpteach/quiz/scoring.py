@@ -10,7 +10,6 @@ import random
 from collections.abc import Iterable, Sequence
 
 from .bank import Bank, Item
-from .catalog import TOPICS
 
 
 def pick_items(bank: Bank, what: str | Sequence[str] | None = None, exam: int | None = None,
@@ -25,9 +24,9 @@ def pick_items(bank: Bank, what: str | Sequence[str] | None = None, exam: int | 
             raise ValueError(f"give either a topic/item ids or exam={exam}, not both (got {what!r})")
         return bank.exam(int(exam), seed)
     if what is None:
-        raise ValueError(f"say what to ask: a topic ({', '.join(TOPICS)}), item ids, or exam=N")
+        raise ValueError(f"say what to ask: a topic ({', '.join(bank.topics)}), item ids, or exam=N")
     if isinstance(what, str):
-        return bank.topic(what) if what in TOPICS else [bank.get(what)]
+        return bank.topic(what) if what in bank.topics else [bank.get(what)]
     return [bank.get(item_id) for item_id in what]
 
 

@@ -10,7 +10,6 @@ from collections.abc import Callable
 from typing import TextIO
 
 from .bank import Item
-from .catalog import TOPICS
 from .scoring import count_problem, is_correct, option_order
 
 WIDTH = 88
@@ -38,7 +37,7 @@ def parse_answer(line: str, n_options: int) -> list[int]:
 def _ask(item: Item, number: int, total: int, shown: list[int], stdin: TextIO, stdout: TextIO) -> list[str] | None:
     """Show one question and read answers until one has the right count; None when input ends."""
     how_many = "pick one" if item.type == "single" else f"pick {item.select}"
-    print(f"\nQuestion {number} of {total} - {TOPICS[item.topic]} ({how_many})\n", file=stdout)
+    print(f"\nQuestion {number} of {total} - {item.topic_title} ({how_many})\n", file=stdout)
     if "\n" in item.stem:  # a stem with line breaks holds code: keep its lines as written
         print("\n".join(f"  {line}".rstrip() for line in item.stem.splitlines()), file=stdout)
     else:

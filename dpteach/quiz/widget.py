@@ -18,7 +18,6 @@ import ipywidgets as widgets
 
 from ..progress import ProgressStore
 from .bank import Item
-from .catalog import TOPICS
 from .scoring import count_problem, is_correct, option_order, resolve_choices
 
 # ipywidgets truncates long radio/checkbox labels to one line; quiz options are sentences.
@@ -78,7 +77,7 @@ class QuizItemView:
         self._on_submitted = on_submitted
         shown = [item.options[index].text for index in self.order]
         how_many = "pick one" if item.type == "single" else f"pick {item.select}"
-        header = widgets.HTML(f"<b>Question {number}</b> &middot; {escape(TOPICS[item.topic])} &middot; "
+        header = widgets.HTML(f"<b>Question {number}</b> &middot; {escape(item.topic_title)} &middot; "
                               f"<i>{how_many}</i>")
         # pre-wrap keeps the line breaks of stems that contain code and still wraps long prose lines
         stem = widgets.HTML(f'<div style="white-space: pre-wrap; line-height: 1.4">{escape(item.stem)}</div>')

@@ -8,8 +8,8 @@ from __future__ import annotations
 from html import escape
 from pathlib import Path
 
-from ..quiz import TOPICS
 from .rendering import html_table
+from ..quiz.catalog import topic_titles
 
 
 def mirror_rows(bank) -> list[dict]:
@@ -17,7 +17,7 @@ def mirror_rows(bank) -> list[dict]:
     def order(item):
         source, _, number = item.mirrors.partition("#")
         return source, int(number) if number.isdigit() else 0
-    return [{"id": item.id, "topic": item.topic, "topic_title": TOPICS[item.topic], "mirrors": item.mirrors,
+    return [{"id": item.id, "topic": item.topic, "topic_title": item.topic_title, "mirrors": item.mirrors,
              "notebook": item.notebook, "experiment": item.experiment, "section": item.section, "type": item.type}
             for item in sorted((i for i in bank.items if i.mirrors), key=order)]
 
@@ -58,7 +58,7 @@ def progress_table(summary: dict):
     """Quiz progress per topic (course order) and exercise grades, from ``ProgressStore().summary()``."""
     quiz = summary.get("quiz", {})
     rows = [[escape(title), quiz.get(topic, {}).get("answered", 0), quiz.get(topic, {}).get("correct", 0),
-             quiz.get(topic, {}).get("attempts", 0)] for topic, title in TOPICS.items()]
+             quiz.get(topic, {}).get("attempts", 0)] for topic, title in topic_titles().items()]
     table = html_table(["topic", "items answered", "answered correctly at least once", "attempts"], rows,
                        align="lrrr")
     exercises = summary.get("exercises", {})

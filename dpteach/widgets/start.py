@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import costmodel
-from .rendering import human_bytes, legend_below, legend_beside, log_axis, show, size_axis, table  # noqa: F401
+from .rendering import human_bytes, legend_below, log_axis, show, size_axis, table
 
 
 ALGO_STYLE = {"builtin": ("#4C72B0", "o"), "ring": ("#DD8452", "s"), "tree": ("#55A868", "^"),

@@ -1,0 +1,120 @@
+"""The course in one table: its lessons, what each one runs, and which exercises go with it.
+
+Everything else that lists lessons or experiments reads this table instead of writing the names again:
+``dpteach.experiments`` exports the functions named here (and imports each module on first use), the
+quiz bank checks that an item names a lesson and an experiment that exist, and the tests hold the
+notebooks, lesson 00's map and the README's course and module maps to it. So adding a lesson is a
+notebook, its experiments module, its widget module, its row here and its rows in the README; adding
+an experiment is the function and its name in its lesson's row.
+
+Quiz topics are not listed here: each is one file, ``quizzes/<topic>.yaml``, which carries its own
+title (``dpteach.quiz.catalog``). Exercises are found from their check modules
+(``dpteach.grading.spec``); a lesson names the ones it sends the learner to.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Lesson:
+    number: str          # "04": the notebook's prefix and how the course refers to it
+    slug: str            # "overlap": the notebook is f"{number}_{slug}.ipynb"
+    title: str           # the short name lesson 00's map links
+    question: str        # what the lesson answers by running it (the README's course table)
+    experiments: tuple = ()  # "module.function" of dpteach.experiments that its cells and panels run
+    exercises: tuple = ()    # ids of the exercises the lesson asks the learner to do
+
+    @property
+    def notebook(self) -> str:
+        return f"{self.number}_{self.slug}.ipynb"
+
+
+LESSONS = (
+    Lesson("00", "start_here", "Start here",
+           "What does this machine offer? Its all-reduce latency and bandwidth, measured and fitted",
+           ("machine.machine_profile",)),
+    Lesson("01", "data_parallelism", "Data parallelism",
+           "Why is averaging the replicas' gradients exact, when is it exact bit for bit, and what must each "
+           "replica hold in memory?",
+           ("equivalence.gradient_equivalence", "determinism.bitwise_reproducibility",
+            "memory.measure_model_memory", "memory.memory_per_replica")),
+    Lesson("02", "collectives", "Collectives",
+           "How does a ring all-reduce move data, step by step, when does a tree beat it, what do NCCL and gloo "
+           "really run, and what happens when ranks disagree?",
+           ("collectives.collective_basics", "collectives.collective_trace", "collectives.allreduce_sweep",
+            "debugging.collective_mismatch"),
+           ("01", "02")),
+    Lesson("03", "bucketing", "Bucketing",
+           "Why do many small all-reduces cost more than a few large ones, which buckets does DDP really build, "
+           "and what do its options cost?",
+           ("bucketing.bucket_assignment", "bucketing.bucket_size_sweep", "ddp_buckets.ddp_bucket_assignment",
+            "ddp_options.unused_parameters", "ddp_options.bucket_view_memory"),
+           ("03",)),
+    Lesson("04", "overlap", "Overlap",
+           "GPUs idle while gradients are exchanged, and the model must stay exact: what fixes it?",
+           ("overlap.overlap_timeline",), ("04",)),
+    Lesson("05", "accumulation", "Accumulation",
+           "What does gradient accumulation save (fewer exchanges, each as long), and what else does it change?",
+           ("accumulation.accumulation_sweep",), ("05",)),
+    Lesson("06", "compression", "Compression",
+           "What do 8-bit and 16-bit gradients save, and what do they cost in exactness?",
+           ("compression.compression_tradeoff", "compression.compression_bytes",
+            "compression.compression_on_links"),
+           ("06",)),
+    Lesson("07", "sync_vs_async", "Synchronous vs asynchronous",
+           "What do asynchronous updates buy, and what staleness do they bring?",
+           ("asynchronous.async_staleness",), ("07",)),
+    Lesson("08", "input_pipeline", "Input pipeline",
+           "How does a slow loader starve the ranks, what feeds them, and what breaks when ranks get the wrong "
+           "data?",
+           ("input_pipeline.input_pipeline", "data_sharding.sampler_sharding", "data_sharding.uneven_inputs")),
+    Lesson("09", "scaling", "Scaling",
+           "How far does data parallelism scale, here and on thousands of GPUs, and what do the nodes' NICs "
+           "change?",
+           ("scaling.scaling_sweep", "scaling.scaling_simulation")),
+    Lesson("10", "practice_exam", "Practice exam",
+           "The exam-style questions, each linked to the experiment that proves its answer"),
+    Lesson("11", "sharding", "Sharded data parallelism",
+           "Beyond replication: what do ZeRO's three stages and FSDP2 save per rank, what do they send, and "
+           "when does each pay off?",
+           ("sharding.sharding_memory", "sharding.sharding_timeline", "sharding.sharding_payoff"),
+           ("08", "09")),
+    Lesson("12", "mixed_precision", "Mixed precision",
+           "What do bf16 and fp16 change in training on W ranks - what stays fp32, why fp16 needs a loss scale "
+           "and every rank must skip the same steps, what 16-bit gradients on the wire save and cost?",
+           ("mixed_precision.precision_drift", "mixed_precision.loss_scaling", "mixed_precision.comm_precision")),
+)
+
+# Experiments that no lesson's notebook calls but the command line does (`dpteach compare`).
+TOOLS = ("compare.compare_strategies", "compare.run_strategy")
+
+
+def notebooks() -> tuple:
+    """The lessons' notebook file names, in course order."""
+    return tuple(lesson.notebook for lesson in LESSONS)
+
+
+def experiment_homes() -> dict:
+    """``{function name: module of dpteach.experiments}`` for every experiment, lessons' first, then tools."""
+    homes = {}
+    for qualified in [name for lesson in LESSONS for name in lesson.experiments] + list(TOOLS):
+        module, function = qualified.split(".")
+        homes[function] = module
+    return homes
+
+
+def experiments() -> tuple:
+    """Every experiment function's name that a lesson runs, in course order (the quiz may cite these)."""
+    return tuple(qualified.split(".")[1] for lesson in LESSONS for qualified in lesson.experiments)
+
+
+def lesson(key: str) -> Lesson:
+    """A lesson by number ("4", "04"), slug or notebook file name."""
+    text = str(key).strip().removesuffix(".ipynb")
+    for candidate in LESSONS:
+        if text in (candidate.number, candidate.slug, f"{candidate.number}_{candidate.slug}") or (
+                text.isdigit() and int(text) == int(candidate.number)):
+            return candidate
+    raise ValueError(f"lesson={key!r} is not a lesson of this course; choose one of: "
+                     f"{', '.join(lesson.number + ' (' + lesson.slug + ')' for lesson in LESSONS)}")

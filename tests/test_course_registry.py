@@ -1,0 +1,121 @@
+"""The course table (``dpteach/course.py``) tells the truth, and everything that lists the course agrees with it:
+the notebooks (what they import, which exercises they send the learner to), lesson 00's map, the README's
+course table and its module map (lesson numbers included), and ``dpteach.experiments``' exports."""
+import ast
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+import dpteach.experiments as experiments
+from dpteach import course
+from dpteach.grading import all_exercises
+
+REPO = Path(__file__).resolve().parents[1]
+README = (REPO / "README.md").read_text(encoding="utf-8")
+
+
+def _code(notebook: str) -> ast.Module:
+    cells = json.loads((REPO / "notebooks" / notebook).read_text(encoding="utf-8"))["cells"]
+    source = "\n".join("".join(cell["source"]) for cell in cells if cell["cell_type"] == "code")
+    return ast.parse("\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))))
+
+
+def _imports(notebook: str) -> list[tuple[str, str]]:
+    """(module, name) for every ``from dpteach... import name`` in the notebook's code."""
+    return [(node.module, alias.name) for node in ast.walk(_code(notebook))
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("dpteach")
+            for alias in node.names]
+
+
+def _markdown(notebook: str) -> str:
+    cells = json.loads((REPO / "notebooks" / notebook).read_text(encoding="utf-8"))["cells"]
+    return "\n".join("".join(cell["source"]) for cell in cells if cell["cell_type"] == "markdown")
+
+
+def test_every_notebook_is_a_lesson_in_course_order():
+    on_disk = sorted(path.name for path in (REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    assert on_disk == list(course.notebooks())
+    assert [lesson.number for lesson in course.LESSONS] == [f"{i:02d}" for i in range(len(course.LESSONS))]
+
+
+@pytest.mark.parametrize("lesson", course.LESSONS, ids=lambda lesson: lesson.number)
+def test_a_lesson_runs_exactly_the_experiments_the_table_gives_it(lesson):
+    imported = {name for module, name in _imports(lesson.notebook) if module == "dpteach.experiments"}
+    assert imported == {qualified.split(".")[1] for qualified in lesson.experiments}
+
+
+@pytest.mark.parametrize("lesson", course.LESSONS, ids=lambda lesson: lesson.number)
+def test_a_lesson_sends_the_learner_to_its_exercises(lesson):
+    by_id = {exercise.id: exercise for exercise in all_exercises()}
+    text = _markdown(lesson.notebook)
+    for exercise in lesson.exercises:
+        assert f"../exercises/{by_id[exercise].notebook_name}" in text, (lesson.notebook, exercise)
+
+
+def test_every_exercise_belongs_to_one_lesson():
+    owners = [exercise for lesson in course.LESSONS for exercise in lesson.exercises]
+    assert sorted(owners) == sorted(exercise.id for exercise in all_exercises())
+
+
+def test_experiments_exports_every_function_of_the_table_from_its_module():
+    homes = course.experiment_homes()
+    assert sorted(experiments.__all__) == sorted(homes)
+    for name, module in homes.items():
+        function = getattr(experiments, name)
+        assert callable(function) and function.__module__ == f"dpteach.experiments.{module}", name
+    with pytest.raises(AttributeError, match="no attribute 'overlap_timelines'"):
+        experiments.overlap_timelines  # noqa: B018
+
+
+def test_lesson_00_maps_every_lesson_and_exercise():
+    text = _markdown("00_start_here.ipynb")
+    for lesson in course.LESSONS[1:]:
+        assert f"[{lesson.number} · {lesson.title}]({lesson.notebook})" in text, lesson.notebook
+    for exercise in all_exercises():
+        assert f"(../exercises/{exercise.notebook_name})" in text, exercise.id
+
+
+def test_the_readme_course_table_is_the_course():
+    rows = re.findall(r"^\| `(\d\d_\w+)` \| (.+) \|$", README, re.M)
+    assert rows == [(f"{lesson.number}_{lesson.slug}", lesson.question) for lesson in course.LESSONS]
+
+
+def _lessons_in_row(folder: str) -> dict:
+    """``{module: {lesson numbers}}`` from the README module map's row for ``folder``: each `name` followed by
+    ``(NN, NN-NN, ...``."""
+    [row] = [line for line in README.splitlines() if line.startswith(f"| `{folder}` |")]
+    found = {}
+    for name, numbers in re.findall(r"`(\w+)` \((\d\d(?:-\d\d)?(?:, \d\d(?:-\d\d)?)*)", row):
+        lessons = set()
+        for part in numbers.split(", "):
+            first, _, last = part.partition("-")
+            lessons |= {f"{n:02d}" for n in range(int(first), int(last or first) + 1)}
+        found[name] = lessons
+    return found
+
+
+def test_the_readme_says_which_lesson_each_experiments_module_serves():
+    truth: dict = {}
+    for lesson in course.LESSONS:
+        for qualified in lesson.experiments:
+            truth.setdefault(qualified.split(".")[0], set()).add(lesson.number)
+    assert _lessons_in_row("dpteach/experiments/") == truth
+
+
+def test_the_readme_says_which_lessons_import_each_widgets_module():
+    truth: dict = {}
+    for lesson in course.LESSONS:
+        for module, name in _imports(lesson.notebook):
+            widget = module.split(".")[2] if module.startswith("dpteach.widgets.") else (
+                name if module == "dpteach.widgets" and name != "ExperimentPanel" else None)
+            if widget is not None and widget not in ("rendering", "panel"):  # shared by every lesson
+                truth.setdefault(widget, set()).add(lesson.number)
+    assert _lessons_in_row("dpteach/widgets/") == truth
+
+
+def test_a_lesson_is_found_by_number_slug_or_file_and_a_wrong_one_is_named():
+    assert course.lesson("4") is course.lesson("overlap") is course.lesson("04_overlap.ipynb")
+    with pytest.raises(ValueError, match="lesson='31' is not a lesson of this course"):
+        course.lesson("31")
