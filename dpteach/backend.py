@@ -158,6 +158,23 @@ def cores_available() -> int:
     return os.cpu_count() or 1
 
 
+def cores_of_rank(rank: int, world_size: int, device_type: str) -> list[int] | None:
+    """The cores a CPU rank runs on when each can have its own (Linux), as a GPU rank has its GPU: an
+    equal block of the cores this process may use (W=1 on 8 cores: all 8; W=4: two each). None where
+    the ranks must share (more ranks than cores, GPU ranks, no affinity masks).
+
+    Left free, the scheduler wakes a rank's gloo threads on its peer's core and stalls the peer's
+    backward, and the overlap strategies lose much of what they hide (``benchmarks/README.md``).
+    """
+    if device_type != "cpu" or not hasattr(os, "sched_getaffinity"):
+        return None
+    allowed = sorted(os.sched_getaffinity(0))
+    if world_size > len(allowed):
+        return None
+    per_rank = len(allowed) // world_size
+    return allowed[rank * per_rank:(rank + 1) * per_rank]
+
+
 def nccl_available() -> bool:
     return dist.is_available() and dist.is_nccl_available()
 

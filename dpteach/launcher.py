@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import shutil
 import signal
 import subprocess
@@ -42,14 +41,15 @@ import sys
 import tempfile
 import threading
 import time
-from collections import deque
 from datetime import timedelta
 
 import cloudpickle
 import torch.distributed as dist
 
 from . import validate
+from .backend import cores_of_rank
 from .memory import check_memory_for_ranks
+from .rank_output import RankOutput
 from .torchrun import run_in_torchrun_world
 from .world import World, resolve_world, under_torchrun
 
@@ -118,10 +118,9 @@ def launch(fn, world_size: int | World | None, args=(), kwargs=None, backend: st
     except RankError as err:
         if not err.while_joining:
             raise
-        # The world never formed: a rank failed while connecting to its peers, before fn ran. Under
-        # heavy CPU load gloo's full-mesh connect on localhost now and then fails that way ("Connection
-        # closed by peer" from connectFullMesh). One fresh world - new store, new ports - is cheap and
-        # almost always forms; a second failure is reported.
+        # The world never formed (a rank failed to connect, before fn ran): under heavy load gloo's full-mesh
+        # connect on localhost now and then fails so ("Connection closed by peer" from connectFullMesh). One
+        # fresh world - new store, new ports - is cheap and almost always forms; a second failure is reported.
         if show_output:
             print(f"[dpteach] the ranks could not form a world ({err.exc_type}); starting them once more",
                   flush=True)
@@ -138,22 +137,17 @@ def _signal_name(number: int) -> str:
 class _Ranks:
     """The processes of one launch, from start to clean-up."""
 
-    LAST_LINES = 20  # kept per rank, for the report of a rank that dies without a traceback
-
     def __init__(self, world: World, payload, timeout, show_output, progress, env):
         self.world_size, self.placement, self.timeout = world.size, world.placement, float(timeout)
         self.timed_size = world.emulated_size  # one real rank standing for a larger world (dpteach.world)
-        self.show_output, self.want_progress, self.extra_env = show_output, progress, env
-        self.last_lines = [deque(maxlen=self.LAST_LINES) for _ in range(world.size)]
+        self.extra_env = env
+        self.output = RankOutput(world.size, show_output, progress)
         self.tmp = tempfile.mkdtemp(prefix="dpteach-launch-")
         self.payload_path = os.path.join(self.tmp, "payload.pkl")
         with open(self.payload_path, "wb") as f:
             f.write(payload)
         self.procs: list[subprocess.Popen] = []
-        self.lines: queue.Queue = queue.Queue()
         self.readers: list[threading.Thread] = []
-        self.bar = None
-        self.bar_phase = None  # None -> "starting" -> "joined" -> "run" (see _update_progress)
         self.store = None
 
     # -- life cycle ----------------------------------------------------------------------------
@@ -167,9 +161,8 @@ class _Ranks:
             return self._collect()
         finally:
             self._stop_all()
-            self._drain_output()
-            if self.bar is not None:
-                self.bar.close()
+            self.output.drain()
+            self.output.close()
             for t in self.readers:
                 t.join(timeout=2)
             self.store = None
@@ -197,7 +190,7 @@ class _Ranks:
         # would trample each other (a user's OMP_NUM_THREADS still wins). A rank pinned to its own
         # cores runs exactly one thread per core it holds: two threads on one core spin-wait for each
         # other, which made a lone rank train many times slower than a plain process.
-        cores = self._cores_for(rank)
+        cores = cores_of_rank(rank, self.world_size, self.placement.device_type)
         if "OMP_NUM_THREADS" not in os.environ:
             env["DPTEACH_THREADS"] = str(len(cores) if cores else max(1, cpus // self.world_size))
         if cores:
@@ -206,35 +199,15 @@ class _Ranks:
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True, cwd=os.getcwd())
         self.procs.append(proc)
-        reader = threading.Thread(target=self._read, args=(rank, proc.stdout), daemon=True)
+        reader = threading.Thread(target=self.output.read, args=(rank, proc.stdout), daemon=True)
         reader.start()
         self.readers.append(reader)
-
-    def _cores_for(self, rank: int) -> list[int] | None:
-        """The cores a CPU rank runs on when each can have its own (Linux), as a GPU rank has its GPU:
-        an equal block of the cores this process may use (W=1 on 8 cores: all 8; W=4: two each).
-
-        Left free, the scheduler wakes a rank's gloo threads on its peer's core and stalls the peer's
-        backward, and the overlap strategies lose much of what they hide (``benchmarks/README.md``).
-        """
-        if self.placement.device_type != "cpu" or not hasattr(os, "sched_getaffinity"):
-            return None
-        allowed = sorted(os.sched_getaffinity(0))
-        if self.world_size > len(allowed):
-            return None
-        per_rank = len(allowed) // self.world_size
-        return allowed[rank * per_rank:(rank + 1) * per_rank]
-
-    def _read(self, rank, stream) -> None:
-        for raw in iter(stream.readline, b""):
-            self.lines.put((rank, raw.decode("utf-8", "replace").rstrip("\n")))
-        stream.close()
 
     def _wait(self) -> None:
         deadline = time.monotonic() + self.timeout
         while True:
-            self._drain_output()
-            self._update_progress()
+            self.output.drain()
+            self.output.update(self.store)
             codes = [p.poll() for p in self.procs]
             # Exit code 0 without a result is a failure too: the rank ended its own process (os._exit(0),
             # or a library that exits) before fn returned - its peers would otherwise wait for it forever.
@@ -242,7 +215,7 @@ class _Ranks:
             if failed:
                 self._raise_failure(failed)
             if all(c == 0 for c in codes):
-                self._update_progress()  # what the ranks reported between the last look and their exit
+                self.output.update(self.store)  # what the ranks reported between the last look and their exit
                 return
             if time.monotonic() > deadline:
                 running = [r for r, c in enumerate(codes) if c is None]
@@ -278,9 +251,9 @@ class _Ranks:
             how += ": usually the out-of-memory killer - try fewer ranks or a smaller model"
         if outcome is None:
             self.readers[rank].join(timeout=1.0)  # its last lines may still be in the pipe
-            self._drain_output()
+            self.output.drain()
             raise RankError(rank, f"{how} without returning a result{others}", exit_code=code,
-                            last_output=tuple(self.last_lines[rank]))
+                            last_output=tuple(self.output.last_lines[rank]))
         if outcome["ok"]:  # the work was done, but the process did not end cleanly
             raise RankError(rank, f"returned its result, then {how} while shutting down{others}", exit_code=code)
         err = RankError(rank, f"raised {outcome['type']}: {outcome['message']}{others}",
@@ -325,59 +298,3 @@ class _Ranks:
                 os.killpg(p.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-
-    # -- output and progress -------------------------------------------------------------------
-    def _drain_output(self) -> None:
-        while True:
-            try:
-                rank, line = self.lines.get_nowait()
-            except queue.Empty:
-                return
-            self.last_lines[rank].append(line)
-            if self.show_output:
-                if self.bar is not None:
-                    self.bar.write(f"[rank {rank}] {line}")
-                else:
-                    print(f"[rank {rank}] {line}", flush=True)
-
-    def _update_progress(self) -> None:
-        """Two phases: "starting N ranks" (ranks that have joined the world, out of N) - several seconds
-        on a laptop, each rank a fresh interpreter importing torch - then the run's own progress, when
-        rank 0 reports some (``dpteach.report_progress``)."""
-        if not self.want_progress or self.store is None:
-            return
-        if self.bar_phase is None:
-            self.bar = progress_bar(total=self.world_size, desc=f"starting {self.world_size} ranks", unit="rank")
-            self.bar_phase = "starting"
-        if self.bar_phase == "starting":
-            joined = min(self.store.add("launch/joined", 0), self.world_size)
-            _advance(self.bar, joined)
-            if joined == self.world_size:
-                self.bar.close()
-                self.bar, self.bar_phase = None, "joined"
-        if self.bar_phase != "run" and self.store.check(["progress/total"]):
-            if self.bar is not None:  # the run reports progress, so every rank has joined (not all counted yet)
-                _advance(self.bar, self.bar.total)
-                self.bar.close()
-            desc = self.store.get("progress/desc").decode() if self.store.check(["progress/desc"]) else None
-            self.bar = progress_bar(total=int(self.store.get("progress/total")), desc=desc)
-            self.bar_phase = "run"
-        if self.bar_phase == "run":
-            _advance(self.bar, self.store.add("progress/done", 0))
-
-
-def progress_bar(iterable=None, **options):
-    """A progress bar that disappears when it completes: a widget inside a Jupyter kernel, text on stderr
-    anywhere else. Decided here rather than by ``tqdm.auto``, which also draws a widget (printed as text
-    on stdout) in a plain IPython shell whose config has merely been asked about ``IPKernelApp``."""
-    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
-    if shell is not None and type(shell).__name__ == "ZMQInteractiveShell":
-        from tqdm.notebook import tqdm
-    else:
-        from tqdm import tqdm
-    return tqdm(iterable, leave=False, **options)
-
-
-def _advance(bar, to: int) -> None:
-    if to != bar.n:
-        bar.update(to - bar.n)

@@ -119,3 +119,24 @@ def test_a_lesson_is_found_by_number_slug_or_file_and_a_wrong_one_is_named():
     assert course.lesson("4") is course.lesson("overlap") is course.lesson("04_overlap.ipynb")
     with pytest.raises(ValueError, match="lesson='31' is not a lesson of this course"):
         course.lesson("31")
+
+
+def _sibling_imports(package: Path) -> dict:
+    """``{module: {modules of the same package it imports}}`` for every module of ``package``."""
+    found = {}
+    for path in package.glob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        found[path.stem] = {node.module.split(".")[0] if node.module else alias.name
+                            for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level == 1
+                            for alias in node.names}
+    return found
+
+
+def test_experiments_stand_on_two_floors_and_no_lesson_imports_another():
+    imports = _sibling_imports(REPO / "dpteach" / "experiments")
+    lessons = {qualified.split(".")[0] for lesson in course.LESSONS for qualified in lesson.experiments}
+    for module, used in imports.items():
+        if module in lessons:
+            assert not used & lessons - {module}, (module, used & lessons)
+        for below in used - {"__init__"}:
+            assert not imports[below] - {"__init__"}, f"{module} -> {below} -> {imports[below]}: a third floor"

@@ -2,7 +2,7 @@
 import pytest
 
 from dpteach.experiments import overlap_timeline
-from dpteach.experiments.overlap import step_structure, typical_step
+from dpteach.accounting import step_structure, typical_step
 from dpteach.reference import SGD_TOLERANCE
 
 

@@ -95,3 +95,21 @@ def test_only_the_ring_takes_the_place_of_a_sharded_strategys_collectives():
         TrainConfig(strategy="zero2", all_reduce="tree").check(2)
     with pytest.raises(ValueError, match="all_reduce='ring' is not allowed with strategy='fsdp'"):
         TrainConfig(strategy="fsdp", all_reduce="ring").check(2)
+
+
+@pytest.mark.parametrize("name, gb", [("ddp", 120.0), ("zero1", 31.4), ("zero2", 16.6), ("zero3", 1.9), ("fsdp", 1.9)])
+def test_each_strategy_holds_what_the_zero_paper_figure_1_says(name, gb):
+    # Rajbhandari et al., Figure 1: 7.5 B parameters, mixed-precision Adam (2 + 2 + 12 bytes), 64 ranks. The
+    # fp16 parameters are 2 bytes each, so the 12 bytes of optimizer state are 6 per parameter byte.
+    from dpteach.sync import strategy_class
+    held = strategy_class(name).held_bytes_per_rank(param_bytes=2 * 7.5e9, state_per_param=6, world_size=64)
+    assert round(held / 1e9, 1) == gb
+
+
+def test_every_strategy_describes_itself():
+    from dpteach.sync import STRATEGIES
+    for name, cls in STRATEGIES.items():
+        assert cls.name == name and cls.title() and cls.codec in ("fp32", "fp16", "bf16", "int8"), name
+        assert cls.colour.startswith("#") and len(cls.colour) == 7, name
+    assert {STRATEGIES[n].codec for n in ("int8", "int8_ef", "fp16", "bf16")} == {"int8", "fp16", "bf16"}
+    assert STRATEGIES["int8_ef"].error_feedback and not STRATEGIES["int8"].error_feedback

@@ -29,6 +29,7 @@ import torch.distributed as dist
 from torch.nn.utils import parameters_to_vector
 
 from .. import context, validate
+from ..accounting import summarise_run, typical_step
 from ..data import global_batches, loss_fn, make_dataset, rank_microbatches, sample_batch
 from ..launcher import launch
 from ..link import resolve_link
@@ -37,7 +38,6 @@ from ..reference import exact_tolerance, reference_device, train_single_process
 from ..sizing import RunLoad, check_model, choose_model, run_facts
 from ..train import TrainConfig, train_each_on_rank
 from ..world import World, resolve_world
-from .overlap import summarise_run, typical_step
 
 # Two float32 gradients computed in different summation orders agree to about 1e-7 relative per
 # addition; over a few hundred samples a relative 1e-5 of the largest entry leaves ample room while

@@ -72,7 +72,7 @@ def _one_call(algorithm: str, buf: torch.Tensor, pieces: int) -> None:
 def time_calls(calls: dict, iters: int, warmup: int, before=None, after=None) -> dict[str, float]:
     """Time each zero-argument function of ``calls`` (name -> function) on every rank; name -> seconds.
 
-    The one timing loop of the course (the sweep below, ``machine.link_on_rank``). Each call starts
+    The one timing loop of the course (the sweep below, ``link_on_rank``). Each call starts
     after a barrier, so that no rank's clock starts while another is still busy with the last
     call, and lasts as long as the slowest rank took (a collective is finished when its last rank
     is); of ``iters`` such times, after ``warmup`` untimed rounds, the median is kept. The calls
@@ -150,3 +150,24 @@ def allreduce_benchmark(world_size: int | World | None = None, sizes=("4KiB", "1
         report["fit"] = {"algorithm": "ring", "alpha_s": fit.params.alpha, "beta_s_per_byte": fit.params.beta,
                          "bandwidth_GBps": fit.params.bandwidth_GBps, "r2": fit.r2}
     return report
+
+
+LINK_SIZES = (4096, 4 << 20)  # far apart, so that noise cannot hide the slope (beta)
+
+
+def link_on_rank(sizes=LINK_SIZES, iters: int = 10) -> dict:
+    """Inside a running world: time ``dist.all_reduce`` at a few sizes and fit alpha and beta.
+
+    Every rank must call it (it is a collective). Each timed call starts after a barrier and
+    counts as long as the slowest rank took; the median over ``iters`` calls is kept. This is the
+    built-in all-reduce the training strategies use, so the fitted alpha is the latency each of
+    their messages pays. With one rank there is no link: alpha and beta are 0.
+    """
+    world = dist.get_world_size()
+    if world < 2:
+        return {"alpha_s": 0.0, "beta_s_per_byte": 0.0, "samples": []}
+    buffers = {nbytes: torch.ones(max(1, nbytes // 4), device=context.device()) for nbytes in sizes}
+    seconds = time_calls({n: (lambda b=buf: dist.all_reduce(b)) for n, buf in buffers.items()}, iters, warmup=2)
+    samples = [(buf.numel() * 4, world, seconds[n]) for n, buf in buffers.items()]
+    fit = costmodel.fit_alpha_beta(samples, algorithm="ring")
+    return {"alpha_s": fit.params.alpha, "beta_s_per_byte": fit.params.beta, "samples": samples}

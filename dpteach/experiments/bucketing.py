@@ -10,7 +10,7 @@ messages changes - and so does the result, not at all.
 
 ``bucket_size_sweep`` trains the same model in one world with ``local`` (no communication: the
 compute floor), ``naive`` and ``bucketed`` at several bucket sizes. In the same world it first
-measures the built-in all-reduce's alpha and beta (``machine.link_on_rank``), so the predicted
+measures the built-in all-reduce's alpha and beta (``bench.link_on_rank``), so the predicted
 latency cost, messages x ``2(W-1) alpha``, uses this machine's latency measured a moment before.
 The configurations are trained side by side, step s of each in turn
 (``train.train_interleaved_on_rank``): on a shared machine the background load drifts, and
@@ -25,13 +25,12 @@ from .. import context, costmodel, validate
 from ..buckets import assign_buckets
 from ..launcher import launch
 from ..link import resolve_link
-from ..accounting import step_costs
+from ..accounting import link_report, step_costs
 from ..models import build_model, check_model_name
 from ..sizing import RunLoad, check_model, choose_model, run_facts
 from ..train import TrainConfig, train_interleaved_on_rank
 from ..world import World, resolve_world
-from .compare import link_report
-from .machine import link_on_rank
+from .bench import link_on_rank
 
 DEFAULT_SIZES_MB = (0.01, 0.25, 1.0, 4.0, 32.0)
 

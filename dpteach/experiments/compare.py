@@ -18,7 +18,7 @@ import statistics
 from dataclasses import replace
 
 from .. import validate
-from ..accounting import step_costs
+from ..accounting import link_report, step_costs
 from ..launcher import launch
 from ..link import resolve_link
 from ..reference import exact_tolerance, reference_device, train_single_process
@@ -28,19 +28,6 @@ from ..train import ALL_REDUCE_CHOICES, TrainConfig, train_each_on_rank, train_o
 from ..world import World, resolve_world
 
 DEFAULT_STRATEGIES = ("local", "naive", "bucketed", "overlap", "ddp", "int8", "int8_ef", "fp16", "async")
-
-
-def link_report(ranks: list[dict]) -> dict | None:
-    """The emulated link's account over all ranks: the worst rank's share of machine-bound messages."""
-    reports = [r.get("link") for r in ranks if r.get("link") and r["link"]["messages"]]
-    if not reports:
-        return None
-    worst = max(reports, key=lambda rep: rep["machine_bound_share"])
-    steps = len(ranks[0]["step_times"]) or 1
-    return {"messages_per_step": worst["messages"] / steps, "link_seconds_per_step": worst["link_seconds"] / steps,
-            "machine_bound_share": worst["machine_bound_share"], "time_set_by": worst["time_set_by"],
-            # on GPU ranks: how far the link's spins on its stream were from the link's times (median, relative)
-            "emulation_error": max((r.get("emulation_error") or 0.0 for r in reports), default=0.0)}
 
 
 def _row(name: str, ranks: list[dict], reference: dict, local_step: float | None) -> dict:

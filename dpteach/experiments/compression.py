@@ -28,23 +28,22 @@ from torch.nn.utils import parameters_to_vector
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from .. import context, validate
-from ..accounting import step_costs
+from ..accounting import link_report, step_costs
 from ..backend import plain_fp32
 from ..buckets import build_buckets
 from ..costmodel import busbw_factor
-from ..launcher import launch, progress_bar
+from ..launcher import launch
 from ..link import resolve_link
+from ..rank_output import progress_bar
 from ..models import SPECS, build_model
 from ..reference import exact_tolerance, reference_device, train_single_process
 from ..sizing import RunLoad, check_model, choose_model, run_facts
-from ..sync import make_strategy
+from ..sync import make_strategy, strategy_class
 from ..timeline import Timeline
 from ..train import TrainConfig, train_interleaved_on_rank, train_on_rank
 from ..world import World, resolve_world
-from .compare import link_report
 
 COMPRESSED = ("bucketed", "fp16", "bf16", "int8", "int8_ef")
-CODEC = {"bucketed": "fp32", "fp16": "fp16", "bf16": "bf16", "int8": "int8", "int8_ef": "int8"}
 CHUNK = 1024  # elements per int8 scale, as in dpteach/sync/compressed.py
 
 
@@ -55,7 +54,7 @@ def bucket_sizes(model: str, bucket_mb: float = 1.0) -> list[int]:
 
 def wire_bytes_formula(strategy: str, world_size: int, sizes: list[int]) -> int:
     """Bytes one rank sends per step: ring all-reduce 2(W-1)/W x message; int8 all-gather (W-1) x message."""
-    codec = CODEC[strategy]
+    codec = strategy_class(strategy).codec
     if codec == "int8":
         return sum((world_size - 1) * (n + 4 * math.ceil(n / CHUNK)) for n in sizes)
     width = 4 if codec == "fp32" else 2
@@ -132,7 +131,7 @@ def compression_tradeoff(world_size: int | World | None = None, model: str = "au
         ranks = [per_rank[r]["runs"][i] for r in range(world.size)]
         drift = ranks[0]["drift_per_step"]
         rows.append({
-            "strategy": name, "codec": CODEC[name],
+            "strategy": name, "codec": strategy_class(name).codec,
             "bytes_per_step": statistics.mean(r["wire_bytes_per_step"] for r in ranks),
             "bytes_formula": wire_bytes_formula(name, world.size, sizes),
             "bytes_vs_fp32": statistics.mean(r["wire_bytes_per_step"] for r in ranks) / fp32,

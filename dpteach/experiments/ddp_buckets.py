@@ -27,11 +27,10 @@ course's rule is applied with the same caps, so the two can be compared bucket b
 """
 from __future__ import annotations
 
-import re
-
 import torch.distributed as dist
 
 from .. import context, validate
+from ..accounting import profiled
 from ..buckets import MB, assign_buckets
 from ..data import loss_fn, make_dataset, sample_batch
 from ..launcher import launch
@@ -45,22 +44,6 @@ LOGGED = ("bucket_sizes", "rebuilt_bucket_sizes", "rebuilt_per_bucket_param_indi
 
 
 # The process-group backends record each collective as "<backend>:<collective>" on the host.
-_COLLECTIVE_EVENT = re.compile(r"^(?:gloo|nccl|ucc|mpi|xccl):(\w+)$")
-
-
-def collectives_in(prof) -> list[str]:
-    """Names of the collectives a profiled region issued, e.g. ``["all_reduce", "broadcast"]``."""
-    return [m.group(1) for m in (_COLLECTIVE_EVENT.match(event.name) for event in prof.events()) if m]
-
-
-def profiled(work) -> tuple[object, list[str]]:
-    """Run ``work()`` under torch's profiler; return its result and the collectives it issued."""
-    from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        result = work()
-    return result, collectives_in(prof)
-
-
 def _on_rank(model_name: str, bucket_cap_mb, find_unused: bool, iterations: int, batch: int, seed: int) -> dict:
     device, rank, world = context.device(), dist.get_rank(), dist.get_world_size()
     model = build_model(model_name, seed=seed).to(device)

@@ -31,13 +31,13 @@ import torch.distributed as dist
 from torch import nn
 
 from .. import context, validate
+from ..accounting import profiled
 from ..data import loss_fn, make_dataset, sample_batch
 from ..launcher import launch
 from ..models import NUM_CLASSES, build_model, check_model_name
 from ..replica import flat_weights, replica_spread
 from ..sync.ddp import wrap_ddp
 from ..world import World, resolve_world
-from .ddp_buckets import profiled
 
 UNUSED_SETTINGS = ("default", "find_unused_parameters", "static_graph")
 

@@ -8,7 +8,7 @@ here, with the same all-reduce sweep ``dpteach bench allreduce`` runs (algbw and
 nccl-tests defines them; each call timed on its own, see ``dpteach/experiments/bench.py``), lets every later
 prediction use *this* machine's numbers rather than a textbook's.
 
-``link_on_rank`` is the small version of the same measurement, meant to run inside a world an
+``bench.link_on_rank`` is the small version of the same measurement, meant to run inside a world an
 experiment has already started (the bucketing and scaling lessons use it), so that the latency
 their predictions use is measured in the same processes, at the same moment, as their timings.
 """
@@ -18,15 +18,13 @@ import os
 import platform
 
 import torch
-import torch.distributed as dist
 
-from .. import context, costmodel, validate
+from .. import costmodel, validate
 from ..backend import gloo_available, nccl_available, visible_gpus
 from ..world import World, resolve_world
-from .bench import allreduce_benchmark, parse_size, time_calls
+from .bench import allreduce_benchmark, parse_size
 
 DEFAULT_SIZES = ("4KiB", "32KiB", "256KiB", "1MiB", "4MiB")
-LINK_SIZES = (4096, 4 << 20)  # far apart, so that noise cannot hide the slope (beta)
 
 
 def describe_machine(world_size: int | World = 2) -> dict:
@@ -80,21 +78,3 @@ def measured(result: dict, algorithm: str) -> list[float]:
     """The measured times of one algorithm, in the order of ``result["sizes"]``."""
     by_size = {r["bytes"]: r["time_s"] for r in result["rows"] if r["algorithm"] == algorithm}
     return [by_size[n] for n in result["sizes"]]
-
-
-def link_on_rank(sizes=LINK_SIZES, iters: int = 10) -> dict:
-    """Inside a running world: time ``dist.all_reduce`` at a few sizes and fit alpha and beta.
-
-    Every rank must call it (it is a collective). Each timed call starts after a barrier and
-    counts as long as the slowest rank took; the median over ``iters`` calls is kept. This is the
-    built-in all-reduce the training strategies use, so the fitted alpha is the latency each of
-    their messages pays. With one rank there is no link: alpha and beta are 0.
-    """
-    world = dist.get_world_size()
-    if world < 2:
-        return {"alpha_s": 0.0, "beta_s_per_byte": 0.0, "samples": []}
-    buffers = {nbytes: torch.ones(max(1, nbytes // 4), device=context.device()) for nbytes in sizes}
-    seconds = time_calls({n: (lambda b=buf: dist.all_reduce(b)) for n, buf in buffers.items()}, iters, warmup=2)
-    samples = [(buf.numel() * 4, world, seconds[n]) for n, buf in buffers.items()]
-    fit = costmodel.fit_alpha_beta(samples, algorithm="ring")
-    return {"alpha_s": fit.params.alpha, "beta_s_per_byte": fit.params.beta, "samples": samples}

@@ -4,19 +4,10 @@ Plain data parallelism copies *everything* to every rank: parameters, gradients 
 state. Adding ranks makes each step see more data, but it never lowers the memory one rank needs;
 a model that does not fit on one GPU does not fit on a thousand of them either.
 
-Per parameter, following Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion
-Parameter Models" (SC 2020), section 3.1:
-
-==================  ==========  =========  =============================================
-training recipe     parameters  gradients  optimizer state
-==================  ==========  =========  =============================================
-fp32, SGD           4           4          0
-fp32, SGD+momentum  4           4          4   (momentum buffer)
-fp32, Adam          4           4          8   (first and second moments)
-mixed, SGD          2           2          4   (fp32 master weights)
-mixed, SGD+mom.     2           2          8   (master weights + momentum)
-mixed, Adam         2           2          12  (master weights + two moments: the paper's K = 12)
-==================  ==========  =========  =============================================
+Per parameter, the ZeRO paper (Rajbhandari et al., SC 2020, section 3.1) counts 16 bytes for mixed
+precision with Adam - 2 for the fp16 weights, 2 for their gradients, 12 for the fp32 master weights and
+two moments - and 16 for fp32 with Adam as well (4 + 4 + 8); the whole table, and what each ZeRO stage
+shards of it, is in ``dpteach/model_states.py``.
 
 "mixed" is the recipe the ZeRO paper counts (Micikevicius et al. 2018): fp16 weights and gradients
 for the arithmetic, and an fp32 master copy of the weights beside the optimizer's fp32 state. Other
@@ -44,33 +35,8 @@ import torch
 from .. import validate
 from ..data import loss_fn, make_dataset, sample_batch
 from ..backend import plain_fp32, visible_gpus
+from ..model_states import BYTES_PER_PARAM, OPTIMIZERS, model_state_bytes
 from ..models import SPECS, build_model, model_names
-
-OPTIMIZERS = ("sgd", "sgd_momentum", "adam")
-PRECISIONS = ("fp32", "mixed")
-STAGES = (0, 1, 2, 3)
-GB = 1e9  # decimal gigabytes, as GPU data sheets and the ZeRO paper count
-
-# bytes per parameter: (parameters, gradients, optimizer state)
-BYTES_PER_PARAM = {
-    ("fp32", "sgd"): (4, 4, 0), ("fp32", "sgd_momentum"): (4, 4, 4), ("fp32", "adam"): (4, 4, 8),
-    ("mixed", "sgd"): (2, 2, 4), ("mixed", "sgd_momentum"): (2, 2, 8), ("mixed", "adam"): (2, 2, 12),
-}
-
-
-def _per_rank(parts: dict, world_size: int, stage: int) -> dict:
-    """Bytes one rank holds of each part at ZeRO ``stage`` (0 = plain data parallelism)."""
-    sharded = {"optimizer": stage >= 1, "grads": stage >= 2, "params": stage >= 3}
-    out = {k: parts[k] / world_size if sharded[k] else parts[k] for k in ("params", "grads", "optimizer")}
-    out["total"] = sum(out.values())
-    return out
-
-
-def traffic_per_rank(num_params: float, bytes_per_grad: int, world_size: int, stage: int) -> float:
-    """Bytes one rank sends per step at ZeRO ``stage``: 2 Psi (stages 0-2) or 3 Psi (stage 3)
-    elements in all (ZeRO section 7), of which a ring puts (W-1)/W on each rank's link."""
-    volume = 3 if stage == 3 else 2
-    return volume * num_params * bytes_per_grad * (world_size - 1) / world_size
 
 
 def memory_per_replica(params_billion: float = 7.0, optimizer: str = "adam", precision: str = "mixed",
@@ -86,32 +52,7 @@ def memory_per_replica(params_billion: float = 7.0, optimizer: str = "adam", pre
                        traffic_bytes (sent per rank per step)}, ...],       # stages 0..3
          "max_params_billion": {stage: largest model that fits in gpu_gb}, "fits", ...inputs}
     """
-    validate.number("params_billion", params_billion, above=0)
-    validate.integer("world_size", world_size, low=1)
-    validate.number("gpu_gb", gpu_gb, above=0, unit="a number of GB")
-    validate.choice("optimizer", optimizer, OPTIMIZERS)
-    validate.choice("precision", precision, PRECISIONS)
-    validate.choice("zero_stage", zero_stage, STAGES)
-    n = params_billion * 1e9
-    p, g, o = BYTES_PER_PARAM[(precision, optimizer)]
-    replica = {"params": p * n, "grads": g * n, "optimizer": o * n}
-    replica["total"] = sum(replica.values())
-    capacity = gpu_gb * GB
-    by_stage, largest = [], {}
-    for stage in STAGES:
-        row = _per_rank(replica, world_size, stage)
-        by_stage.append({"stage": stage, **row, "fits": row["total"] <= capacity,
-                         "traffic_bytes": traffic_per_rank(n, g, world_size, stage)})
-        per_param = _per_rank({"params": p, "grads": g, "optimizer": o}, world_size, stage)["total"]
-        largest[stage] = capacity / per_param / 1e9
-    return {
-        "params": n, "params_billion": params_billion, "optimizer": optimizer, "precision": precision,
-        "world_size": world_size, "zero_stage": zero_stage, "gpu_gb": gpu_gb,
-        "bytes_per_param": {"params": p, "grads": g, "optimizer": o, "total": p + g + o},
-        "replica_bytes": replica, "per_rank_bytes": _per_rank(replica, world_size, zero_stage),
-        "by_stage": by_stage, "max_params_billion": largest,
-        "fits": by_stage[zero_stage]["fits"],
-    }
+    return model_state_bytes(params_billion, optimizer, precision, world_size, zero_stage, gpu_gb)
 
 
 def _tensor_bytes(tensors) -> int:

@@ -36,16 +36,14 @@ import statistics
 from dataclasses import replace
 
 from .. import validate
-from ..accounting import step_costs
+from ..accounting import summarise_run, typical_step
 from ..launcher import launch
 from ..link import resolve_link
 from ..reference import exact_tolerance, reference_device, train_single_process
 from ..sizing import RunLoad, check_model, choose_model, run_facts
 from ..sync import EXACT
-from ..timeline import busy_time
 from ..train import TrainConfig, train_each_on_rank
 from ..world import World, resolve_world
-from .compare import link_report
 
 TIMELINE_STRATEGIES = ("naive", "bucketed", "overlap", "ddp")
 
@@ -58,62 +56,6 @@ CANDIDATES = (
     ("accumulate", "accumulate 2 micro-batches per step", "accumulate", "local_accumulate"),
     ("smaller_batch", "halve the global batch", "smaller_batch", "local_smaller_batch"),
 )
-
-
-def _intervals(spans, lane=None, names=None):
-    return sorted((s["start"], s["end"]) for s in spans
-                  if (lane is None or s["lane"] == lane) and (names is None or s["name"] in names))
-
-
-def step_structure(spans: list[dict], step: int) -> dict:
-    """What one rank did in one step: messages sent, time with a transfer in flight, and when they began.
-
-    ``launch_lead_s`` is how long before the end of the (last) backward the first transfer started:
-    negative when communication waits for backward to finish, positive when it overlaps it. (How much
-    communication was *hidden* is read from step times instead: DDP waits for its last bucket inside
-    backward, so comm spans lying under the backward span are not proof of useful overlap.)
-    """
-    mine = [s for s in spans if s["step"] == step]
-    comm = _intervals(mine, lane="comm")
-    backward = _intervals(mine, names=("backward",))
-    backward_end = max((end for _, end in backward), default=0.0)
-    return {
-        "messages": len(comm),
-        "comm_s": busy_time(mine, "comm"),
-        "launch_lead_s": (backward_end - comm[0][0]) if comm else None,
-        "backward_s": sum(end - start for start, end in backward),
-    }
-
-
-def typical_step(step_times: list[float], timed: range) -> int:
-    """The timed step whose duration is the median: the one worth drawing on a noisy machine."""
-    ordered = sorted(timed, key=lambda s: step_times[s])
-    return ordered[len(ordered) // 2]
-
-
-def _median(values):
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
-
-
-def summarise_run(ranks: list[dict], steps: range, floor_step_s: float | None = None, strategy: str = "local") -> dict:
-    """Per-step structure, median over the timed steps, mean over ranks; with ``floor_step_s`` (the
-    compute floor's step) also the step's split into exposed communication and overhead."""
-    per_rank = []
-    for result in ranks:
-        rows = [step_structure(result["spans"], s) for s in steps]
-        per_rank.append({key: _median([row[key] for row in rows]) for key in rows[0]})
-    out = {}
-    for key in per_rank[0]:
-        values = [row[key] for row in per_rank if row[key] is not None]
-        out[key] = statistics.mean(values) if values else None
-    out.update(step_costs(strategy, ranks, floor_step_s))
-    out["bytes_per_step"] = statistics.mean(r["wire_bytes_per_step"] for r in ranks)
-    out["time_set_by"] = (link_report(ranks) or {}).get("time_set_by")  # None without an emulated link
-    out["replicas_identical"] = all(r["replica_spread"] == 0.0 for r in ranks)
-    out["starts_before_backward_ends"] = all(
-        (step_structure(r["spans"], s)["launch_lead_s"] or 0.0) > 0 for r in ranks for s in steps)
-    return out
 
 
 def overlap_timeline(world_size: int | World | None = None, model: str = "auto", bucket_mb: float | None = None,

@@ -11,7 +11,7 @@ work with no communication: the compute floor at this W) and the strategy under 
   bookkeeping); and exposed communication, the time the step waited for communication, measured
   (``timeline.exposed_time``).
 
-Each world also measures its link (``machine.link_on_rank``) so that ``dpteach.scaling`` can
+Each world also measures its link (``bench.link_on_rank``) so that ``dpteach.scaling`` can
 extrapolate from this machine's own alpha, beta and compute time.
 
 On a laptop the ranks share the CPU cores: once W exceeds the cores, ranks take turns, and the
@@ -33,6 +33,7 @@ import torch
 from .. import context
 from .. import scaling as simulator
 from .. import validate
+from ..accounting import link_report
 from ..backend import choose_placement, cores_available
 from ..launcher import launch
 from ..link import resolve_link
@@ -42,8 +43,7 @@ from ..sync import STRATEGIES, strategy_class
 from ..timeline import busy_time, exposed_time
 from ..train import TrainConfig, train_interleaved_on_rank
 from ..world import PEERS, World
-from .compare import link_report
-from .machine import link_on_rank
+from .bench import link_on_rank
 
 PHASES = ("forward", "backward", "optimizer", "wait")
 

@@ -15,15 +15,16 @@ from __future__ import annotations
 from .. import validate
 from ..launcher import launch
 from ..link import resolve_link
+from ..model_states import model_state_bytes
 from ..models import build_model
 from ..replica import OPTIMIZERS
 from ..sizing import RunLoad, check_model, choose_model, run_facts
+from ..sync import strategy_class
 from ..sync.fsdp_trace import fsdp_spans, profile_step
 from ..timeline import exposed_time, start_together
 from ..train import SyncTrainer, TrainConfig
 from ..world import World, resolve_world
 from .compare import compare_strategies, run_strategy
-from .memory import memory_per_replica
 
 COMPARED = ("ddp", "zero1", "zero2", "zero3", "fsdp")  # the replicated reference, then each stage
 TIMELINE_STRATEGIES = ("zero3", "fsdp")  # the two that gather parameters, and so can prefetch
@@ -31,15 +32,9 @@ OPTIMIZER_FLOATS = {"sgd": 1, "adam": 2}  # state per parameter: SGD's momentum;
 
 
 def predicted_state_bytes(strategy: str, param_bytes: int, optimizer: str, world_size: int) -> float:
-    """What a rank holds at its optimizer step under the ZeRO paper's accounting, in fp32 as here.
-
-    Parameters P, gradients G and optimizer state K x P bytes: replicated by DDP, and sharded 1/W
-    by each stage in turn - the optimizer state (stage 1), the gradients too (stage 2), and the
-    parameters too (stage 3, and FSDP).
-    """
-    p, k, w = param_bytes, OPTIMIZER_FLOATS[optimizer], world_size
-    return {"ddp": p + p + k * p, "zero1": p + p + k * p / w, "zero2": p + (1 + k) * p / w,
-            "zero3": (2 + k) * p / w, "fsdp": (2 + k) * p / w}[strategy]
+    """What a rank holds at its optimizer step under the ZeRO paper's accounting, in fp32 as here: the
+    strategy's own formula (``Strategy.held_bytes_per_rank``: what it shards, divided by W)."""
+    return strategy_class(strategy).held_bytes_per_rank(param_bytes, OPTIMIZER_FLOATS[optimizer], world_size)
 
 
 def sharding_memory(world_size: int | World | None = None, model: str = "auto", optimizer: str = "adam",
@@ -136,7 +131,7 @@ def sharding_payoff(params_billion: float = 7.5, world_sizes=(1, 2, 4, 8, 16, 32
                     gpu_gb: float = 80.0, link="ib", optimizer: str = "adam", precision: str = "mixed") -> dict:
     """Which ZeRO stage fits, and what its communication costs per step, as W grows. Pure arithmetic.
 
-    Memory per GPU comes from the lesson-01 calculator (``memory_per_replica``); the time per step of
+    Memory per GPU comes from the ZeRO paper's arithmetic (``dpteach.model_states``, lesson 01's table); the time per step of
     each stage's collectives from the alpha-beta model on ``link`` (a preset of ``dpteach.link`` or
     ``{"alpha_s", "beta_s_per_byte"}``): stages 0-2 move a reduce-scatter and an all-gather of the
     gradients' size, stage 3 one all-gather more (ZeRO section 7). Activations are left out: they do
@@ -151,7 +146,7 @@ def sharding_payoff(params_billion: float = 7.5, world_sizes=(1, 2, 4, 8, 16, 32
     sizes = [validate.integer("world_sizes", w, low=1) for w in world_sizes]
     rows = []
     for w in sizes:
-        calc = memory_per_replica(params_billion, optimizer, precision, world_size=w, gpu_gb=gpu_gb)
+        calc = model_state_bytes(params_billion, optimizer, precision, world_size=w, gpu_gb=gpu_gb)
         grad_bytes = calc["params"] * calc["bytes_per_param"]["grads"]
         half = emulated.collective_time("reduce_scatter", grad_bytes, w)  # one reduce-scatter or all-gather
         for stage in calc["by_stage"]:

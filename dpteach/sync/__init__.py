@@ -26,7 +26,7 @@ how many ranks only serve?), so the trainer and the experiments never test for a
 from .async_ps import ParameterServer
 from .base import Strategy
 from .bucketed import BucketedSync
-from .compressed import CompressedSync
+from .compressed import Bf16Sync, Fp16Sync, Int8ErrorFeedbackSync, Int8Sync
 from .ddp import TorchDDP
 from .deterministic import DeterministicSync
 from .fsdp import TorchFSDP
@@ -37,32 +37,21 @@ from .zero1 import Zero1
 from .zero2 import Zero2
 from .zero3 import Zero3
 
-# name -> (class, extra options)
-STRATEGIES = {
-    "local": (LocalOnly, {}),
-    "naive": (NaiveSync, {}),
-    "bucketed": (BucketedSync, {}),
-    "overlap": (OverlapSync, {}),
-    "ddp": (TorchDDP, {}),
-    "deterministic": (DeterministicSync, {}),
-    "int8": (CompressedSync, {"codec": "int8"}),
-    "int8_ef": (CompressedSync, {"codec": "int8", "error_feedback": True}),
-    "fp16": (CompressedSync, {"codec": "fp16"}),
-    "bf16": (CompressedSync, {"codec": "bf16"}),
-    "zero1": (Zero1, {}),
-    "zero2": (Zero2, {}),
-    "zero3": (Zero3, {}),
-    "fsdp": (TorchFSDP, {}),
-    "async": (ParameterServer, {}),  # not in lockstep: its own loop (async_ps.py)
-}
-EXACT = tuple(name for name, (cls, _) in STRATEGIES.items() if cls.exact)
-SHARDED = tuple(name for name, (cls, _) in STRATEGIES.items() if cls.shards)  # ZeRO's stages and FSDP2
+# name -> the class that is that strategy (its attributes say what it is: ``base.Strategy``)
+STRATEGIES = {cls.name: cls for cls in (
+    LocalOnly, NaiveSync, BucketedSync, OverlapSync, TorchDDP, DeterministicSync,
+    Int8Sync, Int8ErrorFeedbackSync, Fp16Sync, Bf16Sync,
+    Zero1, Zero2, Zero3, TorchFSDP,
+    ParameterServer,  # not in lockstep: its own loop (async_ps.py)
+)}
+EXACT = tuple(name for name, cls in STRATEGIES.items() if cls.exact)
+SHARDED = tuple(name for name, cls in STRATEGIES.items() if cls.shards)  # ZeRO's stages and FSDP2
 REPLICATED = tuple(name for name in EXACT if name not in SHARDED)  # every rank holds everything
 
 
 def strategy_class(name: str) -> type[Strategy]:
     """The class behind strategy ``name``: what it says about itself (``Strategy``'s attributes)."""
-    return STRATEGIES[name][0]
+    return STRATEGIES[name]
 
 
 def make_strategy(name: str, model, timeline, bucket_mb: float = 1.0, first_bucket_mb=None, link=None,
@@ -70,7 +59,7 @@ def make_strategy(name: str, model, timeline, bucket_mb: float = 1.0, first_buck
     """Lockstep strategy ``name`` for this rank's ``model``; ``link`` (a ``dpteach.link.Link``) emulates a
     network; ``all_reduce`` ("builtin", "ring", "tree") is the all-reduce it runs, where it takes one;
     ``grad_comm`` the dtype its gradients travel in, where it takes one (``ddp``: a communication hook)."""
-    cls, options = STRATEGIES[name]
+    cls, options = STRATEGIES[name], {}
     if all_reduce != "builtin":
         options = {**options, "all_reduce": all_reduce}
     if grad_comm != "fp32":

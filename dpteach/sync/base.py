@@ -62,6 +62,7 @@ class Strategy:
     ``takes_all_reduce``: the course's collectives it can run on instead of torch's (``all_reduce=``).
     ``shards``: what each rank keeps only 1/W of (ZeRO's stages: "optimizer state", then "gradients",
     then "parameters"); a strategy that shards the parameters gathers them again every micro-batch.
+    ``label``, ``colour``: how lessons name and draw it; ``codec``: what its gradients travel as.
     """
 
     name = "base"
@@ -77,6 +78,22 @@ class Strategy:
     measures_exposure = True  # marks where it waits for communication (``timeline.exposed_time``); FSDP2 waits
     #                           inside torch, where no span reaches
     emulates_peers = True  # can run as one real rank whose W-1 peers the link emulates (``peers="emulated"``)
+    label = None  # in legends and tables; None: its name
+    colour = "#4C72B0"
+    codec = "fp32"  # what one gradient element travels as: "fp32", "fp16", "bf16" or "int8"
+
+    @classmethod
+    def title(cls) -> str:
+        return cls.label or cls.name
+
+    @classmethod
+    def held_bytes_per_rank(cls, param_bytes: float, state_per_param: float, world_size: int) -> float:
+        """What a rank holds at its optimizer step under the ZeRO paper's accounting (section 3.1): parameters
+        P, gradients P and optimizer state ``state_per_param`` x P bytes, each part that the strategy
+        ``shards`` divided by W (stage 1: the state; stage 2: the gradients too; stage 3: the parameters too)."""
+        share = {part: 1 / world_size if part in cls.shards else 1.0
+                 for part in ("parameters", "gradients", "optimizer state")}
+        return param_bytes * (share["parameters"] + share["gradients"] + state_per_param * share["optimizer state"])
 
     @classmethod
     def workers(cls, world_size: int) -> int:

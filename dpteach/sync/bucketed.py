@@ -10,6 +10,7 @@ from .base import GradientSync
 
 class BucketedSync(GradientSync):
     name = "bucketed"
+    label = "bucketed (float32)"
     takes_all_reduce = ("ring", "tree")
 
     def __init__(self, model, timeline, bucket_mb=1.0, first_bucket_mb=None, **options):

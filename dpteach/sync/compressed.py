@@ -33,9 +33,6 @@ import torch
 from ..buckets import build_buckets
 from .base import GradientSync
 
-CODECS = ("int8", "fp16", "bf16")
-
-
 def quantize_int8(values: torch.Tensor, chunk: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
     """Encode float values as int8 with one scale per ``chunk`` elements. Returns (q, scales)."""
     n = values.numel()
@@ -57,17 +54,17 @@ def dequantize_int8(q: torch.Tensor, scales: torch.Tensor, chunk: int = 1024) ->
 
 
 class CompressedSync(GradientSync):
+    """What the four compressed strategies share; each below says only what it sends (``codec``) and whether
+    it feeds back what the encoding lost."""
     name = "compressed"
     exact = False
+    error_feedback = False
 
-    def __init__(self, model, timeline, bucket_mb=1.0, first_bucket_mb=None, codec="int8",
-                 error_feedback=False, chunk=1024, **options):
+    def __init__(self, model, timeline, bucket_mb=1.0, first_bucket_mb=None, chunk=1024, **options):
         super().__init__(model, timeline, **options)
-        if codec not in CODECS:
-            raise ValueError(f"codec={codec!r} is not allowed: choose one of {', '.join(CODECS)}")
-        self.codec, self.error_feedback, self.chunk = codec, error_feedback, chunk
+        self.chunk = chunk
         self.buckets = build_buckets(model, bucket_mb, first_bucket_mb)
-        self.residuals = [torch.zeros_like(b.buffer) for b in self.buckets] if error_feedback else None
+        self.residuals = [torch.zeros_like(b.buffer) for b in self.buckets] if self.error_feedback else None
 
     def finish(self, step: int) -> None:
         for bucket in self.buckets:
@@ -110,3 +107,19 @@ class CompressedSync(GradientSync):
         with span(step, "decompress"):
             grad.copy_(half.to(grad.dtype))
         return lost
+
+
+class Int8Sync(CompressedSync):
+    name, codec, label, colour = "int8", "int8", "int8", "#C44E52"
+
+
+class Int8ErrorFeedbackSync(Int8Sync):
+    name, error_feedback, label, colour = "int8_ef", True, "int8 + error feedback", "#DD8452"
+
+
+class Fp16Sync(CompressedSync):
+    name, codec, label, colour = "fp16", "fp16", "fp16", "#55A868"
+
+
+class Bf16Sync(CompressedSync):
+    name, codec, label, colour = "bf16", "bf16", "bf16", "#8172B2"

@@ -41,6 +41,7 @@ def wrap_ddp(module, **options) -> DistributedDataParallel:
 
 class TorchDDP(GradientSync):
     name = "ddp"
+    label = "ddp (replicated)"
     takes_grad_comm = True
 
     def __init__(self, model, timeline, bucket_mb=1.0, first_bucket_mb=None, grad_comm="fp32", **options):

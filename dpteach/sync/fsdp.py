@@ -24,6 +24,7 @@ from .sharding import parameter_units, ring_bytes, unit_parameters
 
 class TorchFSDP(GradientSync):
     name = "fsdp"
+    label = "fsdp (torch's FSDP2)"
     shards = ("optimizer state", "gradients", "parameters")
     emulates_link = False  # FSDP2 calls torch's collectives itself: none passes through the course's link
     measures_exposure = False  # ... and waits for them inside its hooks

@@ -20,6 +20,7 @@ from .sharding import ShardedSync, ring_bytes, shard_buckets
 
 class Zero1(ShardedSync):
     name = "zero1"
+    label = "zero1: optimizer state"
     shards = ("optimizer state",)
     takes_all_reduce = ("ring",)  # its reduce-scatter and all-gather on the ring of lesson 02
 

@@ -15,6 +15,7 @@ from .sharding import ShardedSync, shard_buckets
 
 class Zero2(ShardedSync):
     name = "zero2"
+    label = "zero2: + gradients"
     shards = ("optimizer state", "gradients")
     takes_all_reduce = ("ring",)  # its reduce-scatter and all-gather on the ring of lesson 02
 

@@ -24,6 +24,7 @@ from .sharding import FlatGroup, ShardedSync, parameter_units, ring_bytes, unit_
 
 class Zero3(ShardedSync):
     name = "zero3"
+    label = "zero3: + parameters"
     shards = ("optimizer state", "gradients", "parameters")
     takes_all_reduce = ("ring",)  # its reduce-scatter and all-gather on the ring of lesson 02
 

@@ -5,12 +5,10 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 from IPython.display import display
 
+from ..sync import strategy_class
 from .rendering import html_table, legend_below, legend_beside, show
 
 
-COLORS = {"bucketed": "#4C72B0", "fp16": "#55A868", "bf16": "#8172B2", "int8": "#C44E52", "int8_ef": "#DD8452"}
-LABELS = {"bucketed": "bucketed (float32)", "fp16": "fp16", "bf16": "bf16", "int8": "int8",
-          "int8_ef": "int8 + error feedback"}
 
 
 def plot_drift(result: dict):
@@ -20,8 +18,8 @@ def plot_drift(result: dict):
         steps = range(1, len(row["drift_per_step"]) + 1)
         # a drift of exactly 0 cannot be drawn on a log axis: show it at the axis floor
         values = [max(d, 1e-9) for d in row["drift_per_step"]]
-        ax.plot(steps, values, marker="o", markersize=3, color=COLORS.get(row["strategy"]),
-                label=LABELS.get(row["strategy"], row["strategy"]))
+        ax.plot(steps, values, marker="o", markersize=3, color=strategy_class(row["strategy"]).colour,
+                label=strategy_class(row["strategy"]).title())
     ax.axhline(result["tolerance"], color="black", linestyle="--", linewidth=1,
                label=f"float32 rounding tolerance ({result['tolerance']:g})")
     ax.set_yscale("log")
@@ -40,7 +38,7 @@ def tradeoff_table(result: dict):
     rows = []
     for row in result["rows"]:
         same = row["max_abs_diff_vs_single"] <= result["tolerance"]
-        rows.append([LABELS.get(row["strategy"], row["strategy"]), f"{row['bytes_per_step'] / 1e6:.2f}",
+        rows.append([strategy_class(row["strategy"]).title(), f"{row['bytes_per_step'] / 1e6:.2f}",
                      f"{row['bytes_vs_fp32']:.3f}", f"{row['step_time_s'] * 1e3:.1f}",
                      f"{row['max_abs_diff_vs_single']:.1e}", f"{row['losses'][-1]:.4f}",
                      "yes" if same else "<b>no</b>"])
@@ -58,8 +56,8 @@ def plot_bytes(bytes_result: dict):
     for j, name in enumerate(strategies):
         xs = [i + (j - (len(strategies) - 1) / 2) * width for i in range(len(worlds))]
         by_world = {r["world_size"]: r for r in rows if r["strategy"] == name}
-        ax.bar(xs, [by_world[w]["measured"] / 1e6 for w in worlds], width, color=COLORS.get(name),
-               label=f"{LABELS.get(name, name)} (counter)")
+        ax.bar(xs, [by_world[w]["measured"] / 1e6 for w in worlds], width, color=strategy_class(name).colour,
+               label=f"{strategy_class(name).title()} (counter)")
         ax.plot(xs, [by_world[w]["formula"] / 1e6 for w in worlds], linestyle="none", marker="_",
                 markersize=18, color="black", label="formula" if j == 0 else None)
     ax.set_xticks(range(len(worlds)), [f"W={w}" for w in worlds])
@@ -75,7 +73,7 @@ def plot_bytes(bytes_result: dict):
 
 def bytes_table(bytes_result: dict):
     fp32 = {r["world_size"]: r["measured"] for r in bytes_result["rows"] if r["strategy"] == "bucketed"}
-    rows = [[r["world_size"], LABELS.get(r["strategy"], r["strategy"]), f"{r['formula']:,}", f"{r['measured']:,}",
+    rows = [[r["world_size"], strategy_class(r["strategy"]).title(), f"{r['formula']:,}", f"{r['measured']:,}",
              f"{r['measured'] / fp32[r['world_size']]:.3f}" if r["world_size"] in fp32 else "-"]
             for r in bytes_result["rows"]]
     return html_table(["W", "strategy", "formula (bytes)", "counter (bytes)", "vs float32"], rows, align="rlrrr")

@@ -1,11 +1,10 @@
 """Plots and tables for lesson 11: what each rank holds under ZeRO and FSDP2, when, and what it costs."""
 from __future__ import annotations
 
+from ..sync import strategy_class
 from .gantt import plot_gantt
 from .rendering import legend_beside, show, table
 
-STRATEGY_LABELS = {"ddp": "ddp (replicated)", "zero1": "zero1: optimizer state", "zero2": "zero2: + gradients",
-                   "zero3": "zero3: + parameters", "fsdp": "fsdp (torch's FSDP2)"}
 STAGE_COLORS = ["#4C72B0", "#DD8452", "#55A868", "#C44E52"]
 
 
@@ -17,7 +16,7 @@ def plot_sharding_memory(result: dict):
     """Per strategy: held at the optimizer step (measured and predicted), peak, and traffic against ddp."""
     import matplotlib.pyplot as plt
     rows = result["rows"]
-    names = [STRATEGY_LABELS[r["strategy"]] for r in rows]
+    names = [strategy_class(r["strategy"]).title() for r in rows]
     fig, (mem, sent) = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [3, 2]})
     x = range(len(rows))
     mem.bar([i - 0.27 for i in x], [r["state_bytes"] / 2**20 for r in rows], 0.27, color="#4C72B0",

@@ -142,10 +142,10 @@ def _nccl_sharing_gpus(on: bool):
 def _check_world(label, backend, ranks, sizes, scope, device, steps) -> dict:
     from ..launcher import launch
     from ..world import resolve_world
-    from .bench import allreduce_benchmark
-    from .compare import compare_strategies
-    from .determinism import bitwise_reproducibility
-    from .mixed_precision import precision_drift
+    from ..experiments.bench import allreduce_benchmark
+    from ..experiments.compare import compare_strategies
+    from ..experiments.determinism import bitwise_reproducibility
+    from ..experiments.mixed_precision import precision_drift
     shared = device == "cuda" and backend == "nccl" and ranks > visible_gpus()
     row = {"label": label, "backend": backend, "world_size": ranks, "device": device, "scope": scope,
            "shares_gpu": shared, "timings_meaningful": not shared}
@@ -192,7 +192,7 @@ def _precisions(result: dict) -> dict:
 def _emulated_peers(backend: str, device: str) -> dict:
     """``naive`` and ``overlap`` with one real rank standing for 8, on a link slow enough to set every time."""
     from ..world import resolve_world
-    from .compare import compare_strategies
+    from ..experiments.compare import compare_strategies
     world = resolve_world(EMULATED_W, backend, device, peers="emulated", emulated_peers_ok=True)
     result = compare_strategies(world, model="mlp", steps=6, link=EMULATED_LINK, strategies=("local", "naive", "overlap"))
     return {"world_size": result["world_size"], "real_ranks": result["real_ranks"], "device": result["device"],
