@@ -13,6 +13,10 @@ here, once, rather than in every strategy:
   one tensor is itself, the gather of one shard is that shard. No message leaves the process, so none
   is started - torch would still queue one and wait for it, and a W=1 run would report that wait as
   communication when there was none.
+* **What it cost on the wire.** Each call counts the bytes this rank puts on the wire (``sent``, since
+  ``new_step``): for torch's collectives the ring's account (nccl-tests' busbw factor 2(W-1)/W for an
+  all-reduce, (W-1)/W of the whole for an all-gather, a reduce-scatter or an all-to-all), for the
+  course's own what their trace shows this rank sent. Strategies count nothing themselves.
 * **The link.** With an emulated network (``link.py``) each collective completes no earlier than that
   link would deliver it - on the host's clock on CPU ranks (``link.EmulatedLink``), on the GPU's clock
   on GPU ranks (``gpu_link.StreamLink``). The link carries a world of ``world_size`` ranks, which may be
@@ -26,6 +30,7 @@ import torch.distributed as dist
 
 from . import context
 from .collectives import ALL_REDUCE, ring_all_gather, ring_reduce_scatter
+from .costmodel import busbw_factor
 from .link import EmulatedLink, Link
 
 
@@ -58,7 +63,7 @@ class Comm:
         self.alone = dist.get_world_size() == 1  # one real rank: collectives are the identity
         self.device = context.device()
         self.algorithm = all_reduce
-        self.sent_bytes = 0  # by the course's own all-reduces; the builtin one is counted by formula
+        self.sent = 0  # bytes this rank put on the wire since new_step()
         if link is None:
             self.emulator = None
         elif self.device.type == "cuda":
@@ -67,7 +72,20 @@ class Comm:
         else:
             self.emulator = EmulatedLink(link, world_size)
 
-    def _run(self, kind: str, nbytes: int, start_real, async_op: bool, algorithm: str = "ring"):
+    def new_step(self) -> None:
+        self.sent = 0
+
+    def count(self, kind: str, nbytes: int) -> None:
+        """Add what a ring puts on this rank's wire for a ``kind`` collective of ``nbytes`` in all - also for
+        collectives torch runs without passing here (FSDP2's own)."""
+        if kind == "all_reduce":
+            self.sent += int(nbytes * busbw_factor(self.world_size))
+        else:  # an integer times (W-1), then divided: exact wherever W divides it, as the buffers here are cut
+            self.sent += int(nbytes * (self.world_size - 1) / self.world_size)
+
+    def _run(self, kind: str, nbytes: int, start_real, async_op: bool, algorithm: str = "ring", counted=False):
+        if not counted:  # the course's own collectives counted what they sent (``_course``)
+            self.count(kind, nbytes)
         if self.emulator is None:
             work = start_real()
             if async_op:
@@ -95,7 +113,7 @@ class Comm:
         all_reduce = ALL_REDUCE[self.algorithm]  # in place
         return self._run("all_reduce", nbytes, lambda: self._course(lambda trace: all_reduce(tensor, trace=trace,
                                                                                              check=False)),
-                         False, self.algorithm)
+                         False, self.algorithm, counted=True)
 
     def _course(self, run, output: torch.Tensor | None = None) -> _Finished:
         """Run one of the course's collectives now (``run(trace)``), copy its result into ``output`` when it
@@ -105,7 +123,7 @@ class Comm:
         if output is not None:
             output.copy_(result.reshape(output.shape))
         me = dist.get_rank()
-        self.sent_bytes += sum(t["elements"] for t in trace if t["src"] == me) * result.element_size()
+        self.sent += sum(t["elements"] for t in trace if t["src"] == me) * result.element_size()
         return _Finished([result], self.device)
 
     def all_gather(self, outputs: list, tensor: torch.Tensor, async_op: bool = False):
@@ -122,7 +140,8 @@ class Comm:
                              async_op)
         if self.algorithm == "ring":  # the course's own (blocking: "asynchronous" means already done)
             return self._run("all_gather", total,
-                             lambda: self._course(lambda trace: ring_all_gather(tensor, trace=trace), output), async_op)
+                             lambda: self._course(lambda trace: ring_all_gather(tensor, trace=trace), output), async_op,
+                             counted=True)
         # Newer torch releases call all_gather_into_tensor all_gather_single (and warn on the old name).
         gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
         return self._run("all_gather", total, lambda: gather(output, tensor, async_op=True), async_op)
@@ -137,7 +156,7 @@ class Comm:
         if self.algorithm == "ring":
             return self._run("reduce_scatter", nbytes,
                              lambda: self._course(lambda trace: ring_reduce_scatter(tensor, trace=trace, check=False),
-                                                  output), async_op)
+                                                  output), async_op, counted=True)
         scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor  # the newer name
         return self._run("reduce_scatter", nbytes, lambda: scatter(output, tensor, async_op=True), async_op)
 

@@ -32,7 +32,6 @@ from contextlib import contextmanager
 import torch
 import torch.distributed as dist
 
-from ..costmodel import busbw_factor
 from .. import context
 from ..comm import Comm
 
@@ -139,7 +138,6 @@ class GradientSync(Strategy):
         self.comm = Comm(link, context.timed_world_size(), all_reduce)
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.will_sync = True
-        self.wire_bytes = 0  # bytes this rank sent in the current step
         self.state_bytes = 0  # held at the optimizer step, the most seen (note_state)
         self.transient_bytes = self.peak_extra_bytes = 0  # buffers alive now, and the most at once (hold)
 
@@ -153,9 +151,14 @@ class GradientSync(Strategy):
         self.will_sync = sync
         yield
 
+    @property
+    def wire_bytes(self) -> int:
+        """Bytes this rank sent in the current step, as its ``Comm`` counted them."""
+        return self.comm.sent
+
     def start_step(self, step: int) -> None:
         self.step = step
-        self.wire_bytes = 0
+        self.comm.new_step()
 
     def finish(self, step: int) -> None:
         raise NotImplementedError
@@ -193,22 +196,8 @@ class GradientSync(Strategy):
         self.transient_bytes -= nbytes
 
     # -- helpers the strategies share --------------------------------------------------------
-    def count_all_reduce(self, tensor: torch.Tensor) -> None:
-        """A ring all-reduce puts 2(W-1)/W of the message on each rank's wire (nccl-tests' busbw); W is the
-        world the link times (with emulated peers, the world being emulated)."""
-        self.wire_bytes += int(tensor.numel() * tensor.element_size() * busbw_factor(self.comm.world_size))
-
     def all_reduce_mean(self, tensor: torch.Tensor, async_op: bool = False):
-        """Divide by W, then sum across ranks: the mean, with no AVG op needed (DDP does the same).
-
-        torch's all-reduce is counted by the ring's formula; the course's own ring or tree counts
-        what its trace shows this rank sent."""
+        """Divide by W, then sum across ranks: the mean, with no AVG op needed (DDP does the same)."""
         if self.world > 1:  # dividing by one changes nothing, and costs a pass over the tensor
             tensor.div_(self.world)
-        if self.comm.algorithm == "builtin":
-            self.count_all_reduce(tensor)
-            return self.comm.all_reduce(tensor, async_op=async_op)
-        sent = self.comm.sent_bytes
-        work = self.comm.all_reduce(tensor, async_op=async_op)
-        self.wire_bytes += self.comm.sent_bytes - sent
-        return work
+        return self.comm.all_reduce(tensor, async_op=async_op)

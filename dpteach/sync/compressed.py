@@ -92,7 +92,6 @@ class CompressedSync(GradientSync):
             with span(step, "comm", lane="comm", blocking=True, bucket=index):
                 self.comm.all_gather(all_q, q)
                 self.comm.all_gather(all_scales, scales)
-            self.wire_bytes += (self.comm.world_size - 1) * (q.numel() * 1 + scales.numel() * 4)
             with span(step, "decompress"):
                 decoded = sum(dequantize_int8(a, b, self.chunk) for a, b in zip(all_q, all_scales))
                 grad.copy_(decoded / self.world)
@@ -101,7 +100,6 @@ class CompressedSync(GradientSync):
             half = grad.to(torch.float16 if self.codec == "fp16" else torch.bfloat16)
             lost = grad - half.to(grad.dtype)
             half.div_(self.world)
-        self.count_all_reduce(half)
         with span(step, "comm", lane="comm", blocking=True, bucket=index):
             self.comm.all_reduce(half)
         with span(step, "decompress"):

@@ -80,5 +80,4 @@ class DeterministicSync(GradientSync):
             self.comm.all_to_all_single(mine, self.buffer)
             reduced = sum_in_rank_order(mine.view(self.world, self.chunk))
             self.comm.all_gather_into_tensor(self.buffer, reduced)
-        self.count_all_reduce(self.buffer)
         set_gradients(self.params, self.buffer[:flat.numel()])

@@ -19,7 +19,7 @@ reduce-scatter buffers are not counted, so its peak is a lower bound.
 from contextlib import contextmanager
 
 from .base import GradientSync
-from .sharding import parameter_units, ring_bytes, unit_parameters
+from .sharding import parameter_units, unit_parameters
 
 
 class TorchFSDP(GradientSync):
@@ -49,10 +49,12 @@ class TorchFSDP(GradientSync):
         self.will_sync = sync
         self.model.set_requires_gradient_sync(sync)  # FSDP2's no_sync: keep unsharded gradients, no reduce-scatter
         yield
-        # Every micro-batch gathers every layer for forward and again for backward; the last one also
+        # FSDP2 sends through torch, not through self.comm, which counts them as the ring would: every
+        # micro-batch gathers every layer for forward and again for backward; the last one also
         # reduce-scatters each layer's gradient.
         for layer in self.layers:
-            self.wire_bytes += ring_bytes(self.unsharded[layer], self.world) * (3 if sync else 2)
+            for kind in ("all_gather", "all_gather") + (("reduce_scatter",) if sync else ()):
+                self.comm.count(kind, self.unsharded[layer])
 
     def finish(self, step: int) -> None:
         pass  # FSDP2 has already reduce-scattered the gradients inside backward

@@ -87,11 +87,6 @@ def unit_parameters(unit: torch.nn.Module) -> list:
     return [p for p in params if p.requires_grad]
 
 
-def ring_bytes(nbytes: int, world: int) -> int:
-    """What one rank sends in a ring reduce-scatter or all-gather of ``nbytes`` in all: (W-1)/W of it."""
-    return int(nbytes * (world - 1) / world)
-
-
 class InFlight:
     """Collectives launched without waiting, drawn on the timeline from launch to completion.
 
@@ -152,7 +147,6 @@ class ShardedSync(GradientSync):
         work = self.comm.reduce_scatter(group.grad_shard, full, async_op=True)
         self.spans.launched(work, self.step, "reduce_scatter")
         self.in_flight.append((group, full, work))
-        self.wire_bytes += ring_bytes(full.numel() * full.element_size(), self.comm.world_size)
 
     def wait_reduce_scatters(self, step: int) -> None:
         with self.timeline.span(step, "wait"):
@@ -170,4 +164,3 @@ class ShardedSync(GradientSync):
             with self.timeline.span(self.step, "all_gather", lane="comm", blocking=True, bucket=index):
                 self.comm.all_gather_into_tensor(group.flat, mine)
             self.release(mine.numel() * mine.element_size())
-            self.wire_bytes += ring_bytes(group.nbytes, self.comm.world_size)

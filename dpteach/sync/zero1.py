@@ -15,7 +15,7 @@ traffic equals ``bucketed``'s; the optimizer state per rank shrinks from K x Psi
 import torch
 import torch.distributed as dist
 
-from .sharding import ShardedSync, ring_bytes, shard_buckets
+from .sharding import ShardedSync, shard_buckets
 
 
 class Zero1(ShardedSync):
@@ -43,7 +43,6 @@ class Zero1(ShardedSync):
                 self.comm.reduce_scatter(average, group.flat_grad)
             group.grad_shard.copy_(average)
             self.release(average.numel() * average.element_size())
-            self.wire_bytes += ring_bytes(group.nbytes, self.comm.world_size)
             group.shard.grad = group.grad_shard
 
     def step_optimizer(self, optimizer) -> None:

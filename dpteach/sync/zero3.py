@@ -19,7 +19,7 @@ model whose order changes, where this file, written for the course's fixed model
 import torch
 import torch.distributed as dist
 
-from .sharding import FlatGroup, ShardedSync, parameter_units, ring_bytes, unit_parameters
+from .sharding import FlatGroup, ShardedSync, parameter_units, unit_parameters
 
 
 class Zero3(ShardedSync):
@@ -55,7 +55,6 @@ class Zero3(ShardedSync):
         if not self.reporting:
             self.spans.launched(work, self.step, "all_gather")
         self.gathering[group] = work
-        self.wire_bytes += ring_bytes(group.nbytes, self.comm.world_size)
 
     def _gather(self, group) -> None:
         if not self.reporting:  # was it asked for early (prefetched), or only now that it is needed?
