@@ -180,6 +180,7 @@ class SyncTrainer:
         summary["peak_bytes"] = self.strategy.state_bytes + self.strategy.peak_extra_bytes
         summary["precision"] = self.precision.report()  # None in plain fp32 without clipping
         summary["allocator_peak_bytes"] = self.memory.peak  # None off CUDA
+        self.strategy.close()  # its hooks off the model: the run is over
         return summary
 
 

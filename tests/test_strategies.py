@@ -266,3 +266,44 @@ def test_compare_on_an_emulated_link_stays_exact_and_reports_the_link():
         assert account["link_seconds_per_step"] >= 4e-3 * account["messages_per_step"]
     # the step can be no shorter than the link's time for what bucketed sends after backward
     assert rows["bucketed"]["exposed_comm_s"] >= 0.9 * rows["bucketed"]["link_report"]["link_seconds_per_step"]
+
+
+def _hooks_on(model) -> list:
+    """Every hook Python can see on ``model``: on its modules, and on its parameters (tensor and
+    post-accumulate hooks)."""
+    found = [(name, kind) for name, module in model.named_modules()
+             for kind in ("_forward_pre_hooks", "_forward_hooks", "_backward_hooks", "_backward_pre_hooks")
+             if getattr(module, kind)]
+    return found + [(name, kind) for name, p in model.named_parameters()
+                    for kind in ("_post_accumulate_grad_hooks", "_backward_hooks") if getattr(p, kind, None)]
+
+
+def _each_strategy_in_turn_on_one_model(names, model_name):
+    from dpteach import context
+    from dpteach.data import loss_fn, make_dataset, sample_batch
+    from dpteach.sync import make_strategy
+    from dpteach.timeline import Timeline
+    model = build_model(model_name, seed=0)
+    x, y = sample_batch(make_dataset(model_name, 8, seed=dist.get_rank()), range(8))
+    left = {}
+    for name in names:
+        strategy = make_strategy(name, model, Timeline(context.device()))
+        optimizer = strategy.make_optimizer(lambda params: torch.optim.SGD(params, lr=0.01, momentum=0.9))
+        for step in range(2):
+            strategy.start_step(step)
+            with strategy.micro_batch(sync=True):
+                loss_fn(model_name)(strategy.wrap()(x), y).backward()
+            strategy.finish(step)
+            strategy.step_optimizer(optimizer)
+        strategy.unshard()
+        strategy.close()
+        left[name] = _hooks_on(model)
+    return left
+
+
+@pytest.mark.parametrize("model_name", ["mlp", "transformer"])
+def test_a_model_trained_by_each_strategy_in_turn_is_left_with_no_hook(model_name):
+    names = ["naive", "bucketed", "overlap", "deterministic", "int8_ef", "fp16", "zero1", "zero2", "zero3", "overlap"]
+    left = dpteach.launch(_each_strategy_in_turn_on_one_model, 2, args=(names, model_name), timeout=300,
+                          show_output=False)
+    assert left[0] == left[1] == {name: [] for name in names}

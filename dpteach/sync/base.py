@@ -48,6 +48,27 @@ def held_bytes(tensors) -> int:
     return sum(storages.values())
 
 
+class ReadyCount:
+    """Which groups of parameters (buckets, layers) have all their gradients: what a strategy that
+    communicates from backward hooks must know before it launches a group's collective. Each group
+    waits for ``len(group.params)`` gradients; ``arrived(group)`` counts one and says whether that was
+    the last; ``reset()`` starts a new backward (every micro-batch runs every layer again)."""
+
+    def __init__(self, groups):
+        self.groups = list(groups)
+        self.reset()
+
+    def reset(self) -> None:
+        self.waiting = {id(group): len(group.params) for group in self.groups}  # buckets compare by value
+
+    def arrived(self, group) -> bool:
+        self.waiting[id(group)] -= 1
+        return self.waiting[id(group)] == 0
+
+    def complete(self, group) -> bool:
+        return self.waiting[id(group)] == 0
+
+
 class Strategy:
     """What every strategy says about itself, so that no caller needs to know strategies by name.
 
@@ -137,6 +158,7 @@ class GradientSync(Strategy):
         self.world = dist.get_world_size()
         self.comm = Comm(link, context.timed_world_size(), all_reduce)
         self.params = [p for p in model.parameters() if p.requires_grad]
+        self.handles = []  # the hooks it registered (on parameters, layers), removed by close()
         self.will_sync = True
         self.state_bytes = 0  # held at the optimizer step, the most seen (note_state)
         self.transient_bytes = self.peak_extra_bytes = 0  # buffers alive now, and the most at once (hold)
@@ -162,6 +184,13 @@ class GradientSync(Strategy):
 
     def finish(self, step: int) -> None:
         raise NotImplementedError
+
+    def close(self) -> None:
+        """Remove every hook the strategy registered: the model is left as it was given, for whatever trains
+        it next (the trainer closes each strategy when its run is over)."""
+        for handle in self.handles:
+            handle.remove()
+        self.handles = []
 
     # -- the optimizer: every parameter, or (sharded strategies) this rank's shard ------------
     def make_optimizer(self, build):

@@ -88,7 +88,3 @@ class TorchDDP(GradientSync):
         if self.last_ready is not None and self.last_done is not None:
             self.timeline.add(step, "wait", self.last_ready, self.last_done)
         self.last_ready = self.last_done = None
-
-    def close(self) -> None:
-        for handle in self.handles:
-            handle.remove()

@@ -39,8 +39,8 @@ class TorchFSDP(GradientSync):
             fully_shard(layer)
             self.unsharded[layer] = sum(p.to_local().numel() * p.element_size() * self.world
                                         for p in unit_parameters(layer))
-            layer.register_forward_pre_hook(lambda m, inputs: self.hold(self.unsharded[m]))
-            layer.register_forward_hook(lambda m, inputs, output: self.release(self.unsharded[m]))
+            self.handles += [layer.register_forward_pre_hook(lambda m, inputs: self.hold(self.unsharded[m])),
+                             layer.register_forward_hook(lambda m, inputs, output: self.release(self.unsharded[m]))]
         fully_shard(model)  # the root: groups whatever parameters no layer took (none here) and drives the rest
         self.params = [p for p in model.parameters() if p.requires_grad]
 

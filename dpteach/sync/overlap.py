@@ -36,7 +36,7 @@ import torch
 import torch.distributed as dist
 
 from ..buckets import Bucket, assign_buckets, build_buckets
-from .base import GradientSync
+from .base import GradientSync, ReadyCount
 
 
 class OverlapSync(GradientSync):
@@ -60,7 +60,7 @@ class OverlapSync(GradientSync):
                 self.where[p] = (bucket, position)
 
     def _reset(self) -> None:
-        self.missing = [len(b.params) for b in self.buckets]  # gradients each bucket still waits for
+        self.ready = ReadyCount(self.buckets)  # gradients each bucket still waits for
         self.next_to_launch = 0
         self.in_flight = []  # (bucket, work) in launch order
 
@@ -76,15 +76,15 @@ class OverlapSync(GradientSync):
             self.ready_order.append(param)
         bucket, position = self.where[param]
         bucket.copy_in(position)
-        self.missing[bucket.index] -= 1
+        self.ready.arrived(bucket)
         self._launch_ready_buckets()
 
     def _launch_ready_buckets(self, force: bool = False) -> None:
         while self.next_to_launch < len(self.buckets):
             bucket = self.buckets[self.next_to_launch]
-            if self.missing[bucket.index] > 0 and not force:
+            if not self.ready.complete(bucket) and not force:
                 return  # an earlier bucket is not ready yet: later ones must wait their turn
-            if self.missing[bucket.index] > 0:  # forced: some parameters got no gradient this step
+            if not self.ready.complete(bucket):  # forced: some parameters got no gradient this step
                 for position, p in enumerate(bucket.params):
                     if p.grad is None:
                         bucket.views[position].zero_()
@@ -126,7 +126,3 @@ class OverlapSync(GradientSync):
         groups = assign_buckets(ready[::-1], *self.caps)  # assign_buckets fills from the end of its list
         self._use_buckets([Bucket.build(b, [ready[::-1][i] for i in group]) for b, group in enumerate(groups)])
         self.rebuilt = True
-
-    def close(self) -> None:
-        for handle in self.handles:
-            handle.remove()

@@ -10,6 +10,7 @@ stay whole, as in every strategy here, until the last one.
 """
 import torch.distributed as dist
 
+from .base import ReadyCount
 from .sharding import ShardedSync, shard_buckets
 
 
@@ -24,24 +25,23 @@ class Zero2(ShardedSync):
         self.groups = shard_buckets(model, self.world, dist.get_rank(), bucket_mb, first_bucket_mb)
         self.group_of = {p: g for g in self.groups for p in g.params}
         self.handles = [p.register_post_accumulate_grad_hook(self._on_gradient_ready) for p in self.params]
-        self.missing = {}
+        self.ready = ReadyCount(self.groups)
 
     def start_step(self, step: int) -> None:
         super().start_step(step)
-        self.missing = {g: len(g.params) for g in self.groups}
+        self.ready.reset()
 
     def _on_gradient_ready(self, param) -> None:
         self.spans.poll()
         if not self.will_sync:  # a micro-batch that does not synchronise: the gradient stays whole
             return
         group = self.group_of[param]
-        self.missing[group] -= 1
-        if self.missing[group] == 0:
+        if self.ready.arrived(group):
             self.launch_reduce_scatter(group)
 
     def finish(self, step: int) -> None:
         for group in self.groups:  # parameters that got no gradient this step: send zeros for them
-            if self.missing[group] > 0:
+            if not self.ready.complete(group):
                 self.launch_reduce_scatter(group)
         self.wait_reduce_scatters(step)
 
@@ -54,7 +54,3 @@ class Zero2(ShardedSync):
 
     def held_tensors(self) -> list:
         return super().held_tensors() + [t for g in self.groups for t in (g.flat, g.grad_shard)]
-
-    def close(self) -> None:
-        for handle in self.handles:
-            handle.remove()

@@ -19,6 +19,7 @@ model whose order changes, where this file, written for the course's fixed model
 import torch
 import torch.distributed as dist
 
+from .base import ReadyCount
 from .sharding import FlatGroup, ShardedSync, parameter_units, unit_parameters
 
 
@@ -36,12 +37,12 @@ class Zero3(ShardedSync):
             group.shard = torch.nn.Parameter(group.shard.detach().clone())  # its own storage: the flat buffer goes
             group.flat.untyped_storage().resize_(0)  # the layer's parameters now point at nothing
             self.groups.append(group)
-            layer.register_forward_pre_hook(self._before_forward(group))
-            layer.register_forward_hook(self._after_forward(group))
+            self.handles += [layer.register_forward_pre_hook(self._before_forward(group)),
+                             layer.register_forward_hook(self._after_forward(group))]
         self.group_of = {p: g for g in self.groups for p in g.params}
-        self.handles = [p.register_post_accumulate_grad_hook(self._on_gradient_ready) for p in self.params]
+        self.handles += [p.register_post_accumulate_grad_hook(self._on_gradient_ready) for p in self.params]
         self.order, self.recorded = [], False  # the groups in the order the first forward used them
-        self.gathering, self.missing = {}, {}
+        self.gathering, self.ready = {}, ReadyCount(self.groups)
         self.reporting = False  # gathering for the run's final report: not part of any step
         self.notes = {"prefetched": 0, "on_demand": 0}
 
@@ -109,8 +110,7 @@ class Zero3(ShardedSync):
     def _on_gradient_ready(self, param) -> None:
         self.spans.poll()
         group = self.group_of[param]
-        self.missing[group] -= 1
-        if self.missing[group] == 0:
+        if self.ready.arrived(group):
             self._free(group)
             if self.will_sync:
                 self.launch_reduce_scatter(group)
@@ -122,14 +122,14 @@ class Zero3(ShardedSync):
 
     def finish(self, step: int) -> None:
         for group in self.groups:  # a layer that got no gradient this step still takes part
-            if self.missing[group] > 0:
+            if not self.ready.complete(group):
                 self._free(group)
                 self.launch_reduce_scatter(group)
         self.wait_reduce_scatters(step)
         self.recorded = True
 
     def micro_batch(self, sync: bool):
-        self.missing = {g: len(g.params) for g in self.groups}  # every micro-batch runs every layer again
+        self.ready.reset()  # every micro-batch runs every layer again
         return super().micro_batch(sync)
 
     def held_tensors(self) -> list:
