@@ -14,7 +14,6 @@ the file, the item and what is wrong. Checking happens in two layers:
 from __future__ import annotations
 
 import json
-import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,11 +21,10 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from .catalog import EXPERIMENTS, NOTEBOOKS, topic_header, topic_order
+from .catalog import EXPERIMENTS, NOTEBOOKS, default_bank_dir, topic_header, topic_order  # noqa: F401 (default_bank_dir: here too)
 from ..course import LESSONS
 
 SCHEMA_PATH = Path(__file__).with_name("schema.json")
-BANK_ENV_VAR = "DPTEACH_QUIZZES"
 
 
 @dataclass(frozen=True)
@@ -88,12 +86,6 @@ class BankError(ValueError):
     def __init__(self, problems: list[Problem]):
         self.problems = list(problems)
         super().__init__("\n".join(str(problem) for problem in self.problems))
-
-
-def default_bank_dir() -> Path:
-    """``$DPTEACH_QUIZZES`` if set, else the ``quizzes/`` folder beside the ``dpteach`` package."""
-    override = os.environ.get(BANK_ENV_VAR)
-    return Path(override) if override else Path(__file__).resolve().parents[2] / "quizzes"
 
 
 # -- reading one file --------------------------------------------------------------------------

@@ -11,6 +11,7 @@ caught long before a learner clicks a link to a notebook that does not exist.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import yaml
@@ -19,6 +20,13 @@ from .. import course
 
 NOTEBOOKS = course.notebooks()
 EXPERIMENTS = course.experiments()
+BANK_ENV_VAR = "DPTEACH_QUIZZES"
+
+
+def default_bank_dir() -> Path:
+    """``$DPTEACH_QUIZZES`` if set, else the ``quizzes/`` folder beside the ``dpteach`` package."""
+    override = os.environ.get(BANK_ENV_VAR)
+    return Path(override) if override else Path(__file__).resolve().parents[2] / "quizzes"
 
 
 def topic_header(path: Path) -> dict:
@@ -44,7 +52,6 @@ def topic_order(topic: str, lesson: str | None) -> tuple:
 
 def topic_titles(folder: Path | str | None = None) -> dict:
     """``{topic: title}`` for the bank files in ``folder`` (default: the course's bank), in course order."""
-    from .bank import default_bank_dir
     folder = Path(folder) if folder is not None else default_bank_dir()
     headers = {path.stem: topic_header(path) for path in folder.glob("*.yaml")}
     order = sorted(headers, key=lambda t: topic_order(t, str(headers[t].get("lesson", ""))))
@@ -53,7 +60,6 @@ def topic_titles(folder: Path | str | None = None) -> dict:
 
 def lesson_topics(folder: Path | str | None = None) -> dict:
     """``{lesson number: [topics it teaches]}``, from the bank files' headers."""
-    from .bank import default_bank_dir
     folder = Path(folder) if folder is not None else default_bank_dir()
     taught: dict = {}
     for topic in topic_titles(folder):
