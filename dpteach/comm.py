@@ -17,6 +17,10 @@ here, once, rather than in every strategy:
   ``new_step``): for torch's collectives the ring's account (nccl-tests' busbw factor 2(W-1)/W for an
   all-reduce, (W-1)/W of the whole for an all-gather, a reduce-scatter or an all-to-all), for the
   course's own what their trace shows this rank sent. Strategies count nothing themselves.
+* **Where it shows on the timeline.** A blocking exchange is one span on the communication lane, the
+  compute standing still (``exchange``); a collective launched without waiting is drawn from launch to
+  completion (``launched``, ``poll``, ``wait``), and the time the compute then waits for it is a span of
+  its own (``waiting``). Strategies open no communication span themselves.
 * **The link.** With an emulated network (``link.py``) each collective completes no earlier than that
   link would deliver it - on the host's clock on CPU ranks (``link.EmulatedLink``), on the GPU's clock
   on GPU ranks (``gpu_link.StreamLink``). The link carries a world of ``world_size`` ranks, which may be
@@ -24,6 +28,8 @@ here, once, rather than in every strategy:
   as W ranks would (``dpteach.world``, ``peers="emulated"``); byte counts follow the same W.
 """
 from __future__ import annotations
+
+from contextlib import nullcontext
 
 import torch
 import torch.distributed as dist
@@ -58,8 +64,10 @@ class Comm:
     """This rank's collectives; ``world_size``: the ranks the link and the byte counts are for (the real
     world, or with emulated peers the world being emulated)."""
 
-    def __init__(self, link: Link | None, world_size: int, all_reduce: str = "builtin"):
+    def __init__(self, link: Link | None, world_size: int, all_reduce: str = "builtin", timeline=None):
         self.world_size = world_size
+        self.timeline, self.step = timeline, 0
+        self.open = []  # (work, step, name, start) of collectives launched and not yet seen finished
         self.alone = dist.get_world_size() == 1  # one real rank: collectives are the identity
         self.device = context.device()
         self.algorithm = all_reduce
@@ -72,8 +80,45 @@ class Comm:
         else:
             self.emulator = EmulatedLink(link, world_size)
 
-    def new_step(self) -> None:
-        self.sent = 0
+    def new_step(self, step: int = 0) -> None:
+        self.step, self.sent = step, 0
+
+    # -- the timeline: where each collective shows ------------------------------------------------
+    def exchange(self, name: str = "comm", **ids):
+        """Around a blocking exchange (one or more calls, and the arithmetic they need): one span on the
+        communication lane, ``blocking`` - the compute stands still for all of it (``timeline.exposed_time``)."""
+        if self.timeline is None:
+            return nullcontext()
+        return self.timeline.span(self.step, name, lane="comm", blocking=True, **ids)
+
+    def waiting(self):
+        """Around waiting for collectives launched earlier: the time the compute stood still for them."""
+        return nullcontext() if self.timeline is None else self.timeline.span(self.step, "wait")
+
+    def launched(self, work, name: str) -> None:
+        """A collective launched without waiting, drawn from now to when it is seen finished.
+
+        Not every work has a completion callback (gloo's reduce-scatter has no future), so completion is
+        looked for with ``is_completed()`` whenever the strategy next runs - every hook (``poll``), every
+        wait: a span ends at the first moment it was seen finished, a little after the fact, never before.
+        (gloo's reduce-scatter reports itself completed only once waited for: its spans end at the wait.)"""
+        if self.timeline is not None:
+            self.open.append((work, self.step, name, self.timeline.event()))
+            self.poll()
+
+    def poll(self, done=None) -> None:
+        """Close the spans of the collectives seen finished (``done``: one just waited for)."""
+        still = []
+        for work, step, name, start in self.open:
+            if work is done or work.is_completed():
+                self.timeline.add(step, name, start, self.timeline.event(), lane="comm")
+            else:
+                still.append((work, step, name, start))
+        self.open = still
+
+    def wait(self, work) -> None:
+        work.wait()
+        self.poll(done=work)  # gloo's reduce-scatter may not report itself completed even after wait()
 
     def count(self, kind: str, nbytes: int) -> None:
         """Add what a ring puts on this rank's wire for a ``kind`` collective of ``nbytes`` in all - also for

@@ -156,7 +156,7 @@ class GradientSync(Strategy):
         self.timeline = timeline
         self.options = options
         self.world = dist.get_world_size()
-        self.comm = Comm(link, context.timed_world_size(), all_reduce)
+        self.comm = Comm(link, context.timed_world_size(), all_reduce, timeline)
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.handles = []  # the hooks it registered (on parameters, layers), removed by close()
         self.will_sync = True
@@ -180,7 +180,12 @@ class GradientSync(Strategy):
 
     def start_step(self, step: int) -> None:
         self.step = step
-        self.comm.new_step()
+        self.comm.new_step(step)
+
+    def overhead(self, step: int, name: str):
+        """Around work that is neither compute nor communication - packing a bucket, unpacking it, encoding,
+        decoding (``timeline.OVERHEAD_SPANS``): the step's overhead, by name (``dpteach/accounting.py``)."""
+        return self.timeline.span(step, name)
 
     def finish(self, step: int) -> None:
         raise NotImplementedError

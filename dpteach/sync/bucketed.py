@@ -22,9 +22,9 @@ class BucketedSync(GradientSync):
 
     def finish(self, step: int) -> None:
         for bucket in self.buckets:
-            with self.timeline.span(step, "pack"):  # overhead, not communication: a copy into the flat buffer
+            with self.overhead(step, "pack"):  # a copy into the flat buffer, not communication
                 bucket.copy_in()
-            with self.timeline.span(step, "comm", lane="comm", blocking=True, bucket=bucket.index):
+            with self.comm.exchange(bucket=bucket.index):
                 self.all_reduce_mean(bucket.buffer)
-            with self.timeline.span(step, "unpack"):
+            with self.overhead(step, "unpack"):
                 bucket.copy_out()

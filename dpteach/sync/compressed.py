@@ -68,7 +68,7 @@ class CompressedSync(GradientSync):
 
     def finish(self, step: int) -> None:
         for bucket in self.buckets:
-            with self.timeline.span(step, "pack"):
+            with self.overhead(step, "pack"):
                 bucket.copy_in()
                 grad = bucket.buffer
                 if self.residuals is not None:
@@ -76,33 +76,32 @@ class CompressedSync(GradientSync):
             sent = self._average(grad, step, bucket.index)  # also leaves the mean in grad
             if self.residuals is not None:
                 self.residuals[bucket.index] = sent
-            with self.timeline.span(step, "unpack"):
+            with self.overhead(step, "unpack"):
                 bucket.copy_out()
 
     def _average(self, grad: torch.Tensor, step: int, index: int) -> torch.Tensor:
         """Replace ``grad`` by the mean over ranks of the compressed gradients; return what was lost locally.
         Encoding and decoding are spanned apart from the exchange: they are overhead, not communication."""
-        span = self.timeline.span
         if self.codec == "int8":
-            with span(step, "compress"):
+            with self.overhead(step, "compress"):
                 q, scales = quantize_int8(grad, self.chunk)
                 lost = grad - dequantize_int8(q, scales, self.chunk)
             all_q = [torch.empty_like(q) for _ in range(self.world)]
             all_scales = [torch.empty_like(scales) for _ in range(self.world)]
-            with span(step, "comm", lane="comm", blocking=True, bucket=index):
+            with self.comm.exchange(bucket=index):
                 self.comm.all_gather(all_q, q)
                 self.comm.all_gather(all_scales, scales)
-            with span(step, "decompress"):
+            with self.overhead(step, "decompress"):
                 decoded = sum(dequantize_int8(a, b, self.chunk) for a, b in zip(all_q, all_scales))
                 grad.copy_(decoded / self.world)
             return lost
-        with span(step, "compress"):
+        with self.overhead(step, "compress"):
             half = grad.to(torch.float16 if self.codec == "fp16" else torch.bfloat16)
             lost = grad - half.to(grad.dtype)
             half.div_(self.world)
-        with span(step, "comm", lane="comm", blocking=True, bucket=index):
+        with self.comm.exchange(bucket=index):
             self.comm.all_reduce(half)
-        with span(step, "decompress"):
+        with self.overhead(step, "decompress"):
             grad.copy_(half.to(grad.dtype))
         return lost
 

@@ -14,5 +14,5 @@ class NaiveSync(GradientSync):
 
     def finish(self, step: int) -> None:
         for index, p in enumerate(self.params):
-            with self.timeline.span(step, "comm", lane="comm", blocking=True, param=index):
+            with self.comm.exchange(param=index):
                 self.all_reduce_mean(p.grad)

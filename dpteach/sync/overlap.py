@@ -107,10 +107,10 @@ class OverlapSync(GradientSync):
 
     def finish(self, step: int) -> None:
         self._launch_ready_buckets(force=True)
-        with self.timeline.span(step, "wait"):
+        with self.comm.waiting():
             for _, work in self.in_flight:
                 work.wait()
-        with self.timeline.span(step, "unpack"):  # the averages back into .grad: overhead, not communication
+        with self.overhead(step, "unpack"):  # the averages back into .grad, not communication
             for bucket, _ in self.in_flight:
                 bucket.copy_out()
         if not self.rebuilt:

@@ -87,37 +87,6 @@ def unit_parameters(unit: torch.nn.Module) -> list:
     return [p for p in params if p.requires_grad]
 
 
-class InFlight:
-    """Collectives launched without waiting, drawn on the timeline from launch to completion.
-
-    gloo's reduce-scatter offers no completion callback (its work has no future), so completion is
-    looked for with ``is_completed()`` whenever the strategy next runs (every hook, every wait): a
-    span ends at the first moment it was seen finished, a little after the fact, never before. (gloo's
-    reduce-scatter reports itself completed only once waited for: its spans end at the wait.)
-    """
-
-    def __init__(self, timeline):
-        self.timeline, self.open = timeline, []
-
-    def launched(self, work, step: int, name: str) -> None:
-        self.open.append((work, step, name, self.timeline.event()))
-        self.poll()
-
-    def poll(self, done=None) -> None:
-        """Close the spans of the collectives seen finished (``done``: one just waited for)."""
-        still = []
-        for work, step, name, start in self.open:
-            if work is done or work.is_completed():
-                self.timeline.add(step, name, start, self.timeline.event(), lane="comm")
-            else:
-                still.append((work, step, name, start))
-        self.open = still
-
-    def wait(self, work) -> None:
-        work.wait()
-        self.poll(done=work)  # gloo's reduce-scatter may not report itself completed even after wait()
-
-
 class ShardedSync(GradientSync):
     """What the ZeRO stages share: ``self.groups`` of flat shards, an optimizer over the shards only,
     and the two halves of the all-reduce - reduce-scatters launched as gradients become ready (stages
@@ -128,7 +97,6 @@ class ShardedSync(GradientSync):
     def __init__(self, model, timeline, **options):
         super().__init__(model, timeline, **options)
         self.in_flight = []  # (group, full gradient, work) of the reduce-scatters not yet waited for
-        self.spans = InFlight(timeline)
 
     def make_optimizer(self, build):
         return build([group.shard for group in self.groups])  # the optimizer never sees the other shards
@@ -145,13 +113,13 @@ class ShardedSync(GradientSync):
         self.hold(full.numel() * full.element_size())
         full.div_(self.world)
         work = self.comm.reduce_scatter(group.grad_shard, full, async_op=True)
-        self.spans.launched(work, self.step, "reduce_scatter")
+        self.comm.launched(work, "reduce_scatter")
         self.in_flight.append((group, full, work))
 
     def wait_reduce_scatters(self, step: int) -> None:
-        with self.timeline.span(step, "wait"):
+        with self.comm.waiting():
             for group, full, work in self.in_flight:
-                self.spans.wait(work)
+                self.comm.wait(work)
                 self.release(full.numel() * full.element_size())
                 group.shard.grad = group.grad_shard
         self.in_flight = []
@@ -161,6 +129,6 @@ class ShardedSync(GradientSync):
         for index, group in enumerate(self.groups):
             mine = group.shard.detach().clone()  # the all-gather writes into the buffer it would read from
             self.hold(mine.numel() * mine.element_size())
-            with self.timeline.span(self.step, "all_gather", lane="comm", blocking=True, bucket=index):
+            with self.comm.exchange("all_gather", bucket=index):
                 self.comm.all_gather_into_tensor(group.flat, mine)
             self.release(mine.numel() * mine.element_size())

@@ -38,7 +38,7 @@ class Zero1(ShardedSync):
         for index, group in enumerate(self.groups):
             average = torch.empty_like(group.grad_shard)  # a reduce-scatter may not write into its own input
             self.hold(average.numel() * average.element_size())
-            with self.timeline.span(step, "reduce_scatter", lane="comm", blocking=True, bucket=index):
+            with self.comm.exchange("reduce_scatter", bucket=index):
                 group.flat_grad.div_(self.world)
                 self.comm.reduce_scatter(average, group.flat_grad)
             group.grad_shard.copy_(average)

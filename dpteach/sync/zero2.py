@@ -32,7 +32,7 @@ class Zero2(ShardedSync):
         self.ready.reset()
 
     def _on_gradient_ready(self, param) -> None:
-        self.spans.poll()
+        self.comm.poll()
         if not self.will_sync:  # a micro-batch that does not synchronise: the gradient stays whole
             return
         group = self.group_of[param]

@@ -54,7 +54,7 @@ class Zero3(ShardedSync):
         self.hold(group.nbytes)
         work = self.comm.all_gather_into_tensor(group.flat, group.shard.detach(), async_op=True)
         if not self.reporting:
-            self.spans.launched(work, self.step, "all_gather")
+            self.comm.launched(work, "all_gather")
         self.gathering[group] = work
 
     def _gather(self, group) -> None:
@@ -64,10 +64,10 @@ class Zero3(ShardedSync):
         self._launch_gather(group)
         if group in self.gathering:
             if self.reporting:
-                self.spans.wait(self.gathering.pop(group))
+                self.comm.wait(self.gathering.pop(group))
                 return
-            with self.timeline.span(self.step, "wait"):  # the layer cannot compute until its parameters arrive
-                self.spans.wait(self.gathering.pop(group))
+            with self.comm.waiting():  # the layer cannot compute until its parameters arrive
+                self.comm.wait(self.gathering.pop(group))
 
     def _free(self, group) -> None:
         if group.flat.untyped_storage().nbytes() > 0:
@@ -108,7 +108,7 @@ class Zero3(ShardedSync):
         return hook
 
     def _on_gradient_ready(self, param) -> None:
-        self.spans.poll()
+        self.comm.poll()
         group = self.group_of[param]
         if self.ready.arrived(group):
             self._free(group)
