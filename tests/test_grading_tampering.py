@@ -25,7 +25,9 @@ from dpteach.grading.judge import rejudge
 from dpteach.grading.replay import decode, encode, judge, record_call
 from learners.fail_closed import CASES
 
-# What the report must name, per case: the tampering it saw, or - for files - the bytes that never came.
+# What the report must name, per case: the tampering it saw, or - for files - that nothing ever came: each rank
+# writes into a scratch folder of its own (TMPDIR) and may not open another's, so the ranks wait for files
+# that never appear.
 NAMED = {
     "a helper of the check module replaced (08)": ("tampered", "ex08_zero1._trajectory"),
     "the check's code swapped (05)": ("tampered", "it changed the code of ex05_accumulation.accumulation_case"),
@@ -35,8 +37,8 @@ NAMED = {
     "methods added to torch.Tensor (03)": ("tampered", "torch.Tensor.mul_ (added)"),
     "the expected sum read from the check's frame (02)": ("tampered", "sys._getframe"),
     "the expected sum rebuilt from the grader's helpers (02)": ("tampered", "the grader's own sum_over_ranks"),
-    "pushes and replies through files (07)": ("failed", "must travel as messages"),
-    "gradients through files (08)": ("failed", "must travel as messages"),
+    "pushes and replies through files (07)": ("timed_out", "timed out"),
+    "gradients through files (08)": ("timed_out", "timed out"),
 }
 
 

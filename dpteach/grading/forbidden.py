@@ -21,6 +21,11 @@ This module finds uses by reading the syntax tree, before anything runs:
 The learner's own function called ``all_gather`` is not ``torch.distributed.all_gather``: names are
 resolved to objects, never matched as text. What reading cannot see (``getattr(dist, "all_" +
 "reduce")``) is caught while the code runs, by ``guard.py``.
+
+The same reading refuses, in every exercise, the modules that reach around the grader rather than
+compute anything (:func:`reaching`: ``ctypes`` reads any object or frame through raw memory). Importing
+one is tampering, not a forbidden collective: the audit hook (``tampering.py``) catches what an import
+spelled otherwise then does.
 """
 from __future__ import annotations
 
@@ -33,6 +38,7 @@ from .spec import Exercise
 
 
 AMBIGUOUS_METHODS = {"broadcast", "reduce", "gather", "scatter", "reduce_scatter"}
+REACHING_MODULES = ("ctypes", "_ctypes")  # raw memory: every object and frame of the grader, no audit event
 
 
 @dataclass(frozen=True)
@@ -165,3 +171,19 @@ class Scanner:
 def scan(exercise: Exercise, files: dict, namespace: dict | None = None) -> list[Offense]:
     """Shortcut: ``Scanner(exercise).scan(files, namespace)``."""
     return Scanner(exercise).scan(files, namespace)
+
+
+def reaching(files: dict) -> list[str]:
+    """Sentences for each import of a module in ``REACHING_MODULES`` in ``files`` (file name -> source)."""
+    found = []
+    for filename, source in files.items():
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue
+        for dotted, line in _imports(tree)[1]:
+            root = dotted.split(".")[0]
+            if root in REACHING_MODULES:
+                found.append(f"your code imports {root} ({filename}, line {line}), which reaches into the "
+                             f"grader's memory and frames")
+    return found

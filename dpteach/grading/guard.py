@@ -10,10 +10,21 @@ outside that window or inside :meth:`Guard.allow`), two mechanisms watch:
   ``ForbiddenCall`` derives from ``BaseException`` so an ``except Exception`` in the learner's code does
   not hide it - and it is recorded before it is raised, so even a bare ``except`` cannot.
 * **A profiler** (``sys.setprofile``). A reference taken before the wrappers were installed (a
-  function shipped to the rank by reference) still runs the original code object, and the profiler
-  sees that code object being entered. The same profiler counts the elements each rank sends with
-  ``send``/``isend`` (that is how a check tells a ring from a gather-to-root) and lets checks watch
+  function shipped to the rank by reference, or the original a wrapper keeps) still runs the original
+  code object, and the profiler sees that code object being entered - or, for a C method of the
+  ProcessGroup, sees the very builtin being called (``c_call``). The same profiler lets checks watch
   other calls, e.g. *when* ``all_reduce`` is launched in the overlap exercise.
+
+**Counting what is sent** (how a check tells a ring from a gather-to-root) happens at the bottom of every
+path a point-to-point message can take: ``ProcessGroup.send`` itself, which ``dist.send``, ``dist.isend``,
+``batch_isend_irecv`` and a direct ``dist.group.WORLD.send(...)`` all reach. The class is sealed
+(``seal.py``), and calling the original method around the counter is caught by the profiler like any
+forbidden call.
+
+**The grader's own calls** of a forbidden collective (a DDP communication hook of the grader's, its own
+all-gathers) are told apart by who makes them: a call whose caller is the grader's code is the grader's.
+That way a hook handed to DDP needs to hold neither the guard nor the check's context - nothing the
+learner's code can reach from the hook leads back to them.
 
 The wrappers are installed before the learner's code is loaded in the rank, so a
 ``from torch.distributed import all_reduce`` in a solution cell binds the wrapper, not the original.
@@ -25,24 +36,26 @@ that is tampering (``tampering.py`` keeps the note), unless the check handed tha
 purpose (``hand``: a hook DDP calls, a ``compute_gradient`` the learner's ``work`` calls).
 
 What the counter of sent elements counts is what the learner's code *asks* to send. What really arrives
-is counted by :class:`Traffic`: the kernel's own count of the bytes received on the sockets gloo opened
-for the check's process group - data exchanged through files, the store or sockets of the learner's own
-is not in it.
+is counted by :class:`~dpteach.grading.traffic.Traffic` (``traffic.py``): the kernel's own count of the
+bytes received on the sockets gloo opened for the check's process group.
 """
 from __future__ import annotations
 
 import importlib
 import inspect
 import os
-import socket
-import struct
 import sys
+import threading
 from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
 
 from . import tampering
+from .traffic import Traffic
+
+_getframe = sys._getframe
+_STORE = torch._C._distributed_c10d.Store
 
 
 class ForbiddenCall(BaseException):
@@ -71,25 +84,22 @@ def _code_of(function):
 class Guard:
     """Watches one rank's learner code: forbidden calls, elements sent, and calls a check asks about."""
 
-    def __init__(self, forbidden=(), methods=()):
+    def __init__(self, forbidden=(), methods=(), counts_traffic: bool | None = None):
         self.forbidden = tuple(forbidden)
         self.methods = tuple(methods)
         self.calls: list[str] = []       # forbidden calls seen, in order ("torch.distributed.all_reduce")
         self.sent_elements = 0           # elements sent point-to-point while active
-        self._sending = 0                # depth of send calls in progress (send calls isend: count once)
         self.active = False
         self._paused = 0
         self._codes: dict = {}           # code object -> forbidden name
+        self._builtins: dict = {}        # id of a C original -> (it, forbidden name or None: counted send)
         self._watch: dict = {}           # code object -> callback(event, frame, arg)
         self._c_calls: list = []         # callback(event, builtin) as the learner's code calls C functions
         self._patched: list = []         # (owner, attribute, original) to undo
         self._handed: set = set()        # code objects of the grader's that the learner's code may call
         self._grading: dict = {}         # code object -> whether it is the grader's (cache)
-        self.traffic = Traffic()
-        for name in ("isend", "send"):
-            code = _code_of(getattr(dist.distributed_c10d, name))
-            if code is not None:
-                self._watch[code] = self._count_send
+        self._handed |= {Handed.__call__.__code__, Handed.__getattribute__.__code__, Handed.__setattr__.__code__}
+        self.traffic = Traffic(counts_traffic)
 
     # -- set-up -----------------------------------------------------------------------------------
     def install(self) -> "Guard":
@@ -112,19 +122,41 @@ class Guard:
         for method in self.methods:
             if hasattr(group_class, method):
                 self._replace(group_class, method, getattr(group_class, method), f"ProcessGroup.{method}")
+        self._count_sends(group_class)
         return self
+
+    def _grader_below(self, frame) -> bool:
+        """Is the first frame from ``frame`` down that is not a library's or the standard library's the
+        grader's (its DDP hook, its all-gather - through torch's own functions)?"""
+        below = tampering.first_not(("stdlib", "library"), frame)
+        return below is not None and self._is_grading(below.f_code)
+
+    def _count_sends(self, group_class) -> None:
+        """Count every point-to-point message where all paths meet: ``ProcessGroup.send``."""
+        original, guard = group_class.send, self
+
+        def send(group, tensors, *args, **kwargs):
+            if guard.active and not guard._paused:
+                guard.sent_elements += sum(t.numel() for t in tensors if isinstance(t, torch.Tensor))
+            return original(group, tensors, *args, **kwargs)
+
+        self._handed.add(send.__code__)
+        self._builtins[id(original)] = (original, None)
+        group_class.send = send
+        self._patched.append((group_class, "send", original))
 
     def _replace(self, owner, attribute, original, name) -> None:
         guard = self
 
         def forbidden(*args, **kwargs):
-            if guard.active and not guard._paused:
+            if guard.active and not guard._paused and not guard._grader_below(_getframe(1)):
                 guard.calls.append(name)
                 raise ForbiddenCall(f"{name} is not allowed in this exercise")
             return original(*args, **kwargs)
 
-        forbidden.__wrapped_original__ = original
         self._handed.add(forbidden.__code__)
+        if _code_of(original) is None:  # a C method: called around the wrapper, only the profiler sees it
+            self._builtins[id(original)] = (original, name)
         try:
             setattr(owner, attribute, forbidden)
         except (AttributeError, TypeError):
@@ -158,21 +190,22 @@ class Guard:
         self._c_calls.append(callback)
 
     def clear_watches(self) -> None:
-        """Forget every watch a check added (the send counter stays)."""
-        counters = {code: cb for code, cb in self._watch.items() if cb == self._count_send}
-        self._watch, self._c_calls = counters, []
+        """Forget every watch a check added."""
+        self._watch, self._c_calls = {}, []
 
     # -- the window in which the learner's code runs ----------------------------------------------
     @contextmanager
     def watching(self):
         """Active for the duration: forbidden calls raise, sends are counted, watches fire."""
-        previous = sys.getprofile()
+        previous, for_threads = sys.getprofile(), threading.getprofile()
         self.active = True
         sys.setprofile(self._profile)
+        threading.setprofile(self._profile)  # threads the learner's code starts are watched too
         try:
             yield self
         finally:
             sys.setprofile(previous)
+            threading.setprofile(for_threads)
             self.active = False
 
     @contextmanager
@@ -188,6 +221,15 @@ class Guard:
         if self._paused:
             return
         if event in ("c_call", "c_return", "c_exception"):
+            known = self._builtins.get(id(arg)) if event == "c_call" else None
+            if known is not None and known[0] is arg and not self._grader_below(frame):
+                if known[1] is not None:
+                    self.calls.append(known[1])
+                else:
+                    tampering.note("called ProcessGroup.send past the grader's count of what it sends")
+            elif known is None and event == "c_call" and isinstance(getattr(arg, "__self__", None), _STORE) \
+                    and not self._grader_below(frame):  # the key-value store carries no counted message
+                tampering.note("used the process group's key-value store: data must travel as messages")
             for callback in self._c_calls:
                 callback(event, arg)
             return
@@ -195,7 +237,7 @@ class Guard:
             return
         code = frame.f_code
         name = self._codes.get(code)
-        if name is not None and event == "call":
+        if name is not None and event == "call" and not self._grader_below(frame.f_back):
             self.calls.append(name)
         if event == "call" and code not in self._handed and self._is_grading(code):
             below = tampering.first_not(("stdlib", "library"), frame.f_back)
@@ -212,77 +254,30 @@ class Guard:
             found = self._grading[code] = tampering.kind(code.co_filename) == "grading"
         return found
 
-    def _count_send(self, event, frame, arg) -> None:
-        """Count each message once, whatever the call path: ``send`` is built on ``isend`` in this torch
-        (and ``batch_isend_irecv`` calls ``isend`` for each ``P2POp``), so only the outermost send of a
-        nest counts - a blocking ``send`` is one message, not two."""
-        if event == "call":
-            if self._sending == 0:
-                tensor = frame.f_locals.get("tensor")
-                if isinstance(tensor, torch.Tensor):
-                    self.sent_elements += tensor.numel()
-            self._sending += 1
-        elif event == "return":
-            self._sending = max(0, self._sending - 1)
 
+class Handed:
+    """A callable of the grader's handed to the learner's code (a DDP hook, a ``compute_gradient``): the
+    learner's code may call it, not look inside it. What it wraps holds nothing the checks judge with - no
+    context, no counter (the guard counts its calls) - so looking inside would find nothing; it is still
+    tampering, and noted (attributes read from the learner's code: ``__closure__``, ``__wrapped__``...)."""
 
-TCP_INFO_BYTES_RECEIVED = 128  # offset of tcpi_bytes_received in Linux's struct tcp_info (since 4.1)
+    __slots__ = ("_function",)
 
+    def __init__(self, function):
+        object.__setattr__(self, "_function", function)
 
-def _sockets() -> set:
-    """(fd, inode) of this process's sockets; empty where /proc is missing (not Linux)."""
-    found = set()
-    try:
-        names = os.listdir("/proc/self/fd")
-    except OSError:
-        return found
-    for name in names:
-        try:
-            target = os.readlink(f"/proc/self/fd/{name}")
-        except OSError:
-            continue
-        if target.startswith("socket:"):
-            found.add((int(name), target))
-    return found
+    def __call__(self, *args, **kwargs):
+        return object.__getattribute__(self, "_function")(*args, **kwargs)
 
+    def __getattribute__(self, name):
+        function = object.__getattribute__(self, "_function")
+        if tampering.learner_below(_getframe(1)):
+            tampering.note(f"looked inside {getattr(function, '__name__', 'a function')}, which the grader handed "
+                           f"over to be called (.{name})")
+        if name == "__signature__":
+            return inspect.signature(function)
+        return getattr(function, name) if name.startswith("__") and name != "__class__" else \
+            object.__getattribute__(self, name)
 
-def _bytes_received(fd: int, target: str) -> int:
-    """What the kernel counted as received on socket ``fd`` - if it is still the socket ``target`` names."""
-    try:
-        if os.readlink(f"/proc/self/fd/{fd}") != target:
-            return 0
-        copy = os.dup(fd)
-    except OSError:
-        return 0
-    try:
-        sock = socket.socket(fileno=copy)
-    except OSError:
-        os.close(copy)
-        return 0
-    with sock:
-        try:
-            info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
-        except (OSError, AttributeError):  # not a TCP socket, or no TCP_INFO here
-            return 0
-    return struct.unpack_from("Q", info, TCP_INFO_BYTES_RECEIVED)[0] if len(info) >= 136 else 0
-
-
-class Traffic:
-    """The bytes that really reached this rank through one check's process group: the kernel's count on
-    the sockets gloo opened for it (they are the ones that appear while the group is created)."""
-
-    def __init__(self):
-        self._before, self._sockets = set(), ()
-
-    def before_world(self) -> None:
-        self._before = _sockets()
-
-    def world_started(self) -> None:
-        self._sockets = tuple(sorted(_sockets() - self._before))
-
-    def received(self):
-        """Bytes received so far on the group's sockets; None where they cannot be counted (no TCP_INFO, no
-        /proc, or no socket appeared with the group - a gloo that connects lazily, say)."""
-        if not hasattr(socket, "TCP_INFO") or not self._sockets:
-            return None
-        return sum(_bytes_received(fd, target) for fd, target in self._sockets)
+    def __setattr__(self, name, value):
+        raise AttributeError(f"{name}: the grader's callable cannot be changed")

@@ -61,12 +61,25 @@ def _changed(record: dict) -> str:
     return f" (it changed the code of {', '.join(names[:3])}{' and more' if len(names) > 3 else ''})" if names else ""
 
 
+def _gathers(per_rank: dict) -> dict:
+    """What each rank recorded putting into the grader's all-gathers: what the judge answers them with."""
+    return {str(rank): [event["gather"] for event in record.get("recording", []) if "gather" in event]
+            for rank, record in per_rank.items()}
+
+
 def rejudge(exercise_id: str, finished: dict, judge: "Judge | None") -> None:
-    """Give every rank result of ``finished`` (``{(job, check): {rank: record}}``) its final verdict."""
+    """Give every rank result of ``finished`` (``{(job, check): {rank: record}}``) its final verdict.
+
+    Only checks that passed on every rank are replayed (a failure stays a failure, and a check with one
+    is failed whatever its other ranks say). The judge gets from the parent what it must not take from a
+    rank: every rank's salt key (the parent added them to the records it read) and, for each all-gather
+    of the grader's, what every rank put in."""
+    whole = {key for key, per_rank in finished.items() if all(r["outcome"] == "passed" for r in per_rank.values())}
     requests = [{"key": f"{job}/{index}/{rank}", "exercise": exercise_id, "check": index, "rank": rank,
-                 "world": len(per_rank), "recording": record["recording"]}
+                 "world": len(per_rank), "recording": record["recording"], "job": job,
+                 "keys": record.get("salt_keys"), "gathers": _gathers(per_rank)}
                 for (job, index), per_rank in finished.items() for rank, record in per_rank.items()
-                if "recording" in record and record["outcome"] == "passed"]  # a failure stays a failure
+                if "recording" in record and (job, index) in whole]
     verdicts, unconfirmed = {}, "no judging process"
     if requests:
         try:
@@ -79,6 +92,8 @@ def rejudge(exercise_id: str, finished: dict, judge: "Judge | None") -> None:
                 continue
             record.pop("hint", None)
             verdict = verdicts.get(f"{job}/{index}/{rank}")
+            if "recording" in record and (job, index) not in whole:
+                continue  # not replayed: a peer failed, and with it the check
             if "recording" not in record:
                 record.update(outcome="tampered", message=(
                     "this check passed inside your ranks but came back without the record of what your code "

@@ -2,7 +2,8 @@
 
 Everything a check learns from outside itself goes through the context, and the context records it for
 the replay outside the ranks (``replay.py``): what each call of the learner's code returned and left in
-its arguments, what each drive observed, the salts, the traffic counts and the grader's own all-gathers.
+its arguments, what each drive observed, the traffic counts and what the rank put into the grader's own
+all-gathers.
 The recording is not optional: a check that passed in its rank counts only once it passed again from its
 recording (``judge.py``). ``replayable`` says whether the check stayed within what a recording can carry;
 a check that reaches for live objects outside a drive loses it - and with it any chance to pass.
@@ -13,21 +14,23 @@ code replaced a tool, left a torch mode active or reached into the grader's fram
 with :class:`Tampered`.
 
 **Salts.** The data of a check with several ranks is drawn from each rank's own secret salt
-(:meth:`Context.salt`, from the operating system's randomness), never from the seed alone: the seeds of
-the checks are public - they are in the check modules - and a learner who could rebuild every rank's data
-from them would need no messages at all. The check learns the other ranks' salts with its own all-gather,
-after the learner's call has returned, and only then computes what it expects.
+(:meth:`Context.secret_seed`), never from the seed alone: the seeds of the checks are public - they are in
+the check modules - and a learner who could rebuild every rank's data from them would need no messages at
+all. The parent chose the salts (``salts.py``); this rank can derive only its own. In the rank, the check
+learns the other ranks' seeds with its own all-gather, after the learner's call has returned; that verdict
+is only a first opinion: the judge derives every rank's salts from the parent's keys, so neither the salts
+nor the seeds nor the grader's all-gathers are recorded or taken from the rank.
 """
 from __future__ import annotations
 
-import secrets
 import traceback
 from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
 
-from .guard import ForbiddenCall, Guard
+from . import salts as _salts
+from .guard import ForbiddenCall, Guard, Handed
 from .replay import Decoder, Encoder, drive_name, encode, is_data, record_call
 from .spec import Fail
 
@@ -61,8 +64,14 @@ class Context:
     it finds tampering (the rank passes the seal's and the audit hook's; tests may leave it out).
     """
 
-    def __init__(self, rank: int, world: int, namespace: dict, guard: Guard, learner_files, checkpoint=None):
+    def __init__(self, rank: int, world: int, namespace: dict, guard: Guard, learner_files, checkpoint=None,
+                 salt=None):
         self.rank, self.world = rank, world
+        if salt is None:  # outside a graded rank (tests): a key of its own
+            key = _salts.new_keys(1)[0]
+            salt = lambda draw: _salts.salt(key, 0, 0, draw)  # noqa: E731
+        self._salt, self._draws = salt, 0  # this rank's salts only: see salts.py
+        self.counts_traffic = guard.traffic.counts  # decided by the parent: traffic.py
         self.namespace, self.guard, self.learner_files = namespace, guard, learner_files
         self.recording: list[dict] = []  # what the replay outside the ranks needs (replay.py)
         self.replayable = True  # False once the check reached for what a recording cannot carry
@@ -102,13 +111,24 @@ class Context:
         self._record(event)
         return Decoder(event["blobs"]).value(event["value"])
 
-    def salt(self) -> int:
-        """A secret of this rank's for this check (0 in a world of one, where nothing is secret)."""
+    def secret_seed(self, seed: int) -> int:
+        """This rank's seed for a case: the public ``seed`` mixed with its next secret salt (the seed itself in
+        a world of one, where nothing is secret). Not recorded: the judge derives it from the parent's keys."""
+        draw, self._draws = self._draws, self._draws + 1
+        return seed if self.world == 1 else _salts.mixed(seed, self._salt(draw))
+
+    def everyones(self, mine: int) -> list[int]:
+        """Every rank's seed (``mine``: this rank's, from :meth:`secret_seed`), by the grader's own all-gather -
+        for the rank's own verdict only; the judge computes them from the parent's keys (``replay.py``)."""
         if self.world == 1:
-            return 0
-        value = secrets.randbits(62)
-        self._record({"salt": value})
-        return value
+            return [mine]
+        gathered = [torch.empty(1, dtype=torch.int64) for _ in range(self.world)]
+        with self.guard.allow():
+            dist.all_gather(gathered, torch.tensor([mine], dtype=torch.int64))
+        seeds = [int(part.item()) for part in gathered]
+        if seeds[self.rank] != mine:
+            raise Tampered("the grader's own all-gather came back with another seed for this rank than it sent")
+        return seeds
 
     def sent_elements(self) -> int:
         """Elements this rank's learner code has sent so far (the guard's count), recorded for the replay."""
@@ -122,11 +142,12 @@ class Context:
         return self.guard.traffic.received()
 
     def all_gather(self, tensor: torch.Tensor) -> list:
-        """The grader's own all-gather (never counted as the learner's traffic), recorded for the replay."""
+        """The grader's own all-gather (never counted as the learner's traffic). Only what this rank put in is
+        recorded: the judge hands each rank what its peers recorded putting in, never what a rank received."""
         gathered = [torch.empty_like(tensor) for _ in range(self.world)]
         with self.guard.allow():
             dist.all_gather(gathered, tensor)
-        self._record({"gathered": encode(gathered)})
+        self._record({"gather": encode(tensor)})
         return gathered
 
     def learner(self, name: str):
@@ -139,6 +160,12 @@ class Context:
         handed over); any other call of the grader's code from the learner's is tampering (``guard.py``)."""
         self.guard.hand(function)
         return function
+
+    def handed(self, function) -> Handed:
+        """``function`` handed to the learner's code as a callable it may call and not look inside (see
+        ``guard.Handed``); it must hold nothing of the check's (not this context, no counter)."""
+        self.guard.hand(function)
+        return Handed(function)
 
     def running_learner_code(self):
         """Everything inside is the learner's doing: watched, and its exceptions become LearnerError."""

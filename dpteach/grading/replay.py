@@ -8,7 +8,11 @@ learned from outside itself (``learner.py``):
 * each ``ctx.call``: what the learner's function returned, and what each tensor argument held after it;
 * each ``ctx.drive``: what a drive - grader code that works the learner's live objects (a model, an
   optimizer) - observed and returned;
-* each salt, traffic count (``ctx.sent_elements``) and grader all-gather the rank saw.
+* each traffic count (``ctx.sent_elements``) and what the rank put into each of the grader's all-gathers.
+
+Salts, seeds and what a grader's all-gather brought are *not* taken from the rank: the judge derives every
+rank's salts from the keys the parent made (``salts.py``), and answers an all-gather with what each peer
+recorded putting in (after checking that this rank put in what the replayed check puts in).
 
 Tensors are recorded with their storage: its bytes, read straight from memory (no torch operator a
 learner could override runs), and each tensor's offset, shape and stride in it. So two results that were
@@ -164,9 +168,13 @@ class ReplayContext:
 
     replayable = True
 
-    def __init__(self, rank: int, world: int, recording: list):
+    def __init__(self, rank: int, world: int, recording: list, keys=None, job: int = 0, check: int = 0,
+                 gathers=None):
         self.rank, self.world = rank, world
         self._events = list(recording)
+        self._keys, self._job, self._check = keys, job, check  # every rank's salt key: from the parent
+        self._gathers = gathers or {}  # rank -> what it put into each grader all-gather, in order
+        self._draws, self._seeds, self._gathered = 0, {}, 0
 
     def _next(self, kind: str) -> dict:
         if not self._events or kind not in self._events[0]:
@@ -190,14 +198,42 @@ class ReplayContext:
             raise NotReplayable(f"the check drove {drive_name(function)} where the rank drove {event['drive']}")
         return Decoder(event["blobs"]).value(event["value"])
 
-    def salt(self) -> int:
-        return 0 if self.world == 1 else self._next("salt")["salt"]
+    def _salt_of(self, rank: int, draw: int) -> int:
+        from .salts import salt
+        if not self._keys or len(self._keys) <= rank:
+            raise NotReplayable("the judge was given no salt keys for this check")
+        return salt(self._keys[rank], self._job, self._check, draw)
+
+    def secret_seed(self, seed: int) -> int:
+        from .salts import mixed
+        draw, self._draws = self._draws, self._draws + 1
+        if self.world == 1:
+            return seed
+        mine = mixed(seed, self._salt_of(self.rank, draw))
+        self._seeds[mine] = draw
+        return mine
+
+    def everyones(self, mine: int) -> list[int]:
+        from .salts import peers
+        if self.world == 1:
+            return [mine]
+        draw = self._seeds.get(mine)
+        if draw is None:
+            raise NotReplayable("the check asked for every rank's seed of a seed it never drew")
+        return peers(mine, self._salt_of(self.rank, draw), [self._salt_of(r, draw) for r in range(self.world)])
 
     def sent_elements(self) -> int:
         return self._next("sent")["sent"]
 
     def all_gather(self, tensor: torch.Tensor) -> list:
-        return decode(self._next("gathered")["gathered"])
+        put = decode(self._next("gather")["gather"])
+        if not (_plain(put) and put.dtype == tensor.dtype and put.shape == tensor.shape and torch.equal(put, tensor)):
+            raise NotReplayable("the rank put other data into the grader's all-gather than the check does")
+        index, self._gathered = self._gathered, self._gathered + 1
+        try:
+            return [decode(self._gathers[str(r)][index]) for r in range(self.world)]
+        except (KeyError, IndexError):
+            raise NotReplayable("a peer recorded no part of the grader's all-gather") from None
 
     def learner(self, name: str):
         raise NotReplayable("the check reached for the learner's object outside a drive")
@@ -217,13 +253,15 @@ class ReplayContext:
             raise NotReplayable(f"the rank recorded {len(self._events)} more event(s) than the check asks for")
 
 
-def judge(exercise_id: str, index: int, rank: int, world: int, recording: list) -> dict:
-    """Run check ``index`` of the exercise again from ``recording``; its outcome and message."""
+def judge(exercise_id: str, index: int, rank: int, world: int, recording: list, keys=None, job: int = 0,
+          gathers=None) -> dict:
+    """Run check ``index`` of the exercise again from ``recording``; its outcome and message. ``keys``: every
+    rank's salt key (``salts.py``); ``gathers``: what each rank recorded putting into the grader's all-gathers."""
     from .spec import Fail, get_exercise
     check = get_exercise(exercise_id).checks[index]
     with torch.random.fork_rng():
         torch.manual_seed(1000 + rank)  # as the rank did before the check (rank.py)
-        ctx = ReplayContext(rank, world, recording)
+        ctx = ReplayContext(rank, world, recording, keys, job, index, gathers)
         try:
             check.run(ctx)
             ctx.finish()
@@ -242,7 +280,7 @@ def main() -> None:
         request = json.loads(line)
         try:
             verdict = judge(request["exercise"], request["check"], request["rank"], request["world"],
-                            request["recording"])
+                            request["recording"], request.get("keys"), request.get("job", 0), request.get("gathers"))
         except Exception as exc:  # the grader's own problem: reported, never silently passed
             verdict = {"outcome": "grader_error", "message": f"{type(exc).__name__}: {exc}"}
         print(json.dumps({"key": request["key"], **verdict}), flush=True)

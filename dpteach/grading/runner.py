@@ -40,6 +40,8 @@ from pathlib import Path
 from ..launcher import RankError, launch
 from ..progress import ProgressStore
 from . import forbidden as static
+from .salts import new_keys
+from .traffic import countable
 from .notebook import Submission, attempted, syntax_problem
 from .judge import Judge, rejudge
 from .rank import sign
@@ -81,6 +83,7 @@ def grade_many(exercise: Exercise, submissions: list, *, record: bool = False, n
         report.error = syntax_problem(submission)
         if report.error is None:
             report.forbidden = [str(o) for o in static.scan(exercise, submission.files, namespace)]
+            report.tampered += static.reaching(submission.files)
             jobs.append((submission, report, only))
     load_errors = _run_checks(exercise, jobs, limit_scale)
     for job, (_, report, _) in enumerate(jobs):
@@ -209,12 +212,15 @@ def _run_worlds(exercise, jobs, pending, limit_scale, deadline, load_errors, ret
 def _launch(exercise: Exercise, jobs: list, pending: list, limit_scale: float):
     """One world for the ``pending`` (job, check) pairs; returns (all result records, the failure or None)."""
     results_dir = tempfile.mkdtemp(prefix="dpteach-grade-")
+    scratch = tempfile.mkdtemp(prefix="dpteach-scratch-")  # a folder per rank inside: tampering.py
     order = list(dict.fromkeys(job for job, _ in pending))
     key = secrets.token_bytes(32)
-    plan = {"exercise": exercise.id, "results_dir": results_dir, "nonce": uuid.uuid4().hex[:12], "key": key.hex(),
-            "load_limit": LOAD_LIMIT, "limit_scale": limit_scale,
-            "jobs": [(job, jobs[job][0], [i for j, i in pending if j == job]) for job in order]}
     world = max(exercise.checks[i].world for _, i in pending)
+    salt_keys, counts = new_keys(world), countable()  # the salts are the parent's: salts.py
+    plan = {"exercise": exercise.id, "results_dir": results_dir, "nonce": uuid.uuid4().hex[:12], "key": key.hex(),
+            "load_limit": LOAD_LIMIT, "limit_scale": limit_scale, "salt_keys": salt_keys, "scratch": scratch,
+            "counts_traffic": counts,
+            "jobs": [(job, jobs[job][0], [i for j, i in pending if j == job]) for job in order]}
     timeout = (STARTUP_ALLOWANCE + LOAD_LIMIT * len(order)
                + sum(exercise.checks[i].limit for _, i in pending) * limit_scale)
     failure = None
@@ -231,6 +237,10 @@ def _launch(exercise: Exercise, jobs: list, pending: list, limit_scale: float):
                 records += [record for record in map(_parsed, handle) if _genuine(record, key)]
     finally:
         shutil.rmtree(results_dir, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)
+    for record in records:  # what the judge needs from the parent, never from a rank: judge.py
+        if record.get("event") == "check":
+            record.update(salt_keys=salt_keys, counts_traffic=counts)
     return records, failure
 
 

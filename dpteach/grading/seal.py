@@ -14,8 +14,9 @@ recorded) and once more before a check's verdict is written. What it pictures:
 
 * **libraries** (torch, numpy, builtins, os, json...): which object every public callable is;
 * **the grader's modules** - every module of ``dpteach.grading``, each exercise's check module included -
-  and the classes defined there, ``torch.Tensor``, its metaclass and ``Parameter``: every name, callable or
-  not, and no name added or removed;
+  and the classes defined there, ``torch.Tensor``, its metaclass and ``Parameter``, and the process
+  group's classes (``ProcessGroup``, ``Work``, the gloo backend, the stores): every name, callable or not,
+  and no name added or removed;
 * **code** of what the replay takes on trust: the rank's machinery (this module, ``rank``, ``learner``,
   ``replay``, ``guard``, ``tampering``, ``spec``) and every function marked ``spec.observes`` - its code
   object, defaults and closure. A helper that only computes what is expected is judged again in the
@@ -47,12 +48,19 @@ from .spec import OBSERVERS
 MODULES = ("torch", "torch.distributed", "torch.distributed.distributed_c10d", "torch.nn.functional",
            "torch.testing", "torch.linalg", "torch.overrides", "numpy", "numpy.testing", "dpteach",
            "dpteach.collectives", "dpteach.collectives._p2p", "os", "gc", "json", "base64", "struct",
-           "ctypes", "socket", "secrets", "hmac", "hashlib", "threading", "_thread", "functools")
+           "ctypes", "socket", "secrets", "hmac", "hashlib", "threading", "_thread", "functools", "random",
+           "tempfile")
 STRICT_PREFIX = "dpteach.grading"
 TRUSTED_MODULES = ("dpteach.grading.seal", "dpteach.grading.rank", "dpteach.grading.learner",
                    "dpteach.grading.replay", "dpteach.grading.guard", "dpteach.grading.tampering",
-                   "dpteach.grading.spec")
-CLASSES = (torch.Tensor, type(torch.Tensor), torch.nn.Parameter, torch._C.TensorBase)
+                   "dpteach.grading.spec", "dpteach.grading.salts", "dpteach.grading.traffic",
+                   "dpteach.grading.watchdog")
+_c10d = torch._C._distributed_c10d
+# The process group's classes too: the grader's own all-gathers and the guard's send counter go through
+# them (a learner's ``ProcessGroup.allgather = fake`` would otherwise answer the grader).
+CLASSES = (torch.Tensor, type(torch.Tensor), torch.nn.Parameter, torch._C.TensorBase) + tuple(
+    getattr(_c10d, name) for name in ("ProcessGroup", "Work", "Backend", "ProcessGroupGloo", "Store", "TCPStore",
+                                      "PrefixStore", "GradBucket") if hasattr(_c10d, name))
 OPERATORS = ("aten::equal", "aten::eq.Tensor", "aten::ne.Tensor", "aten::allclose", "aten::isclose", "aten::abs",
              "aten::sum", "aten::add.Tensor", "aten::sub.Tensor", "aten::mul.Tensor", "aten::div.Tensor",
              "aten::cat", "aten::stack", "aten::clone", "aten::copy_", "aten::detach", "aten::view", "aten::_to_copy",
@@ -209,6 +217,11 @@ class Seal:
         self._state = dispatch_state()
         self._kernels = _kernels()
         self._code = {name: (f, f.__code__) for name, f in _grading_functions().items()}
+
+    def recount_threads(self) -> None:
+        """In a child forked for one submission (``watchdog.in_own_process``), before its learner code loads:
+        threads do not survive a fork, and the child starts its own watchdog's."""
+        self._state["Python threads"] = dispatch_state()["Python threads"]
 
     def broken(self) -> list[str]:
         """The names whose objects were replaced (or added, or removed, where every name counts)."""

@@ -131,9 +131,10 @@ class Check:
     Every check is judged twice: in the ranks, and again by ``replay.py`` in a clean process from what the
     rank recorded, and only a check passed in both passes. So a check talks to the learner only through
     its context (``learner.py``): ``ctx.call`` for a function given and returning data, ``ctx.drive`` for
-    what needs live objects (a model, an optimizer) and returns what it observed, ``ctx.salt``,
-    ``ctx.all_gather`` and ``ctx.sent_elements`` for the rest - and it computes what it expects only after
-    the learner's call has returned, from data the learner never held (other ranks' secret salts).
+    what needs live objects (a model, an optimizer) and returns what it observed, ``ctx.secret_seed``,
+    ``ctx.everyones``, ``ctx.all_gather`` and ``ctx.sent_elements`` for the rest - and it computes what it
+    expects only after the learner's call has returned, from data the learner never held (other ranks'
+    secret salts, which the judge derives from the parent's keys: ``salts.py``).
     """
 
     name: str

@@ -18,9 +18,21 @@ refused whoever asks (Python's own bytecode cache shrugs a refusal off), and rep
 asked; so is opening the launch's payload (it holds the key that signs the verdicts: ``rank.py``) or a
 process's memory.
 
+**ctypes** reaches any object and any frame through raw memory (``PyEval_GetFrame``, a cast to
+``py_object``) without the events above - but not without events of its own: every foreign symbol looked
+up, library opened, address taken or function called raises a ``ctypes.*`` event. Nothing a learner
+writes in these exercises needs ctypes, so any such event on the learner's behalf (the first frame that is
+neither the standard library's nor another library's is the learner's) is tampering, as is importing it
+(``forbidden.reaching``, before anything runs).
+
+**Other channels than messages.** Each rank gets a scratch folder of its own (``rank.py``: ``TMPDIR`` and
+``tempfile`` point there). While the learner's code runs, it may write there and nowhere else, and may
+not open another rank's scratch folder; it may not start processes (a ``cat`` of the launch's payload
+would need no ``open`` here) nor open sockets of its own. So ranks can only learn each other's data from
+messages, which the traffic counts see (``traffic.py``).
+
 Notes only grow: :func:`notes` returns what was seen so far, and the rank compares counts before and
-after a check (``seal.py``). Known limits: ctypes and /proc reach memory without an event, and a frame
-passed to a signal handler is not audited.
+after a check (``seal.py``). Known limits: a frame passed to a signal handler is not audited.
 """
 from __future__ import annotations
 
@@ -53,6 +65,10 @@ FRAME_HELPERS = {inspect.currentframe.__code__, inspect.stack.__code__, inspect.
 WRITES = {"os.rename", "os.remove", "os.rmdir", "os.link", "os.symlink", "os.chmod", "os.chown", "os.mkdir",
           "os.utime", "shutil.rmtree", "shutil.move", "shutil.copyfile", "shutil.copytree"}
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+# Starting a process, or a socket of one's own: channels nobody counts, and ways around the audit.
+PROCESSES = {"subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
+             "pty.spawn", "os.startfile"}
+SOCKETS = {"socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg"}
 
 _kinds: dict = {}
 
@@ -142,20 +158,46 @@ _notes: list = []
 _installed: list = []
 
 
-def install(protected=(), secret=()) -> None:
+def _learner_asked(caller) -> bool:
+    """Is the first frame below ``caller`` that is not the standard library's nor a library's the learner's?"""
+    return _is_learners(first_not(("stdlib", "library"), caller))
+
+
+learner_below = _learner_asked
+
+
+def _outside_scratch(event: str, args, scratch: tuple):
+    """With ``scratch`` = (every rank's scratch root, this rank's folder): the path the learner's code may not
+    touch - written outside its own folder, or opened at all in another rank's - if any."""
+    root, own = scratch
+    paths, writes = _paths(event, args)
+    for path in paths:
+        real = _real(path) if isinstance(path, (str, bytes, os.PathLike)) else None
+        if real is None or (real + os.sep).startswith(own):
+            continue
+        if writes or (real + os.sep).startswith(root):
+            return real
+    return None
+
+
+def install(protected=(), secret=(), scratch=None) -> None:
     """Add the audit hook (once per process: a hook cannot be removed). Call before the learner's code loads.
 
     Besides the package, the standard library and the libraries, nothing may write under ``protected`` (the
     folder of the ranks' results), and nothing may open ``secret`` files (the launch's payload, which holds
-    the key that signs the ranks' verdicts) or a process's memory (``/proc/*/mem``)."""
+    the key that signs the ranks' verdicts) or a process's memory (``/proc/*/mem``). ``scratch``: (the root
+    of every rank's scratch folder, this rank's) - the learner's code writes only in its own."""
     if _installed:
         return
     protected = PROTECTED_DIRS + tuple(os.path.realpath(p) + os.sep for p in protected if p)
     secret = tuple(os.path.realpath(p) for p in secret if p)
+    scratch = tuple(os.path.realpath(p) + os.sep for p in scratch) if scratch else None
     busy = set()  # threads inside the hook: its own frame reading raises events too
 
     def hook(event, args):
-        if event not in DIRECT and event not in WRITES and event not in ("object.__getattr__", "compile", "open"):
+        ctypes_event = event.startswith("ctypes.")
+        if not ctypes_event and event not in DIRECT and event not in WRITES and event not in PROCESSES and \
+                event not in SOCKETS and event not in ("object.__getattr__", "compile", "open"):
             return
         me = _thread.get_ident()
         if me in busy:
@@ -173,6 +215,20 @@ def install(protected=(), secret=()) -> None:
             if _asked_by_learner(event, args, caller):
                 what = f"{event} {args[1]}" if event == "object.__getattr__" else event
                 _notes.append(f"called {what}, which reaches into the grader's frames and objects")
+            elif (ctypes_event or event in PROCESSES or event in SOCKETS) and _learner_asked(caller):
+                what = ("used ctypes, which reaches into the grader's memory and frames" if ctypes_event else
+                        f"called {event}: ranks may exchange data only as messages of their process group,"
+                        f" and nothing may run outside the grader's watch")
+                _notes.append(f"{what} ({event})" if ctypes_event else what)
+                raise PermissionError(f"{event} is out of bounds while an exercise is graded")
+            elif scratch is not None and _learner_asked(caller):
+                outside = _outside_scratch(event, args, scratch)
+                if outside is not None and os.sep + "__pycache__" + os.sep in outside:
+                    raise PermissionError(outside)  # Python's own bytecode cache: it shrugs a refusal off
+                if outside is not None:
+                    _notes.append(f"wrote or read {outside}, outside this rank's own scratch folder: data must "
+                                  f"travel as messages (send/recv), not through files")
+                    raise PermissionError(f"{outside}: outside this rank's scratch folder")
         finally:
             busy.discard(me)
 

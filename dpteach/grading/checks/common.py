@@ -7,10 +7,11 @@ tolerance: the order in which a ring adds the contributions cannot matter, and a
 hide inside a tolerance.
 
 **No rank knows another rank's data before the learner's call returns.** A rank's data is drawn from the
-check's seed mixed with the rank's own secret salt (``ctx.salt()``, see ``learner.py``): the seeds are
-public (they are in the check modules), so data drawn from them alone would let a solution rebuild every
-rank's data - and the expected answer - with no message at all. After the call, the check learns every
-rank's seed with its own all-gather (:func:`everyones`, never counted as the learner's traffic) and only
+check's seed mixed with the rank's own secret salt (:func:`secret_seed`; the parent process chose the salts
+and each rank can derive only its own: ``salts.py``): the seeds are public (they are in the check modules),
+so data drawn from them alone would let a solution rebuild every rank's data - and the expected answer -
+with no message at all. After the call, the check learns every rank's seed (:func:`everyones`: in the rank
+by the grader's own all-gather, in the judge from the parent's keys, never from the rank's word) and only
 then computes the expected result: nothing in the check's frame during the call gives the answer away.
 """
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import torch
 
 from ...collectives import chunk_bounds
+from ..salts import mixed  # noqa: F401 (part of this module's interface)
 from ..spec import Fail
 
 DTYPE_NAMES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
@@ -25,21 +27,17 @@ DTYPE_NAMES = {torch.float32: "float32", torch.float64: "float64", torch.float16
                torch.uint8: "uint8"}
 
 
-def mixed(seed: int, salt: int) -> int:
-    """A rank's seed for one case: the public ``seed`` mixed with the rank's secret ``salt`` (0: unchanged)."""
-    return (seed * 1_000_003 + salt) % 2 ** 62 if salt else seed
-
-
 def secret_seed(ctx, seed: int) -> int:
-    """This rank's seed for the case: ``seed`` and a fresh salt of its own (the seed itself on one rank)."""
-    return mixed(seed, ctx.salt())
+    """This rank's seed for the case: ``seed`` and a fresh salt of its own (the seed itself on one rank).
+
+    Every rank passes the same public ``seed`` (the salts make their data differ): the judge turns one
+    rank's mixed seed into every rank's from the salts alone (``salts.peers``)."""
+    return ctx.secret_seed(seed)
 
 
 def everyones(ctx, mine: int) -> list[int]:
-    """Every rank's seed, by the grader's own all-gather. Call it after the learner's calls, on every rank."""
-    if ctx.world == 1:
-        return [mine]
-    return [int(part.item()) for part in ctx.all_gather(torch.tensor([mine], dtype=torch.int64))]
+    """Every rank's seed. Call it after the learner's calls, on every rank."""
+    return ctx.everyones(mine)
 
 
 def rank_data(seed, rank: int, numel: int, dtype: torch.dtype, shape=None) -> torch.Tensor:
@@ -90,9 +88,13 @@ def unchanged(before: torch.Tensor, after: torch.Tensor, what: str) -> None:
         raise Fail(f"{what} was changed; leave the input as it was (work on a copy)")
 
 
-def require_received(received, needed: int, what: str, later: str = "") -> None:
+def require_received(ctx, received, needed: int, what: str, later: str = "") -> None:
     """``received`` bytes reached this rank through the check's process group (``ctx.received_bytes``); the
-    answer needs at least ``needed`` of its peers' bytes. None: this machine cannot count them (not Linux)."""
+    answer needs at least ``needed`` of its peers' bytes. None passes only where the parent found, before
+    any rank started, that this machine cannot count them (``ctx.counts_traffic``: not Linux); anywhere else
+    a count that went missing is no count, and fails."""
+    if received is None and getattr(ctx, "counts_traffic", True):
+        received = 0
     if received is not None and received < needed:
         raise Fail(f"only {received} bytes reached this rank through the process group, fewer than the {needed} "
                    f"that {what} needs from its peers: the data must travel as messages (send/recv), not through "

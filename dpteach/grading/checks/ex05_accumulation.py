@@ -9,7 +9,15 @@ The learner writes ``train_step(model, micro_batches, optimizer, loss_fn)`` for 
 * **deciding to skip the sync after forward** does *not* change the numbers (DDP's reducer was armed
   by the forward, so every micro-batch is all-reduced, and averaging is linear), only the cost. So the
   grader counts the all-reduces DDP performs, through a communication hook it registers: one per
-  bucket per step, on the last micro-batch - the "synchronised once" checks.
+  bucket per step, on the last micro-batch - the "synchronised once" checks, which also hold the weights
+  to the right numbers (a count of one proves nothing if that one sync did not average the gradients).
+
+**The count is out of the learner's reach.** DDP keeps the hook where the learner's code can find it
+(``model._comm_hooks``), and whatever the hook holds - a closure, a ``partial``'s arguments, its module's
+globals - can be read and changed from there. So the hook (:func:`_averaging_hook`) is a plain function of
+this module that holds nothing: it asks torch for the world size, and calls ``dist.all_reduce`` as the
+grader (the guard tells the grader's calls by their caller: ``guard.py``). Its calls are counted by the
+guard's profiler, in a list only the grader's drive holds; its code is sealed (``spec.observes``).
 
 The DDP model lives in the rank only: the rank drives it (``_ddp``, ``_train``, through ``ctx.drive``)
 and records what each step left - the hook's count, the returned loss, the gradients, the weights - and
@@ -163,20 +171,31 @@ def accumulation_case(ctx, props, k, steps, seed):
 
 
 @observes
+def _averaging_hook(state, bucket):
+    """What DDP does by default: average the bucket over the ranks. Holds nothing (see the module's text)."""
+    tensor = bucket.buffer().div_(dist.get_world_size())
+    return dist.all_reduce(tensor, async_op=True).get_future().then(_first_value)
+
+
+@observes
+def _first_value(done):
+    return done.value()[0]
+
+
+@observes
 def _ddp(ctx, live, seed):
-    """The DDP model, its optimizer, and the communication hook that counts DDP's all-reduces."""
+    """The DDP model, its optimizer, and the communication hook whose calls the guard counts."""
     model = _model(seed)
     ddp = DistributedDataParallel(model)
-    calls = []
+    calls = []  # held by this drive and the guard's watch only
 
-    def counting_allreduce(state, bucket):  # what DDP does by default, counted
-        calls.append(1)
-        with ctx.allow():
-            tensor = bucket.buffer().div_(ctx.world)
-            future = dist.all_reduce(tensor, async_op=True).get_future()
-        return future.then(lambda done: done.value()[0])
+    def count(event, frame, arg):
+        if event == "call":
+            calls.append(1)
 
-    ddp.register_comm_hook(None, ctx.hand(counting_allreduce))  # DDP calls it from the learner's backward
+    ctx.guard.watch(_averaging_hook, count)
+    ctx.hand(_first_value)
+    ddp.register_comm_hook(None, ctx.handed(_averaging_hook))  # DDP calls it from the learner's backward
     live.update(params=list(model.parameters()), ddp=ddp, calls=calls,
                 optimizer=torch.optim.SGD(ddp.parameters(), lr=LR))
 
@@ -203,7 +222,7 @@ CHECKS = (
     Check("W=2, K=2: the weights after one step equal one process on the whole batch", 2, 2,
           partial(accumulation_case, props=("weights",), k=2, steps=1, seed=61), uses=USES, hint=HINT_WEIGHTS),
     Check("W=2, K=4: gradients are synchronised once per step, on the last micro-batch", 2, 2,
-          partial(accumulation_case, props=("comm",), k=4, steps=1, seed=62), uses=USES, hint=HINT_SYNC),
+          partial(accumulation_case, props=("comm", "weights"), k=4, steps=1, seed=62), uses=USES, hint=HINT_SYNC),
     Check("W=2, K=2: returns the step's loss, the mean of the micro-batch losses", 1, 2,
           partial(accumulation_case, props=("loss",), k=2, steps=1, seed=63), uses=USES,
           hint="Add up loss.item() of each scaled micro-batch loss (or average the unscaled ones)."),

@@ -23,10 +23,11 @@ from functools import partial
 
 import torch
 from torch import nn
-from torch.nn.utils import parameters_to_vector, vector_to_parameters
+from torch.nn.utils import parameters_to_vector
 
 from ..spec import ALL_COLLECTIVES, COLLECTIVE_MODULES, PROCESS_GROUP_METHODS, Check, Exercise, Fail, observes
 from .common import everyones, require_received, secret_seed
+from .ex07_log import _check_versions, _checked_log, _replay_log
 
 STUB = '''\
 import torch
@@ -146,10 +147,22 @@ def _batch(seed, worker, update):
 
 
 def _gradient(model, seed, worker, update):
+    _gradient_on(model, _batch(seed, worker, update))
+
+
+def _gradient_on(model, batch):
     for p in model.parameters():
         p.grad = None
-    x, y = _batch(seed, worker, update)
+    x, y = batch
     nn.functional.mse_loss(model(x), y).backward()
+
+
+@observes
+def _compute_gradient(model, batches, slow_s, update):
+    """The ``compute_gradient`` a worker is handed: its own batches only - no seed, no context."""
+    _gradient_on(model, batches[int(update)])
+    if slow_s:
+        time.sleep(slow_s)  # one slow worker: its pushes arrive stale
 
 
 def server_case(ctx, updates, bound, seed, slow_ms=15.0):
@@ -161,13 +174,13 @@ def server_case(ctx, updates, bound, seed, slow_ms=15.0):
     seeds = everyones(ctx, mine_seed)  # only now: see common.py
     numel = sum(p.numel() for p in _model(seed).parameters())
     if ctx.rank > 0:
-        require_received(seen["received"], updates * numel * 4, "receiving the server's weights after each push")
+        require_received(ctx, seen["received"], updates * numel * 4, "receiving the server's weights after each push")
         return
     pushes = updates * (ctx.world - 1)
     entries = _checked_log(seen["log"], pushes, ctx.world, updates)
     _check_versions(entries, bound)
-    require_received(seen["received"], pushes * numel * 4, "receiving every push's gradient")
-    replayed = _replay(entries, seed, seeds)
+    require_received(ctx, seen["received"], pushes * numel * 4, "receiving every push's gradient")
+    replayed = _replay_log(entries, partial(_model, seed), _gradient, LR, seeds)
     if not torch.allclose(seen["weights"], replayed, atol=1e-6, rtol=1e-5):
         raise Fail("the server's final weights differ from replaying its own log: is each applied gradient "
                    "put into param.grad before optimizer.step(), and does each worker compute on the weights "
@@ -196,73 +209,13 @@ def _serve(ctx, pushes, bound, seed):
 def _work(ctx, updates, seed, mine_seed, slow_ms):
     """The learner's work on a worker; what it left: the bytes it received."""
     model, before = _model(seed), ctx.received_bytes()
-
-    def compute_gradient(update):
-        _gradient(model, mine_seed, ctx.rank, int(update))
-        if ctx.rank == 1 and ctx.world > 2:
-            time.sleep(slow_ms / 1000)  # one slow worker: its pushes arrive stale
-
+    batches = [_batch(mine_seed, ctx.rank, update) for update in range(updates)]
+    slow_s = slow_ms / 1000 if ctx.rank == 1 and ctx.world > 2 else 0.0
+    compute_gradient = ctx.handed(partial(_compute_gradient, model, batches, slow_s))  # holds no ctx: H4
+    ctx.hand(_compute_gradient)
     with ctx.running_learner_code():
-        ctx.learner("work")(model, ctx.hand(compute_gradient), updates)
+        ctx.learner("work")(model, compute_gradient, updates)
     return {"received": _received_since(ctx, before)}
-
-
-def _checked_log(log, pushes, world, updates):
-    if not isinstance(log, (list, tuple)):
-        raise Fail("serve should return its log: a list of (worker rank, version, applied) tuples")
-    entries = []
-    for entry in log:
-        if not isinstance(entry, (list, tuple)) or len(entry) != 3:
-            raise Fail("each log entry should be a tuple (worker rank, version in the push, applied)")
-        worker, version, applied = entry
-        if isinstance(worker, torch.Tensor):
-            worker = worker.item()
-        if isinstance(version, torch.Tensor) or isinstance(version, float):
-            version = float(version)
-            if version != int(version):
-                raise Fail("a version in the log is not a whole number")
-        entries.append((int(worker), int(version), bool(applied)))
-    if len(entries) != pushes:
-        raise Fail("the log should have one entry per push: every push handled (and answered) exactly once")
-    counts = [sum(1 for w, _, _ in entries if w == r) for r in range(world)]
-    if counts[0] != 0 or any(c != updates for c in counts[1:]):
-        raise Fail("the log does not show every worker pushing `updates` times (rank 0 is the server)")
-    return entries
-
-
-def _check_versions(entries, bound):
-    version, last_sent = 0, {}
-    for worker, used, applied in entries:
-        if used != last_sent.get(worker, 0):
-            raise Fail("a worker pushed a gradient with a version other than the one the server last sent it")
-        stale = version - used
-        if stale < 0:
-            raise Fail("a push carries a version the server has not reached yet")
-        should_apply = bound is None or stale <= bound
-        if applied and not should_apply:
-            raise Fail("a push staler than max_staleness was applied: drop it (and send fresh weights)")
-        if should_apply and not applied:
-            raise Fail("a push within the staleness bound was dropped")
-        version += applied
-        last_sent[worker] = version
-
-
-def _replay(entries, seed, seeds) -> torch.Tensor:
-    """The server's weights after applying the log, each gradient taken at the version its worker used
-    (``seeds``: each rank's, for its batches)."""
-    model = _model(seed)
-    history = [parameters_to_vector(model.parameters()).detach().clone()]
-    pushed = {}
-    for worker, used, applied in entries:
-        update = pushed.get(worker, 0)
-        pushed[worker] = update + 1
-        if not applied:
-            continue
-        vector_to_parameters(history[used], model.parameters())
-        _gradient(model, seeds[worker], worker, update)
-        grad = parameters_to_vector([p.grad for p in model.parameters()])
-        history.append(history[-1] - LR * grad)
-    return history[-1]
 
 
 HINT = ("Keep the server's version as a counter: staleness is counter - the version in the push. Reply to "

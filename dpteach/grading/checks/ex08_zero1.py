@@ -6,8 +6,11 @@ over ranks (computed independently on every rank), every rank ends with identica
 momentum state held per rank is at most one slice of ``chunk_bounds(N, W)``. The exercise is the
 reduce-scatter / update / all-gather pattern, so an all-reduce of the gradients scores zero.
 
-A limit, stated plainly: the state size is the one ``state_numel()`` reports, so a learner could keep a
-full momentum buffer and report less. The weights check still holds them to the right numbers.
+**The state is measured, not taken on the learner's word.** ``state_numel()`` is what the learner says;
+the grader also walks what the optimizer can hold between steps - its attributes, its class's, and the
+globals of the solution cell (through lists, tuples, sets and dicts) - and adds up the tensors' storages
+that are not the model's own weights (``held_elements``). Both must be at most one slice - the measured
+one in every check: a ZeRO-1 that keeps the whole state is not one, however right its weights.
 
 The numbers have to travel as messages. Each rank's batches are drawn from its own secret salt, which the
 others learn only after the last step (``common.py``), and each rank counts the bytes that reached it
@@ -158,17 +161,45 @@ def zero_case(ctx, props, widths, steps, seed):
     seeds = everyones(ctx, mine_seed)  # only now: see common.py
     total = sum(p.numel() for p in _model(widths, seed).parameters())
     if ctx.world > 1:
-        require_received(seen["received"], steps * total * 8, "a reduce-scatter and an all-gather each step")
-    if "state" in props:
-        held = seen["state"]
-        if not isinstance(held, int) or held > math.ceil(total / ctx.world):
-            raise Fail("this rank holds more momentum than its slice: each rank keeps state for "
-                       "chunk_bounds(N, W)[rank] only")
+        require_received(ctx, seen["received"], steps * total * 8, "a reduce-scatter and an all-gather each step")
+    slice_ = math.ceil(total / ctx.world)
+    if seen["measured"] > slice_ + 8:  # in every check: a ZeRO-1 that keeps everything is not one
+        raise Fail(f"between steps, this rank's optimizer (with the solution's globals) holds "
+                   f"{seen['measured']} elements in tensors of its own, more than its slice ({slice_}): "
+                   f"each rank keeps momentum for chunk_bounds(N, W)[rank] only, and no full-length buffer")
+    if "state" in props and (not isinstance(seen["state"], int) or seen["state"] > slice_):
+        raise Fail("this rank holds more momentum than its slice: each rank keeps state for "
+                   "chunk_bounds(N, W)[rank] only")
     if "weights" in props:
         for mine, expected in zip(seen["params"], _trajectory(widths, seed, [seeds] * steps, steps)[2]):
             if not torch.allclose(mine, expected, atol=1e-10, rtol=1e-9):
                 raise Fail("the weights differ from SGD with momentum on the gradient averaged over ranks: "
                            "check the division by W, the momentum update, and that every slice is gathered")
+
+
+@observes
+def held_elements(optimizer, params, namespace) -> int:
+    """Elements (float64) in tensors reachable from the optimizer, its class and the solution cell's globals
+    (through lists, tuples, sets and dicts, a few levels deep), once per storage, leaving out storage shared
+    with a parameter (the model's own weights)."""
+    shared = {p.untyped_storage().data_ptr() for p in params}
+    roots = list(getattr(optimizer, "__dict__", {}).values()) + list(vars(type(optimizer)).values())
+    roots += [value for value in namespace.values() if isinstance(value, (torch.Tensor, dict, list, tuple, set))]
+    seen, storages, pending = set(), {}, [(value, 0) for value in roots]
+    while pending:
+        value, depth = pending.pop()
+        if id(value) in seen or depth > 4:
+            continue
+        seen.add(id(value))
+        if isinstance(value, torch.Tensor):
+            storage = value.untyped_storage()
+            if storage.data_ptr() not in shared:
+                storages[storage.data_ptr()] = storage.nbytes()
+        elif isinstance(value, dict):
+            pending += [(item, depth + 1) for item in value.values()]
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            pending += [(item, depth + 1) for item in value]
+    return sum(storages.values()) // 8
 
 
 @observes
@@ -192,6 +223,7 @@ def _zero_steps(ctx, widths, steps, seed, mine_seed, state):
         with ctx.running_learner_code():
             held = optimizer.state_numel()
     return {"params": [p.detach().clone() for p in params], "state": held,
+            "measured": held_elements(optimizer, params, ctx.namespace),
             "received": None if after is None or before is None else after - before}
 
 
