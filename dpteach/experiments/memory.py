@@ -41,17 +41,8 @@ from ..models import SPECS, build_model, model_names
 
 def memory_per_replica(params_billion: float = 7.0, optimizer: str = "adam", precision: str = "mixed",
                        world_size: int = 8, zero_stage: int = 0, gpu_gb: float = 80.0) -> dict:
-    """Bytes per rank for a model of ``params_billion`` x 1e9 parameters; pure arithmetic, instant.
-
-    Returns plain data::
-
-        {"params", "bytes_per_param": {params, grads, optimizer, total},
-         "replica_bytes": {params, grads, optimizer, total},        # unsharded (ZeRO stage 0)
-         "per_rank_bytes": {...},                                   # at the chosen zero_stage
-         "by_stage": [{stage, params, grads, optimizer, total, fits,
-                       traffic_bytes (sent per rank per step)}, ...],       # stages 0..3
-         "max_params_billion": {stage: largest model that fits in gpu_gb}, "fits", ...inputs}
-    """
+    """Bytes per rank for a model of ``params_billion`` x 1e9 parameters; pure arithmetic, instant - the
+    ZeRO paper's table for lesson 01 (``dpteach.model_states.model_state_bytes`` says what it returns)."""
     return model_state_bytes(params_billion, optimizer, precision, world_size, zero_stage, gpu_gb)
 
 

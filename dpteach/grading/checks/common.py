@@ -99,3 +99,25 @@ def require_received(ctx, received, needed: int, what: str, later: str = "") -> 
         raise Fail(f"only {received} bytes reached this rank through the process group, fewer than the {needed} "
                    f"that {what} needs from its peers: the data must travel as messages (send/recv), not through "
                    f"files, the store or any other channel" + later)
+
+
+def reachable_bytes(roots, params) -> int:
+    """Bytes in the tensors reachable from ``roots`` (through lists, tuples, sets and dicts, a few levels deep),
+    once per storage, leaving out storage shared with a parameter (the model's own weights): what an
+    optimizer really holds, measured rather than asked (exercises 08 and 09)."""
+    shared = {p.untyped_storage().data_ptr() for p in params}
+    seen, storages, pending = set(), {}, [(value, 0) for value in roots]
+    while pending:
+        value, depth = pending.pop()
+        if id(value) in seen or depth > 4:
+            continue
+        seen.add(id(value))
+        if isinstance(value, torch.Tensor):
+            storage = value.untyped_storage()
+            if storage.data_ptr() not in shared:
+                storages[storage.data_ptr()] = storage.nbytes()
+        elif isinstance(value, dict):
+            pending += [(item, depth + 1) for item in value.values()]
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            pending += [(item, depth + 1) for item in value]
+    return sum(storages.values())

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from ..spec import PROCESS_GROUP_ALL_REDUCES, TORCH_ALL_REDUCES, Check, Exercise, Fail, observes
-from .common import everyones, require_received, secret_seed
+from .common import everyones, reachable_bytes, require_received, secret_seed
 
 STUB = '''\
 import torch
@@ -182,24 +182,9 @@ def held_elements(optimizer, params, namespace) -> int:
     """Elements (float64) in tensors reachable from the optimizer, its class and the solution cell's globals
     (through lists, tuples, sets and dicts, a few levels deep), once per storage, leaving out storage shared
     with a parameter (the model's own weights)."""
-    shared = {p.untyped_storage().data_ptr() for p in params}
     roots = list(getattr(optimizer, "__dict__", {}).values()) + list(vars(type(optimizer)).values())
     roots += [value for value in namespace.values() if isinstance(value, (torch.Tensor, dict, list, tuple, set))]
-    seen, storages, pending = set(), {}, [(value, 0) for value in roots]
-    while pending:
-        value, depth = pending.pop()
-        if id(value) in seen or depth > 4:
-            continue
-        seen.add(id(value))
-        if isinstance(value, torch.Tensor):
-            storage = value.untyped_storage()
-            if storage.data_ptr() not in shared:
-                storages[storage.data_ptr()] = storage.nbytes()
-        elif isinstance(value, dict):
-            pending += [(item, depth + 1) for item in value.values()]
-        elif isinstance(value, (list, tuple, set, frozenset)):
-            pending += [(item, depth + 1) for item in value]
-    return sum(storages.values()) // 8
+    return reachable_bytes(roots, params) // 8
 
 
 @observes

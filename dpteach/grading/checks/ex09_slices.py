@@ -18,7 +18,7 @@ from torch import nn
 
 from ...collectives import chunk_bounds
 from ..spec import Fail, observes
-from .common import everyones, secret_seed
+from .common import everyones, reachable_bytes, secret_seed
 from .ex08_zero1 import LR, MOMENTUM, _batch, _model, _trajectory
 
 ELEMENT = 8  # bytes per element: the models are float64
@@ -60,23 +60,7 @@ def _check_slice(kept, what, expected, ctx, total, later, own=None):
 def _held_bytes(optimizer, params) -> int:
     """Bytes in tensors reachable from the optimizer's attributes (through lists, tuples, sets and dicts),
     counted once per storage, leaving out storage shared with a parameter (the model's own weights)."""
-    shared = {p.untyped_storage().data_ptr() for p in params}
-    seen, storages = set(), {}
-    pending = [(value, 0) for value in getattr(optimizer, "__dict__", {}).values()]
-    while pending:
-        value, depth = pending.pop()
-        if id(value) in seen or depth > 4:
-            continue
-        seen.add(id(value))
-        if isinstance(value, torch.Tensor):
-            storage = value.untyped_storage()
-            if storage.data_ptr() not in shared:
-                storages[storage.data_ptr()] = storage.nbytes()
-        elif isinstance(value, dict):
-            pending += [(item, depth + 1) for item in value.values()]
-        elif isinstance(value, (list, tuple, set, frozenset)):
-            pending += [(item, depth + 1) for item in value]
-    return sum(storages.values())
+    return reachable_bytes(getattr(optimizer, "__dict__", {}).values(), params)
 
 
 def _check_memory(memory, shapes, ctx, total, when, later):
