@@ -58,7 +58,10 @@ class Link:
 
     @property
     def params(self) -> costmodel.LinkParams:
-        return costmodel.LinkParams.from_bandwidth(self.alpha_s, self.bandwidth_GBps * 1e9)
+        # A fit whose bytes cost nothing measurable (beta = 0, e.g. noise larger than the slope on a busy
+        # machine) is a link of unbounded bandwidth: only its latency counts.
+        beta = 0.0 if math.isinf(self.bandwidth_GBps) else 1.0 / (self.bandwidth_GBps * 1e9)
+        return costmodel.LinkParams(self.alpha_s, beta)
 
 
 PRESETS = {

@@ -47,6 +47,17 @@ def test_simulation_experiment_returns_one_curve_per_link():
 
 
 @pytest.mark.slow
+def test_a_measured_link_whose_fit_found_no_slope_is_simulated_by_its_latency_alone():
+    # non-negative least squares gives beta = 0 when noise hides the slope (a busy machine); the lesson's
+    # cell below the sweep must still draw it
+    result = scaling_simulation(max_world_size=8, links=(), measured_link={"alpha_s": 1e-4, "beta_s_per_byte": 0.0})
+    [(label, rows)] = result["curves"].items()
+    assert "inf GB/s" in label
+    by_w = {row["world_size"]: row for row in rows}
+    assert by_w[8]["comm_s"] == pytest.approx(by_w[8]["messages"] * 2 * 7 * 1e-4)  # a ring's 2(W-1) latencies per
+    assert by_w[1]["comm_s"] == 0.0                                                  # message, nothing for bytes
+
+
 def test_sweep_reports_throughput_efficiency_and_breakdown():
     result = scaling_sweep(world_sizes=(1, 2), model="mlp", steps=4, repeats=1, batch_per_rank=8)
     rows = result["rows"]
