@@ -54,13 +54,14 @@ class OverlapSync(GradientSync):
 
     def _use_buckets(self, buckets) -> None:
         self.buckets = buckets
+        self.ready = ReadyCount(buckets)  # gradients each bucket still waits for
         self.where = {}  # parameter -> (bucket, position inside the bucket)
         for bucket in self.buckets:
             for position, p in enumerate(bucket.params):
                 self.where[p] = (bucket, position)
 
     def _reset(self) -> None:
-        self.ready = ReadyCount(self.buckets)  # gradients each bucket still waits for
+        self.ready.reset()
         self.next_to_launch = 0
         self.in_flight = []  # (bucket, work) in launch order
 
