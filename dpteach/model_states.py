@@ -38,12 +38,23 @@ BYTES_PER_PARAM = {
 }
 
 
-def _per_rank(parts: dict, world_size: int, stage: int) -> dict:
-    """Bytes one rank holds of each part at ZeRO ``stage`` (0 = plain data parallelism)."""
-    sharded = {"optimizer": stage >= 1, "grads": stage >= 2, "params": stage >= 3}
-    out = {k: parts[k] / world_size if sharded[k] else parts[k] for k in ("params", "grads", "optimizer")}
+# What each ZeRO stage shards, as ``sync.Strategy.shards`` names it (the strategies hold these same tuples).
+STAGE_SHARDS = {0: (), 1: ("optimizer state",), 2: ("optimizer state", "gradients"),
+                3: ("optimizer state", "gradients", "parameters")}
+_PART_NAMES = {"params": "parameters", "grads": "gradients", "optimizer": "optimizer state"}
+
+
+def held_per_rank(parts: dict, world_size: int, shards) -> dict:
+    """Bytes one rank holds of each part (``params``, ``grads``, ``optimizer``) when the parts named in
+    ``shards`` are split over ``world_size`` ranks; with their ``total``."""
+    out = {k: parts[k] / world_size if _PART_NAMES[k] in shards else parts[k] for k in _PART_NAMES}
     out["total"] = sum(out.values())
     return out
+
+
+def _per_rank(parts: dict, world_size: int, stage: int) -> dict:
+    """Bytes one rank holds of each part at ZeRO ``stage`` (0 = plain data parallelism)."""
+    return held_per_rank(parts, world_size, STAGE_SHARDS[stage])
 
 
 def traffic_per_rank(num_params: float, bytes_per_grad: int, world_size: int, stage: int) -> float:

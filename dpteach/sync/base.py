@@ -34,6 +34,7 @@ import torch.distributed as dist
 
 from .. import context
 from ..comm import Comm
+from ..model_states import held_per_rank
 
 
 def held_bytes(tensors) -> int:
@@ -111,9 +112,8 @@ class Strategy:
         """What a rank holds at its optimizer step under the ZeRO paper's accounting (section 3.1): parameters
         P, gradients P and optimizer state ``state_per_param`` x P bytes, each part that the strategy
         ``shards`` divided by W (stage 1: the state; stage 2: the gradients too; stage 3: the parameters too)."""
-        share = {part: 1 / world_size if part in cls.shards else 1.0
-                 for part in ("parameters", "gradients", "optimizer state")}
-        return param_bytes * (share["parameters"] + share["gradients"] + state_per_param * share["optimizer state"])
+        parts = {"params": param_bytes, "grads": param_bytes, "optimizer": state_per_param * param_bytes}
+        return held_per_rank(parts, world_size, cls.shards)["total"]
 
     @classmethod
     def workers(cls, world_size: int) -> int:
