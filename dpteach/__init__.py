@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 # quiz do not pay for importing torch.
 _EXPORTS = {
     "launch": "launcher", "RankError": "launcher",
-    "World": "world", "resolve_world": "world", "default_world_size": "world", "under_torchrun": "world", "device": "context", "report_progress": "context",
+    "World": "world", "resolve_world": "world", "default_world_size": "world", "under_torchrun": "torchrun", "device": "context", "report_progress": "context",
     "rank": "context", "world_size": "context",
 }
 __all__ = list(_EXPORTS)

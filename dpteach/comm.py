@@ -26,6 +26,11 @@ here, once, rather than in every strategy:
   on GPU ranks (``gpu_link.StreamLink``). The link carries a world of ``world_size`` ranks, which may be
   larger than the real one: with *emulated peers* one real rank trains and the link times each exchange
   as W ranks would (``dpteach.world``, ``peers="emulated"``); byte counts follow the same W.
+* **Among whom.** A ``Comm`` speaks to one process group: the whole world by default, or the ``group``
+  it is given (a ``ProcessGroup``, or a one-dimensional ``DeviceMesh``, or one dimension of a larger
+  mesh: ``mesh["replicate"]``). A strategy built on a group synchronises among that group's ranks only,
+  so a hybrid scheme (shard within a node, replicate across nodes: HSDP, Zhao et al. 2023, PyTorch FSDP)
+  is two ``Comm``s, one per dimension, and no change to the strategies.
 """
 from __future__ import annotations
 
@@ -37,7 +42,22 @@ import torch.distributed as dist
 from . import context
 from .collectives import ALL_REDUCE, ring_all_gather, ring_reduce_scatter
 from .costmodel import busbw_factor
-from .link import EmulatedLink, Link
+from .link import EmulatedLink
+from .network import Link
+
+
+def as_process_group(group):
+    """``None`` (the whole world), a ``ProcessGroup``, or a one-dimensional ``DeviceMesh`` -> a process group
+    (``None`` for the world, as ``torch.distributed`` takes it)."""
+    from torch.distributed.device_mesh import DeviceMesh
+    if isinstance(group, DeviceMesh):
+        if group.ndim != 1:
+            raise ValueError(f"group={group!r} is not allowed: a mesh of {group.ndim} dimensions names no single group; "
+                             f"give one of its dimensions (mesh['name']) or a ProcessGroup")
+        return group.get_group()
+    if group is None or isinstance(group, dist.ProcessGroup):
+        return group
+    raise ValueError(f"group={group!r} is not allowed: give None (every rank), a ProcessGroup or a 1-D DeviceMesh")
 
 
 class _Finished:
@@ -61,17 +81,25 @@ class _Finished:
 
 
 class Comm:
-    """This rank's collectives; ``world_size``: the ranks the link and the byte counts are for (the real
-    world, or with emulated peers the world being emulated)."""
+    """This rank's collectives among ``group`` (default: every rank). ``world_size``: the ranks the link and
+    the byte counts are for - the group's size, or with emulated peers the size of the world being emulated
+    (``None``: the group's). ``rank`` and ``size`` are this rank's place in the real group."""
 
-    def __init__(self, link: Link | None, world_size: int, all_reduce: str = "builtin", timeline=None):
-        self.world_size = world_size
+    def __init__(self, link: Link | None, world_size: int | None = None, all_reduce: str = "builtin", timeline=None,
+                 group=None):
+        self.group = as_process_group(group)
+        self.rank, self.size = dist.get_rank(self.group), dist.get_world_size(self.group)
+        self.world_size = self.size if world_size is None else world_size
         self.timeline, self.step = timeline, 0
         self.open = []  # (work, step, name, start) of collectives launched and not yet seen finished
-        self.alone = dist.get_world_size() == 1  # one real rank: collectives are the identity
+        self.alone = self.size == 1  # one real rank: collectives are the identity
         self.device = context.device()
+        if all_reduce != "builtin" and self.group is not None:
+            raise ValueError(f"all_reduce={all_reduce!r} is not allowed with a group: the course's own collectives "
+                             f"run among every rank; use all_reduce='builtin' for a strategy on a group")
         self.algorithm = all_reduce
         self.sent = 0  # bytes this rank put on the wire since new_step()
+        self.total_sent = 0  # and since it was made
         if link is None:
             self.emulator = None
         elif self.device.type == "cuda":
@@ -81,6 +109,7 @@ class Comm:
             self.emulator = EmulatedLink(link, world_size)
 
     def new_step(self, step: int = 0) -> None:
+        self.total_sent += self.sent
         self.step, self.sent = step, 0
 
     # -- the timeline: where each collective shows ------------------------------------------------
@@ -151,7 +180,8 @@ class Comm:
             algorithm = "ring" if self.algorithm == "builtin" else self.algorithm
             return self._run("all_reduce", nbytes, lambda: self._local([tensor]), async_op, algorithm)
         if self.algorithm == "builtin":
-            return self._run("all_reduce", nbytes, lambda: dist.all_reduce(tensor, async_op=True), async_op)
+            return self._run("all_reduce", nbytes, lambda: dist.all_reduce(tensor, group=self.group, async_op=True),
+                             async_op)
         if async_op:
             raise ValueError(f"all_reduce={self.algorithm!r} cannot run with async_op=True: the course's own "
                              f"collectives return when they are done; use them after backward")
@@ -167,7 +197,7 @@ class Comm:
         result = run(trace)
         if output is not None:
             output.copy_(result.reshape(output.shape))
-        me = dist.get_rank()
+        me = self.rank
         self.sent += sum(t["elements"] for t in trace if t["src"] == me) * result.element_size()
         return _Finished([result], self.device)
 
@@ -176,7 +206,8 @@ class Comm:
         if self.alone:
             return self._run("all_gather", total, lambda: self._local(outputs, lambda: outputs[0].copy_(tensor)),
                              async_op)
-        return self._run("all_gather", total, lambda: dist.all_gather(outputs, tensor, async_op=True), async_op)
+        return self._run("all_gather", total, lambda: dist.all_gather(outputs, tensor, group=self.group, async_op=True),
+                         async_op)
 
     def all_gather_into_tensor(self, output: torch.Tensor, tensor: torch.Tensor, async_op: bool = False):
         total = tensor.numel() * tensor.element_size() * self.world_size
@@ -189,7 +220,7 @@ class Comm:
                              counted=True)
         # Newer torch releases call all_gather_into_tensor all_gather_single (and warn on the old name).
         gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-        return self._run("all_gather", total, lambda: gather(output, tensor, async_op=True), async_op)
+        return self._run("all_gather", total, lambda: gather(output, tensor, group=self.group, async_op=True), async_op)
 
     def reduce_scatter(self, output: torch.Tensor, tensor: torch.Tensor, async_op: bool = False):
         """Sum ``tensor`` (W equal chunks) over the ranks; chunk r of the sum lands in rank r's ``output``."""
@@ -203,15 +234,37 @@ class Comm:
                              lambda: self._course(lambda trace: ring_reduce_scatter(tensor, trace=trace, check=False),
                                                   output), async_op, counted=True)
         scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor  # the newer name
-        return self._run("reduce_scatter", nbytes, lambda: scatter(output, tensor, async_op=True), async_op)
+        return self._run("reduce_scatter", nbytes, lambda: scatter(output, tensor, group=self.group, async_op=True),
+                         async_op)
 
     def all_to_all_single(self, output: torch.Tensor, tensor: torch.Tensor, async_op: bool = False):
         nbytes = tensor.numel() * tensor.element_size()
         if self.alone:
             return self._run("all_to_all", nbytes, lambda: self._local([output], lambda: output.copy_(tensor)),
                              async_op)
-        return self._run("all_to_all", nbytes, lambda: dist.all_to_all_single(output, tensor, async_op=True),
-                         async_op)
+        return self._run("all_to_all", nbytes,
+                         lambda: dist.all_to_all_single(output, tensor, group=self.group, async_op=True), async_op)
+
+    def broadcast(self, tensor: torch.Tensor, src: int = 0) -> None:
+        """Blocking: ``tensor`` of the group's rank ``src`` on every rank of the group (settings, not gradients:
+        not counted, not on the link)."""
+        if not self.alone:
+            dist.broadcast(tensor, src=self._global(src), group=self.group)
+
+    # -- point to point: a parameter server's pushes and pulls -------------------------------------------
+    def send(self, tensor: torch.Tensor, dst: int) -> None:
+        """Blocking send to the group's rank ``dst``, counted (point-to-point messages are not emulated on a link)."""
+        self.sent += tensor.numel() * tensor.element_size()
+        dist.send(tensor, self._global(dst), group=self.group)
+
+    def recv(self, tensor: torch.Tensor, src: int | None = None) -> int:
+        """Blocking receive from the group's rank ``src``, or from whichever sends first (``None``: gloo allows
+        it, NCCL does not); returns the sender."""
+        sender = dist.recv(tensor, None if src is None else self._global(src), group=self.group)
+        return sender if self.group is None else dist.get_group_rank(self.group, sender)
+
+    def _global(self, rank: int) -> int:
+        return rank if self.group is None else dist.get_global_rank(self.group, rank)
 
     def report(self) -> dict | None:
         """Messages, the link's time for them, and how many this machine was too slow to emulate."""

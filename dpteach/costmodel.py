@@ -1,11 +1,10 @@
 """Predict how long an all-reduce takes, with the alpha-beta(-gamma) cost model.
 
 Every message a rank sends costs a fixed start-up time plus a time that grows with its size, and
-every byte it combines (adds) costs a little compute. With three numbers per link:
-
-* ``alpha``: latency, the seconds one message costs before its first byte arrives;
-* ``beta``: seconds per byte on the wire, i.e. 1 / bandwidth;
-* ``gamma``: seconds per byte to apply the reduction (often small next to beta, so 0 by default);
+every byte it combines (adds) costs a little compute. A link (``dpteach.network.Link``) holds the three
+numbers: ``alpha`` (its ``alpha_s``, the latency of one message), ``beta`` (``beta_s_per_byte``, 1 /
+bandwidth) and ``gamma`` (``gamma_s_per_byte``, the time to reduce a byte; often small next to beta, so
+0 by default);
 
 an algorithm that sends ``k`` messages one after another, moving ``m`` bytes and reducing ``r``
 bytes on its critical path, takes ``k*alpha + m*beta + r*gamma``. Each all-reduce below differs
@@ -25,7 +24,7 @@ binary tree across nodes, pipelined in chunks, and it also has CollNet and NVLS 
 allows. :func:`choose_algorithm` applies the idea to this module's ring and binomial tree. (gloo,
 which the course uses on CPU, does not choose: its all-reduce is a ring at every size.)
 
-All functions take plain numbers: ``n`` in bytes, ``p`` ranks, times in seconds.
+Functions take ``n`` in bytes, ``p`` ranks and a ``Link``, and return seconds.
 """
 from __future__ import annotations
 
@@ -35,6 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import validate
+from .network import Link
 
 ALGORITHMS = ("ring", "tree", "naive", "halving_doubling")
 ALGORITHMS_FOR_CHOICE = ("ring", "tree")
@@ -62,37 +62,11 @@ def _check_algorithm(algorithm, name="algorithm"):
     return validate.choice(name, algorithm, ALGORITHMS)
 
 
-def _check_params(params):
-    if not isinstance(params, LinkParams):
-        raise validate.refusal("params", params, "it must be a LinkParams (see LinkParams.from_bandwidth)")
-    return params
-
-
-@dataclass(frozen=True)
-class LinkParams:
-    """The cost of one link: ``alpha`` s/message, ``beta`` s/byte sent, ``gamma`` s/byte reduced."""
-
-    alpha: float
-    beta: float
-    gamma: float = 0.0
-
-    def __post_init__(self):
-        for name in ("alpha", "beta", "gamma"):
-            _check_real(name, getattr(self, name))
-
-    @classmethod
-    def from_bandwidth(cls, latency_s, bandwidth_Bps, reduce_Bps=None):
-        """Build from a latency in seconds and bandwidths in bytes per second (``reduce_Bps``:
-        how fast a rank adds incoming bytes; ``None`` means free, gamma = 0)."""
-        alpha = _check_real("latency_s", latency_s)
-        beta = 1.0 / _check_real("bandwidth_Bps", bandwidth_Bps, positive=True)
-        gamma = 0.0 if reduce_Bps is None else 1.0 / _check_real("reduce_Bps", reduce_Bps, positive=True)
-        return cls(alpha, beta, gamma)
-
-    @property
-    def bandwidth_GBps(self):
-        """Link bandwidth 1/beta in GB/s (1 GB = 1e9 bytes, as nccl-tests counts); inf if beta is 0."""
-        return math.inf if self.beta == 0 else 1.0 / self.beta / 1e9
+def _check_link(link):
+    if not isinstance(link, Link):
+        raise validate.refusal("link", link, "it must be a dpteach.network.Link (a preset of dpteach.network.PRESETS, "
+                               "Link.from_bandwidth, or resolve_link of a fit)")
+    return link
 
 
 def _coefficients(algorithm, n, p):
@@ -116,39 +90,39 @@ def _coefficients(algorithm, n, p):
     return a, b, c
 
 
-def _time(algorithm, n, p, params):
-    n, p, params = _check_n(n), _check_p(p), _check_params(params)
+def _time(algorithm, n, p, link):
+    n, p, link = _check_n(n), _check_p(p), _check_link(link)
     a, b, c = _coefficients(algorithm, n, p)
-    return a * params.alpha + b * params.beta + c * params.gamma
+    return a * link.alpha_s + b * link.beta_s_per_byte + c * link.gamma_s_per_byte
 
 
-def ring_allreduce_time(n, p, params):
+def ring_allreduce_time(n, p, link):
     """Ring: a reduce-scatter then an all-gather, each p-1 steps that pass n/p bytes to a neighbour.
 
     ``T = 2(p-1)*alpha + 2(p-1)/p * n*beta + (p-1)/p * n*gamma``
     """
-    return _time("ring", n, p, params)
+    return _time("ring", n, p, link)
 
 
-def tree_allreduce_time(n, p, params):
+def tree_allreduce_time(n, p, link):
     """Binomial tree: reduce to a root, then broadcast back, sending the whole message each step.
 
     ``T = 2*ceil(log2 p)*(alpha + n*beta) + ceil(log2 p)*n*gamma``. (NCCL's tree is a pipelined
     double binary tree across nodes, each tree carrying half the data, and costs far less per byte;
     this is the plain textbook version.)
     """
-    return _time("tree", n, p, params)
+    return _time("tree", n, p, link)
 
 
-def naive_allreduce_time(n, p, params):
+def naive_allreduce_time(n, p, link):
     """Naive: a root receives p-1 whole messages one after another, reduces, sends p-1 copies back.
 
     ``T = 2(p-1)*(alpha + n*beta) + (p-1)*n*gamma``
     """
-    return _time("naive", n, p, params)
+    return _time("naive", n, p, link)
 
 
-def halving_doubling_allreduce_time(n, p, params):
+def halving_doubling_allreduce_time(n, p, link):
     """Rabenseifner: reduce-scatter by recursive halving, then all-gather by recursive doubling.
 
     For p a power of two: ``T = 2*log2(p)*alpha + 2(p-1)/p * n*beta + (p-1)/p * n*gamma``.
@@ -157,22 +131,43 @@ def halving_doubling_allreduce_time(n, p, params):
     ``2*alpha + 2*n*beta + n*gamma``: ``T = 2*(log2(q)+1)*alpha + (2(q-1)/q + 2)*n*beta +
     ((q-1)/q + 1)*n*gamma``.
     """
-    return _time("halving_doubling", n, p, params)
+    return _time("halving_doubling", n, p, link)
 
 
-def predict(algorithm, n, p, params):
-    """Predicted all-reduce time in seconds of ``algorithm`` (one of ``ALGORITHMS``)."""
-    return _time(_check_algorithm(algorithm), n, p, params)
+def predict(algorithm, n, p, link):
+    """Predicted all-reduce time in seconds of ``algorithm`` (one of ``ALGORITHMS``) on ``link``."""
+    return _time(_check_algorithm(algorithm), n, p, link)
+
+
+RING_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+
+
+def collective_time(kind, nbytes, p, link, algorithm="ring"):
+    """Seconds collective ``kind`` on ``nbytes`` (in all) takes on ``link``: the ring version, or for an
+    all-reduce the ``algorithm`` that ran. All-gather, reduce-scatter and all-to-all are each one half of a
+    ring all-reduce: ``(p-1)*alpha + (p-1)/p * n*beta`` (Thakur, Rabenseifner & Gropp 2005)."""
+    validate.choice("kind", kind, RING_COLLECTIVES)
+    if _check_p(p) < 2:
+        return 0.0
+    if kind == "all_reduce":
+        return predict(algorithm, nbytes, p, link)
+    n, link = _check_n(nbytes, "nbytes"), _check_link(link)
+    return (p - 1) * link.alpha_s + (p - 1) / p * n * link.beta_s_per_byte
 
 
 @dataclass
 class Fit:
     """Result of :func:`fit_alpha_beta`: the fitted link, R², measured - predicted per sample."""
 
-    params: LinkParams
+    link: Link
     r2: float
     residuals: list = field(default_factory=list)
     algorithm: str = "ring"
+
+    def as_dict(self) -> dict:
+        """The fit in a report (JSON); ``dpteach.network.resolve_link`` reads the link back from it."""
+        return {"algorithm": self.algorithm, "alpha_s": self.link.alpha_s, "beta_s_per_byte": self.link.beta_s_per_byte,
+                "bandwidth_GBps": self.link.bandwidth_GBps, "r2": self.r2}
 
 
 def fit_alpha_beta(samples, algorithm="ring"):
@@ -217,10 +212,10 @@ def fit_alpha_beta(samples, algorithm="ring"):
     residuals = t - X @ np.array([alpha, beta])
     ss_tot = float(np.sum((t - t.mean()) ** 2))
     r2 = 1.0 - float(residuals @ residuals) / ss_tot if ss_tot > 0 else math.nan
-    return Fit(LinkParams(max(alpha, 0.0), max(beta, 0.0)), r2, [float(r) for r in residuals], algorithm)
+    return Fit(Link(f"{algorithm} fit", max(alpha, 0.0), max(beta, 0.0), source="fitted"), r2, [float(r) for r in residuals], algorithm)
 
 
-def crossover_bytes(p, params, a="tree", b="ring"):
+def crossover_bytes(p, link, a="tree", b="ring"):
     """The message size in bytes below which ``a`` is faster than ``b`` (above it, ``b`` is).
 
     Both predictions are straight lines in n, ``T_x(n) = L_x + n*S_x``, so the crossing is
@@ -232,12 +227,12 @@ def crossover_bytes(p, params, a="tree", b="ring"):
     Example: tree beats ring below n* for p >= 4 and beta > 0; at p = 2 and 3 the tree has no
     fewer steps than the ring, so ring always wins and the answer is None.
     """
-    p, params = _check_p(p), _check_params(params)
+    p, link = _check_p(p), _check_link(link)
     _check_algorithm(a, "a"), _check_algorithm(b, "b")
     la, ba, ca = _coefficients(a, 1.0, p)
     lb, bb, cb = _coefficients(b, 1.0, p)
-    d_latency = (la - lb) * params.alpha                               # T_a(0) - T_b(0)
-    d_slope = (ba - bb) * params.beta + (ca - cb) * params.gamma       # d/dn [T_a - T_b]
+    d_latency = (la - lb) * link.alpha_s                                             # T_a(0) - T_b(0)
+    d_slope = (ba - bb) * link.beta_s_per_byte + (ca - cb) * link.gamma_s_per_byte   # d/dn [T_a - T_b]
     if d_latency < 0 < d_slope:
         return -d_latency / d_slope
     return None
@@ -251,12 +246,12 @@ class Choice:
     times: dict = field(default_factory=dict)
 
 
-def choose_algorithm(n, p, params, candidates=ALGORITHMS_FOR_CHOICE):
+def choose_algorithm(n, p, link, candidates=ALGORITHMS_FOR_CHOICE):
     """Predict each candidate's time and pick the least (ties go to the earlier candidate).
 
     ``halving_doubling`` is considered only when p is a power of two, the case it is built for.
     """
-    n, p, params = _check_n(n), _check_p(p), _check_params(params)
+    n, p, link = _check_n(n), _check_p(p), _check_link(link)
     if isinstance(candidates, str):
         candidates = (candidates,)
     try:
@@ -269,7 +264,7 @@ def choose_algorithm(n, p, params, candidates=ALGORITHMS_FOR_CHOICE):
     if not usable:
         raise validate.refusal("candidates", candidates, "it must name at least one algorithm usable at this p "
                    f"(p={p}; halving_doubling needs a power of two) from {', '.join(ALGORITHMS)}")
-    times = {c: predict(c, n, p, params) for c in usable}
+    times = {c: predict(c, n, p, link) for c in usable}
     best = usable[0]
     for c in usable[1:]:
         if times[c] < times[best]:

@@ -5,7 +5,7 @@ Why not the host clock, as on CPU ranks (``link.py``)? A GPU rank's host runs ah
 from the host clock would start the link's time when the host enqueued a bucket, not when the GPU had
 computed it, and overlap would look better than it is. So here the link is a stream of its own:
 
-    launch a collective of cost c (alpha-beta, ``Link.collective_time``):
+    launch a collective of cost c (alpha-beta, ``costmodel.collective_time``):
       link stream waits for the caller's stream        # the gradients exist on the GPU from here
       the real collective starts (NCCL's own stream waits for the caller's stream too)
       on the link stream: spin for c seconds           # torch.cuda._sleep: one thread block, no memory traffic
@@ -26,6 +26,8 @@ from __future__ import annotations
 import threading
 
 import torch
+
+from . import costmodel
 
 SLACK_S = 50e-6  # a real transfer finishing this little after the link's time still counts as the link's
 CALIBRATION_CYCLES = 20_000_000  # about 10 ms at 2 GHz
@@ -79,7 +81,7 @@ class StreamLink:
         return rate
 
     def launch(self, kind: str, nbytes: int, start_real, async_op: bool, algorithm: str = "ring"):
-        cost = self.link.collective_time(kind, nbytes, self.world, algorithm)
+        cost = costmodel.collective_time(kind, nbytes, self.world, self.link, algorithm)
         caller = torch.cuda.current_stream(self.device)
         with self._lock:
             self._check_finished()

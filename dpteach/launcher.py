@@ -50,8 +50,8 @@ from . import validate
 from .backend import cores_of_rank
 from .memory import check_memory_for_ranks
 from .rank_output import RankOutput
-from .torchrun import run_in_torchrun_world
-from .world import World, resolve_world, under_torchrun
+from .torchrun import run_in_torchrun_world, under_torchrun
+from .world import World, resolve_world
 
 DEFAULT_TIMEOUT = 300.0
 
@@ -98,15 +98,16 @@ def launch(fn, world_size: int | World | None, args=(), kwargs=None, backend: st
     env = {} if env is None else env
     if not isinstance(env, dict) or not all(isinstance(k, str) and k and isinstance(v, str) for k, v in env.items()):
         raise ValueError(f"env={env!r} is not allowed: give a dict of variable names to string values")
-    if under_torchrun():
-        missing = {k: v for k, v in env.items() if os.environ.get(k) != v}
-        if missing:
-            raise ValueError(f"env={missing!r} cannot be applied under torchrun: its ranks are already running; "
-                             f"set these variables in the environment torchrun starts from")
-        return run_in_torchrun_world(fn, world_size, backend, device, args, kwargs, timeout)
-    if "DPTEACH_PARENT_PID" in os.environ:
+    torchrun = under_torchrun()
+    if torchrun and any(os.environ.get(k) != v for k, v in env.items()):
+        raise ValueError(f"env={env!r} cannot be applied under torchrun: its ranks are already running; "
+                         f"set these variables in the environment torchrun starts from")
+    if not torchrun and "DPTEACH_PARENT_PID" in os.environ:
         raise RuntimeError("launch() was called inside a rank: ranks cannot start worlds of their own")
-    world = resolve_world(world_size, backend, device, emulated_peers_ok=True)  # what the caller resolved
+    # What the caller resolved, or torchrun's world: bad arguments fail here, before any process or rendezvous.
+    world = resolve_world(world_size, backend, device, emulated_peers_ok=not torchrun)
+    if torchrun:
+        return run_in_torchrun_world(fn, world, args, kwargs, timeout)
     check_memory_for_ranks(world.size)  # a container over its limit kills the notebook's kernel, not a rank
     try:
         payload = cloudpickle.dumps((fn, tuple(args), kwargs))

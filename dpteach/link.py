@@ -1,5 +1,8 @@
 """An emulated link: every collective runs for real, but finishes no earlier than a chosen network allows.
 
+(The link itself, a value of three costs, and the presets are in ``dpteach.network``; this module is
+the emulator that holds each collective to one.)
+
 Why. On a laptop the ranks' "network" is the operating system copying bytes between processes,
 and gloo's copies compete with backward for the same 2-4 cores. There, overlap is barely faster
 than sending after backward, 8-bit gradients are slower than float32, and a bucket-size sweep never
@@ -39,84 +42,13 @@ real virtual link.
 from __future__ import annotations
 
 import heapq
-import math
 import threading
 import time
-from dataclasses import dataclass
 
 import torch
 
-from . import costmodel, validate
-
-RING_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
-
-
-@dataclass(frozen=True)
-class Link:
-    """A network as the alpha-beta model sees it: ``alpha_s`` per message, ``beta_s_per_byte`` per byte."""
-
-    name: str
-    alpha_s: float
-    beta_s_per_byte: float
-    source: str = ""
-
-    @classmethod
-    def from_bandwidth(cls, name: str, alpha_s: float, bandwidth_GBps: float, source: str = "") -> "Link":
-        beta = 0.0 if math.isinf(bandwidth_GBps) else 1.0 / (bandwidth_GBps * 1e9)
-        return cls(name, alpha_s, beta, source)
-
-    @property
-    def bandwidth_GBps(self) -> float:
-        return math.inf if self.beta_s_per_byte == 0 else 1.0 / self.beta_s_per_byte / 1e9
-
-    @property
-    def params(self) -> costmodel.LinkParams:
-        return costmodel.LinkParams(self.alpha_s, self.beta_s_per_byte)
-
-    def as_dict(self) -> dict:
-        return {"name": self.name, "alpha_s": self.alpha_s, "beta_s_per_byte": self.beta_s_per_byte}
-
-    def collective_time(self, kind: str, nbytes: float, world_size: int, algorithm: str = "ring") -> float:
-        """Seconds collective ``kind`` on ``nbytes`` (in all) takes on this link: the ring version, or for
-        an all-reduce the ``algorithm`` that ran (the course's tree, when a strategy was given it)."""
-        if kind not in RING_COLLECTIVES:
-            raise ValueError(f"kind={kind!r} is not allowed: choose one of {', '.join(RING_COLLECTIVES)}")
-        if world_size < 2:
-            return 0.0
-        if kind == "all_reduce":
-            return costmodel.predict(algorithm, nbytes, world_size, self.params)
-        w = world_size
-        return (w - 1) * self.alpha_s + (w - 1) / w * nbytes * self.beta_s_per_byte
-
-
-# Order-of-magnitude figures per direction, as published; latency is the time one message costs
-# before its first byte arrives. Measure your own: ``dpteach bench``, or nccl-tests on GPUs.
-PRESETS = {
-    "nvlink": Link.from_bandwidth("nvlink", 3e-6, 450.0, "NVLink 4 (H100): 900 GB/s bidirectional per GPU"),
-    "pcie": Link.from_bandwidth("pcie", 5e-6, 25.0, "PCIe 4.0 x16: 32 GB/s per direction, about 25 achieved"),
-    "ib": Link.from_bandwidth("ib", 5e-6, 50.0, "InfiniBand NDR: 400 Gb/s per port"),
-    "10gbe": Link.from_bandwidth("10gbe", 25e-6, 1.25, "10 Gbit/s Ethernet, TCP: tens of microseconds"),
-    "1gbe": Link.from_bandwidth("1gbe", 50e-6, 0.125, "1 Gbit/s Ethernet, TCP: tens of microseconds"),
-}
-
-
-def resolve_link(link) -> Link | None:
-    """``None``, a preset name, a :class:`Link`, or ``{"alpha_s", "beta_s_per_byte"[, "name"]}`` -> Link."""
-    if link is None or isinstance(link, Link):
-        return link
-    if isinstance(link, str):
-        if link not in PRESETS:
-            raise ValueError(f"link={link!r} is not allowed: choose one of {', '.join(PRESETS)}, give "
-                             f"{{'alpha_s': ..., 'beta_s_per_byte': ...}}, or None for no emulated link")
-        return PRESETS[link]
-    if isinstance(link, dict) and {"alpha_s", "beta_s_per_byte"} <= set(link):
-        alpha, beta = link["alpha_s"], link["beta_s_per_byte"]
-        for name, value in (("alpha_s", alpha), ("beta_s_per_byte", beta)):
-            validate.number(f"link[{name!r}]", value, low=0, unit="a number of seconds")
-        return Link(str(link.get("name", "custom")), float(alpha), float(beta), "given")
-    raise ValueError(f"link={link!r} is not allowed: give a preset name ({', '.join(PRESETS)}), a dict with "
-                     f"alpha_s and beta_s_per_byte, or None")
-
+from . import costmodel
+from .network import Link
 
 SLACK_S = 200e-6  # a message finishing this little after its deadline still counts as the link's
 
@@ -219,7 +151,7 @@ class EmulatedLink:
 
     def launch(self, kind: str, nbytes: int, start_real, async_op: bool, algorithm: str = "ring"):
         """Start collective ``kind`` for real (``start_real()`` returns its work) and time it on the link."""
-        cost = self.link.collective_time(kind, nbytes, self.world, algorithm)
+        cost = costmodel.collective_time(kind, nbytes, self.world, self.link, algorithm)
         with self._lock:
             self.busy_until = max(time.perf_counter(), self.busy_until) + cost
             self.messages += 1

@@ -21,7 +21,7 @@ import torch.distributed as dist
 from torch.nn.utils import parameters_to_vector
 
 from . import context
-from .data import global_batches, loss_fn, make_dataset
+from .data import global_batches, loss_fn, make_dataset, sample_batch
 from .models import DEFAULT_LR, build_model
 from .timeline import step_accounting
 
@@ -53,6 +53,19 @@ def build_replica(config):
         dist.broadcast(p.data, src=0)
     dataset = make_dataset(config.model, config.dataset_size(dist.get_world_size()), seed=config.seed)
     return model, dataset, loss_fn(config.model)
+
+
+def forward_backward(model, criterion, dataset, micro_batches, timeline, step: int, accum_steps: int) -> None:
+    """Forward and backward over one step's micro-batches (lists of sample indices), each loss divided by
+    ``accum_steps`` so that the gradients add up to the step's mean, drawn on ``timeline`` - for a strategy
+    that runs a loop of its own (the lockstep trainer's loop is ``train.SyncTrainer.step``)."""
+    device = context.device()
+    for indices in micro_batches:
+        x, y = (t.to(device) for t in sample_batch(dataset, indices))
+        with timeline.span(step, "forward"):
+            loss = criterion(model(x), y) / accum_steps
+        with timeline.span(step, "backward"):
+            loss.backward()
 
 
 def summarise(config, model, losses, step_times, wire_bytes, timeline, hook_calls=None,

@@ -18,7 +18,7 @@ Assumptions, all of which a real cluster breaks a little:
   rings (channels) at once and spreads them over all of a node's NICs, one per GPU on a DGX-class
   node ("rails", ``NCCL_CROSS_NIC``; NCCL ``src/graph/topo.cc``), so the inter-node part of a ring
   runs at the node's *aggregate* NIC bandwidth, 8 x 50 GB/s = 400 GB/s, not at one port's 50 GB/s.
-  The ``infiniband`` preset models that; ``infiniband_one_nic`` shows the same nodes with one NIC;
+  The ``ib_8nics`` link (``dpteach.network.PRESETS``) models that; ``ib`` shows the same nodes with one NIC;
 * ``overlap`` is the fraction of the compute time that communication can hide behind. Only
   backward can hide it (gradients do not exist before), and backward is about two thirds of a
   step's arithmetic (twice the forward's), so 0.6 assumes that nearly all of backward hides
@@ -28,7 +28,7 @@ Assumptions, all of which a real cluster breaks a little:
   moves large messages far better; ``auto`` here still shows *why* a library switches algorithm
   as W grows: the ring's 2(W-1) latencies grow linearly, the tree's only with log2 W.
 
-Published figures for the presets (per direction, order of magnitude; measure your own with
+Published figures for the links (``dpteach.network.PRESETS``; per direction, order of magnitude; measure your own with
 ``dpteach bench`` or nccl-tests, whose PERFORMANCE.md explains bus bandwidth):
 
 * NVLink 4 (H100 SXM): 900 GB/s bidirectional per GPU, i.e. ~450 GB/s each way (NVIDIA's NVLink
@@ -40,44 +40,11 @@ Published figures for the presets (per direction, order of magnitude; measure yo
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from . import costmodel, validate
+from .network import Link
 
 ALGORITHMS = ("ring", "tree", "auto")
-
-
-@dataclass(frozen=True)
-class Link:
-    """A network as the model sees it: per-message latency (s) and per-direction bandwidth (GB/s)."""
-
-    name: str
-    alpha_s: float
-    bandwidth_GBps: float
-    source: str = ""
-
-    @property
-    def params(self) -> costmodel.LinkParams:
-        # A fit whose bytes cost nothing measurable (beta = 0, e.g. noise larger than the slope on a busy
-        # machine) is a link of unbounded bandwidth: only its latency counts.
-        beta = 0.0 if math.isinf(self.bandwidth_GBps) else 1.0 / (self.bandwidth_GBps * 1e9)
-        return costmodel.LinkParams(self.alpha_s, beta)
-
-
-PRESETS = {
-    "nvlink": Link("NVLink 4, inside one 8-GPU node", 3e-6, 450.0,
-                   "NVIDIA H100: 900 GB/s bidirectional per GPU"),
-    "infiniband": Link("InfiniBand NDR across 8-GPU nodes, 8 NICs per node", 5e-6, 400.0,
-                       "8 x 400 Gb/s ConnectX-7 per DGX H100 node; NCCL spreads its channels over all of them"),
-    "infiniband_one_nic": Link("InfiniBand NDR across 8-GPU nodes, 1 NIC per node", 5e-6, 50.0,
-                               "one 400 Gb/s port = 50 GB/s shared by the node's 8 GPUs"),
-}
-
-
-def measured_link(alpha_s: float, beta_s_per_byte: float, name: str = "this machine") -> Link:
-    """A :class:`Link` from a fit (``machine_profile`` or ``scaling_sweep``): alpha and beta in seconds."""
-    bandwidth = math.inf if beta_s_per_byte == 0 else 1.0 / beta_s_per_byte / 1e9
-    return Link(name, alpha_s, bandwidth, "measured here")
 
 
 def allreduce_time(nbytes: float, world_size: int, link: Link, algorithm: str = "ring") -> tuple[float, str]:
@@ -85,9 +52,9 @@ def allreduce_time(nbytes: float, world_size: int, link: Link, algorithm: str = 
     validate.choice("algorithm", algorithm, ALGORITHMS)
     n = float(round(nbytes))
     if algorithm == "auto":
-        choice = costmodel.choose_algorithm(n, world_size, link.params, candidates=("ring", "tree"))
+        choice = costmodel.choose_algorithm(n, world_size, link, candidates=("ring", "tree"))
         return choice.times[choice.algorithm], choice.algorithm
-    return costmodel.predict(algorithm, n, world_size, link.params), algorithm
+    return costmodel.predict(algorithm, n, world_size, link), algorithm
 
 
 def predict_step(world_size: int, compute_s: float, grad_bytes: float, link: Link, overlap: float = 0.0,

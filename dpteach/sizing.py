@@ -31,7 +31,7 @@ from functools import lru_cache
 
 import torch
 
-from . import validate
+from . import costmodel, validate
 from .backend import plain_fp32
 from .models import SPECS, check_model_name, default_batch_per_rank, model_names, parameter_count
 
@@ -66,7 +66,7 @@ class RunLoad:
     cpu_model: str = "mlp"
     batch_per_rank: int | None = None
     launches: int = 1  # worlds started one after another (a scaling sweep: one per W)
-    link: object = None  # an emulated link (dpteach.link.Link)
+    link: object = None  # an emulated link (dpteach.network.Link)
 
 
 @dataclass(frozen=True)
@@ -172,7 +172,7 @@ def choose_model(model: str, world, load: RunLoad, budget_s: float = PANEL_BUDGE
         need = bytes_per_rank(name, batch, load)
         step = predicted_step_s(name, batch, gpu, ranks_per_gpu)
         if load.link is not None:
-            step += load.link.collective_time("all_reduce", 4 * parameter_count(name), world.timed_size)
+            step += costmodel.collective_time("all_reduce", 4 * parameter_count(name), world.timed_size, load.link)
         total = STARTUP_S * load.launches + load.steps * step
         if need > room:
             too_big.append(f"{name} needs about {need / 2**30:.0f} GiB per rank of {room / 2**30:.0f} GiB")

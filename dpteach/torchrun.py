@@ -33,30 +33,40 @@ from datetime import timedelta
 import torch.distributed as dist
 
 from .backend import backend_in, choose_placement, open_nccl_communicator, use_device
-from .world import World, resolve_world, torchrun_world_size
 
 _STATE = {"joined": False, "failed": False, "hook": None}
 
 
-def run_in_torchrun_world(fn, world_size, backend: str, device: str, args, kwargs, timeout: float) -> list:
+def under_torchrun() -> bool:
+    """True when this process is one rank of a world started by torchrun (or a SLURM recipe)."""
+    return ("RANK" in os.environ and "WORLD_SIZE" in os.environ
+            and "DPTEACH_PARENT_PID" not in os.environ)
+
+
+def torchrun_sizes(world_size: int | None) -> tuple[int, int]:
+    """torchrun's ``WORLD_SIZE`` and the ranks on this node (``LOCAL_WORLD_SIZE``), after checking that
+    ``world_size`` (None or a number) agrees with it."""
+    world = int(os.environ["WORLD_SIZE"])
+    if world_size is not None and world_size != world:
+        raise ValueError(f"world_size={world_size!r} does not match torchrun's WORLD_SIZE={world}: "
+                         f"pass world_size={world} (or None) when running under torchrun")
+    return world, int(os.environ.get("LOCAL_WORLD_SIZE", world))
+
+
+def run_in_torchrun_world(fn, world, args, kwargs, timeout: float) -> list:
     """Run ``fn`` on this rank of torchrun's world; return every rank's result, in rank order.
 
-    ``world_size`` is None, a number (which must be torchrun's) or a :class:`World` resolved before,
-    whose *asked* backend and device are what this node proposes to the others.
+    ``world`` is torchrun's world as ``dpteach.world.resolve_world`` resolved it (its size checked against
+    ``WORLD_SIZE``); its *asked* backend and device are what this node proposes to the others.
     """
-    if isinstance(world_size, World):
-        resolve_world(world_size, backend, device)  # refuses a backend or device the world does not have
-        (backend, device), world_size = world_size.asked, world_size.size
+    backend, device = world.asked
     if dist.is_initialized():  # joined before: by an earlier launch, or by the user's own code
-        from .context import device as rank_device
-        check_joined_world(dist.get_backend_config(), backend, device, rank_device().type)
-        size = torchrun_world_size(world_size)
+        check_joined(backend, device)
     else:
-        size = resolve_world(world_size, backend, device).size  # bad arguments fail here, before any rendezvous
         join_torchrun_world(backend, device, timeout)
     try:
         value = fn(*args, **kwargs)
-        results = [None] * size
+        results = [None] * world.size
         dist.all_gather_object(results, value)
     except BaseException:
         mark_failed()
@@ -130,6 +140,13 @@ def decide_placement(proposals: list[dict]) -> dict:
     return {"backend": "gloo",
             "note": f"every rank uses gloo: NCCL needs one GPU per local rank and {listing} cannot give that; "
                     f"start one rank per GPU on every node (torchrun --nproc-per-node) for NCCL"}
+
+
+def check_joined(backend: str, device: str) -> None:
+    """When this process has joined a world already, refuse a backend or device that world does not have."""
+    if dist.is_initialized():
+        from .context import device as rank_device
+        check_joined_world(dist.get_backend_config(), backend, device, rank_device().type)
 
 
 def check_joined_world(config: str, backend: str, device: str, world_device: str) -> None:

@@ -27,7 +27,7 @@ import torch.distributed as dist
 from . import context, validate
 from .buckets import check_bucket_sizes
 from .data import sample_batch, split_for_rank
-from .link import Link
+from .network import Link
 from .models import DEFAULT_BUCKET_MB, check_model_name, default_batch_per_rank
 from .precision import PRECISIONS, Precision
 from .replica import OPTIMIZERS, build_replica, make_optimizer, step_batches, summarise
@@ -89,7 +89,7 @@ class TrainConfig:
         validate.optional(validate.integer, "slow_rank", self.slow_rank, low=0, high=world_size - 1)
         validate.optional(validate.integer, "max_staleness", self.max_staleness, low=0, why=", or None")
         if self.link is not None and not isinstance(self.link, Link):
-            raise validate.refusal("link", self.link, "give a dpteach.link.Link (dpteach.link.resolve_link turns a "
+            raise validate.refusal("link", self.link, "give a dpteach.network.Link (dpteach.network.resolve_link turns a "
                                                       "preset name into one) or None")
         validate.choice("all_reduce", self.all_reduce, ALL_REDUCE_CHOICES)
         validate.choice("precision", self.precision, PRECISIONS)

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from . import validate
 from .backend import Placement, choose_placement, visible_gpus
+from .torchrun import check_joined, torchrun_sizes, under_torchrun
 
 
 PEERS = ("real", "emulated")
@@ -100,8 +101,8 @@ def resolve_world(world_size: int | World | None = None, backend: str = "auto", 
         if peers == "emulated":
             raise ValueError("peers='emulated' is not allowed under torchrun: torchrun's ranks are real ones; "
                              "leave peers unset, or run outside torchrun")
-        size = torchrun_world_size(world_size)
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", size))
+        size, local = torchrun_sizes(world_size)
+        check_joined(backend, device)  # a world joined before decides; say so before choosing a placement
         world = World(size, choose_placement(local, backend, device), (backend, device))
     elif peers == "emulated":
         size = validate.integer("world_size", default_world_size() if world_size is None else world_size, low=2,
@@ -134,17 +135,3 @@ def default_world_size(limit: int = 4) -> int:
         return min(gpus, limit)
     return max(2, min(limit, os.cpu_count() or 1))
 
-
-def under_torchrun() -> bool:
-    """True when this process is one rank of a world started by torchrun (or a SLURM recipe)."""
-    return ("RANK" in os.environ and "WORLD_SIZE" in os.environ
-            and "DPTEACH_PARENT_PID" not in os.environ)
-
-
-def torchrun_world_size(world_size: int | None) -> int:
-    """torchrun's ``WORLD_SIZE``, after checking that ``world_size`` (None or a number) agrees with it."""
-    world = int(os.environ["WORLD_SIZE"])
-    if world_size is not None and world_size != world:
-        raise ValueError(f"world_size={world_size!r} does not match torchrun's WORLD_SIZE={world}: "
-                         f"pass world_size={world} (or None) when running under torchrun")
-    return world

@@ -34,8 +34,8 @@ def test_bench_json_has_every_algorithm_and_size_with_consistent_bandwidths():
     # The reported fit is the cost model's fit of the ring's rows (their values are timing noise on
     # a busy machine, so only their consistency is asserted, and that the fit stays physical).
     fit, expected = report["fit"], fit_alpha_beta([(r["bytes"], 3, r["time_s"]) for r in rows if r["algorithm"] == "ring"])
-    assert fit["alpha_s"] == pytest.approx(expected.params.alpha)
-    assert fit["beta_s_per_byte"] == pytest.approx(expected.params.beta)
+    assert fit["alpha_s"] == pytest.approx(expected.link.alpha_s)
+    assert fit["beta_s_per_byte"] == pytest.approx(expected.link.beta_s_per_byte)
     assert fit["alpha_s"] >= 0 and fit["beta_s_per_byte"] >= 0
 
 

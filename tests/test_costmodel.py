@@ -5,23 +5,25 @@ import numpy as np
 import pytest
 
 from dpteach import costmodel
+from dpteach.network import Link
 
-LINK = costmodel.LinkParams(alpha=1e-5, beta=1e-9)              # 10 us per message, 1 GB/s
-LINK_G = costmodel.LinkParams(alpha=1e-5, beta=1e-9, gamma=2e-10)
+LINK = Link("test", alpha_s=1e-5, beta_s_per_byte=1e-9)          # 10 us per message, 1 GB/s
+LINK_G = Link("test", alpha_s=1e-5, beta_s_per_byte=1e-9, gamma_s_per_byte=2e-10)
 N = 1_000_000
 approx = pytest.approx
 
 
-# ---------------------------------------------------------------- LinkParams
+# ---------------------------------------------------------------- the link
 
-def test_link_params_from_bandwidth():
-    link = costmodel.LinkParams.from_bandwidth(1e-5, 25e9, reduce_Bps=100e9)
-    assert link.alpha == 1e-5
-    assert link.beta == approx(1 / 25e9)
-    assert link.gamma == approx(1 / 100e9)
+def test_link_from_bandwidth():
+    link = Link.from_bandwidth("test", 1e-5, 25.0, reduce_GBps=100.0)
+    assert link.alpha_s == 1e-5
+    assert link.beta_s_per_byte == approx(1 / 25e9)
+    assert link.gamma_s_per_byte == approx(1 / 100e9)
     assert link.bandwidth_GBps == approx(25.0)
-    assert costmodel.LinkParams.from_bandwidth(0.0, 1e9).gamma == 0.0
-    assert costmodel.LinkParams(1e-5, 0.0).bandwidth_GBps == math.inf
+    assert Link.from_bandwidth("test", 0.0, 1.0).gamma_s_per_byte == 0.0
+    assert Link("test", 1e-5, 0.0).bandwidth_GBps == math.inf
+    assert Link.from_bandwidth("test", 1e-5, math.inf).beta_s_per_byte == 0.0
 
 
 # ---------------------------------------------------------------- formulas, p = 4, n = 1e6
@@ -73,7 +75,7 @@ def test_single_rank_costs_nothing(algorithm):
 @pytest.mark.parametrize("algorithm", costmodel.ALGORITHMS)
 def test_empty_message_costs_only_latency(algorithm):
     assert costmodel.predict(algorithm, 0, 8, LINK_G) > 0
-    assert costmodel.predict(algorithm, 0, 8, costmodel.LinkParams(0.0, 1e-9)) == 0.0
+    assert costmodel.predict(algorithm, 0, 8, Link("test", 0.0, 1e-9)) == 0.0
 
 
 def test_float_whole_number_of_bytes_is_accepted():
@@ -94,32 +96,32 @@ def _samples(algorithm, link, noise=0.0, seed=0):
 
 @pytest.mark.parametrize("algorithm", costmodel.ALGORITHMS)
 def test_fit_recovers_exact_parameters(algorithm):
-    truth = costmodel.LinkParams(alpha=2e-5, beta=5e-10)
+    truth = Link("truth", alpha_s=2e-5, beta_s_per_byte=5e-10)
     fit = costmodel.fit_alpha_beta(_samples(algorithm, truth), algorithm=algorithm)
     assert isinstance(fit, costmodel.Fit)
     assert fit.algorithm == algorithm
-    assert fit.params.alpha == approx(2e-5, rel=1e-9)
-    assert fit.params.beta == approx(5e-10, rel=1e-9)
-    assert fit.params.gamma == 0.0
+    assert fit.link.alpha_s == approx(2e-5, rel=1e-9)
+    assert fit.link.beta_s_per_byte == approx(5e-10, rel=1e-9)
+    assert fit.link.gamma_s_per_byte == 0.0
     assert fit.r2 == approx(1.0)
     assert len(fit.residuals) == len(_samples(algorithm, truth))
     assert max(abs(r) for r in fit.residuals) < 1e-12
 
 
 def test_fit_from_noisy_samples_is_close():
-    truth = costmodel.LinkParams(alpha=2e-5, beta=5e-10)
+    truth = Link("truth", alpha_s=2e-5, beta_s_per_byte=5e-10)
     fit = costmodel.fit_alpha_beta(_samples("ring", truth, noise=0.02, seed=1234))
-    assert fit.params.alpha == approx(2e-5, rel=0.15)
-    assert fit.params.beta == approx(5e-10, rel=0.05)
+    assert fit.link.alpha_s == approx(2e-5, rel=0.15)
+    assert fit.link.beta_s_per_byte == approx(5e-10, rel=0.05)
     assert 0.99 < fit.r2 < 1.0
 
 
 def test_fit_folds_gamma_into_beta():
     # every algorithm reduces half the bytes it sends, so the fitted beta is beta + gamma/2
-    truth = costmodel.LinkParams(alpha=2e-5, beta=5e-10, gamma=2e-10)
+    truth = Link("truth", alpha_s=2e-5, beta_s_per_byte=5e-10, gamma_s_per_byte=2e-10)
     fit = costmodel.fit_alpha_beta(_samples("tree", truth), algorithm="tree")
-    assert fit.params.alpha == approx(2e-5, rel=1e-9)
-    assert fit.params.beta == approx(6e-10, rel=1e-9)
+    assert fit.link.alpha_s == approx(2e-5, rel=1e-9)
+    assert fit.link.beta_s_per_byte == approx(6e-10, rel=1e-9)
 
 
 def test_fit_clamps_negative_latency_to_zero():
@@ -131,8 +133,8 @@ def test_fit_clamps_negative_latency_to_zero():
     fit = costmodel.fit_alpha_beta(samples)
     b_col = np.array([costmodel._coefficients("ring", n, 4)[1] for n, _, _ in samples])
     t = np.array([s[2] for s in samples])
-    assert fit.params.alpha == 0.0
-    assert fit.params.beta == approx(float(b_col @ t / (b_col @ b_col)))
+    assert fit.link.alpha_s == 0.0
+    assert fit.link.beta_s_per_byte == approx(float(b_col @ t / (b_col @ b_col)))
 
 
 # ---------------------------------------------------------------- crossover and choice
@@ -160,7 +162,7 @@ def test_crossover_equal_predictions_with_gamma():
 def test_crossover_none_when_one_always_wins():
     assert costmodel.crossover_bytes(2, LINK) is None          # tree has as many steps as ring
     assert costmodel.crossover_bytes(3, LINK) is None          # ceil(log2 3) = 2 = p - 1
-    assert costmodel.crossover_bytes(8, costmodel.LinkParams(1e-5, 0.0)) is None   # tree always wins
+    assert costmodel.crossover_bytes(8, Link("test", 1e-5, 0.0)) is None   # tree always wins
     assert costmodel.crossover_bytes(8, LINK, a="halving_doubling", b="ring") is None
     assert costmodel.crossover_bytes(1, LINK) is None
     # ring wins only above n*: no size *below* which it is faster; swapped, n* is returned
@@ -200,14 +202,15 @@ def test_bandwidth_helpers():
     (lambda: costmodel.ring_allreduce_time(N, 0, LINK), "p="),
     (lambda: costmodel.tree_allreduce_time(N, 2.0, LINK), "p="),
     (lambda: costmodel.naive_allreduce_time(N, True, LINK), "p="),
-    (lambda: costmodel.halving_doubling_allreduce_time(N, 4, (1e-5, 1e-9)), "params="),
+    (lambda: costmodel.halving_doubling_allreduce_time(N, 4, (1e-5, 1e-9)), "link="),
     (lambda: costmodel.predict("butterfly", N, 4, LINK), "algorithm="),
-    (lambda: costmodel.LinkParams(-1.0, 1e-9), "alpha="),
-    (lambda: costmodel.LinkParams(1e-5, math.nan), "beta="),
-    (lambda: costmodel.LinkParams(1e-5, 1e-9, gamma=-1.0), "gamma="),
-    (lambda: costmodel.LinkParams.from_bandwidth(-1.0, 1e9), "latency_s="),
-    (lambda: costmodel.LinkParams.from_bandwidth(1e-5, 0), "bandwidth_Bps="),
-    (lambda: costmodel.LinkParams.from_bandwidth(1e-5, 1e9, reduce_Bps=0), "reduce_Bps="),
+    (lambda: Link("bad", -1.0, 1e-9), "alpha_s="),
+    (lambda: Link("bad", 1e-5, math.nan), "beta_s_per_byte="),
+    (lambda: Link("bad", 1e-5, 1e-9, gamma_s_per_byte=-1.0), "gamma_s_per_byte="),
+    (lambda: Link.from_bandwidth("bad", -1.0, 1.0), "alpha_s="),
+    (lambda: Link.from_bandwidth("bad", 1e-5, 0), "bandwidth_GBps="),
+    (lambda: Link.from_bandwidth("bad", 1e-5, 1.0, reduce_GBps=0), "reduce_GBps="),
+    (lambda: costmodel.collective_time("broadcast", N, 4, LINK), "kind="),
     (lambda: costmodel.fit_alpha_beta([(N, 4, 1e-3)]), "samples="),
     (lambda: costmodel.fit_alpha_beta([(N, 4, 1e-3), (N, 4, 1.1e-3)]), "samples="),
     (lambda: costmodel.fit_alpha_beta([(N, 1, 0.0), (2 * N, 1, 0.0)]), "samples="),

@@ -2,13 +2,14 @@
 import pytest
 
 from dpteach import scaling
+from dpteach.network import PRESETS, Link
 from dpteach.experiments import scaling_simulation, scaling_sweep
 
-LAPTOP = scaling.measured_link(1e-3, 1e-9)
+LAPTOP = Link("laptop", alpha_s=1e-3, beta_s_per_byte=1e-9)
 
 
 def test_simulator_efficiency_falls_as_w_grows_and_comm_rises():
-    rows = scaling.simulate(scaling.powers_of_two(4096), 0.1, 100e6, scaling.PRESETS["infiniband"], overlap=0.5)
+    rows = scaling.simulate(scaling.powers_of_two(4096), 0.1, 100e6, PRESETS["ib_8nics"], overlap=0.5)
     assert rows[0]["efficiency"] == 1.0 and rows[0]["comm_s"] == 0.0
     effs, comms = [r["efficiency"] for r in rows], [r["comm_s"] for r in rows]
     assert effs == sorted(effs, reverse=True) and comms == sorted(comms)
@@ -38,7 +39,7 @@ def test_auto_picks_the_faster_algorithm_and_buckets_pay_latency():
 
 def test_simulation_experiment_returns_one_curve_per_link():
     result = scaling_simulation(max_world_size=64, measured_link={"alpha_s": 1e-3, "beta_s_per_byte": 1e-9})
-    assert len(result["curves"]) == 3
+    assert len(result["curves"]) == 3 and result["names"] == ["this machine", "nvlink", "ib_8nics"]
     assert all([r["world_size"] for r in rows] == [1, 2, 4, 8, 16, 32, 64] for rows in result["curves"].values())
     with pytest.raises(ValueError, match="links"):
         scaling_simulation(links=("ethernet",))

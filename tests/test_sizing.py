@@ -5,7 +5,7 @@ import pytest
 
 from dpteach import sizing
 from dpteach.backend import Placement
-from dpteach.link import PRESETS
+from dpteach.network import PRESETS
 from dpteach.models import SPECS, parameter_count
 from dpteach.sizing import GpuCapacity, RunLoad, choose_model
 from dpteach.world import World

@@ -5,7 +5,7 @@ import json
 
 from .. import context
 from ..experiments.compare import DEFAULT_STRATEGIES, compare_strategies
-from ..link import PRESETS
+from ..network import PRESETS
 from ..models import model_names
 from ..sizing import describe_choice
 from ..train import ALL_REDUCE_CHOICES

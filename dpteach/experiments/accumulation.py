@@ -32,7 +32,7 @@ from .. import context, validate
 from ..accounting import summarise_run, typical_step
 from ..data import global_batches, loss_fn, make_dataset, rank_microbatches, sample_batch
 from ..launcher import launch
-from ..link import resolve_link
+from ..network import resolve_link
 from ..models import SPECS, build_model
 from ..reference import exact_tolerance, reference_device, train_single_process
 from ..sizing import RunLoad, check_model, choose_model, run_facts

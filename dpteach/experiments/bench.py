@@ -147,8 +147,7 @@ def allreduce_benchmark(world_size: int | World | None = None, sizes=("4KiB", "1
     ring = [(r["bytes"], world.size, r["time_s"]) for r in rows if r["algorithm"] == "ring"]
     if world.size > 1 and len({n for n, _, _ in ring}) >= 2:
         fit = costmodel.fit_alpha_beta(ring, algorithm="ring")
-        report["fit"] = {"algorithm": "ring", "alpha_s": fit.params.alpha, "beta_s_per_byte": fit.params.beta,
-                         "bandwidth_GBps": fit.params.bandwidth_GBps, "r2": fit.r2}
+        report["fit"] = fit.as_dict()
     return report
 
 
@@ -170,4 +169,4 @@ def link_on_rank(sizes=LINK_SIZES, iters: int = 10) -> dict:
     seconds = time_calls({n: (lambda b=buf: dist.all_reduce(b)) for n, buf in buffers.items()}, iters, warmup=2)
     samples = [(buf.numel() * 4, world, seconds[n]) for n, buf in buffers.items()]
     fit = costmodel.fit_alpha_beta(samples, algorithm="ring")
-    return {"alpha_s": fit.params.alpha, "beta_s_per_byte": fit.params.beta, "samples": samples}
+    return {**fit.link.as_dict(), "samples": samples}

@@ -24,7 +24,7 @@ from dataclasses import replace
 from .. import context, costmodel, validate
 from ..buckets import assign_buckets
 from ..launcher import launch
-from ..link import resolve_link
+from ..network import resolve_link
 from ..accounting import link_report, step_costs
 from ..models import build_model, check_model_name
 from ..sizing import RunLoad, check_model, choose_model, run_facts
@@ -143,11 +143,11 @@ def bucket_size_sweep(world_size: int | World | None = 2, model: str = "auto", b
         config.check(world)
     ranks = launch(_sweep_on_rank, world, args=(configs,), timeout=600)
     link = emulated.as_dict() if emulated is not None else ranks[0]["link"]
-    params = costmodel.LinkParams(link["alpha_s"], link["beta_s_per_byte"])
-    per_message = costmodel.predict("ring", 0, world.timed_size, params)
+    on_link = resolve_link(link, "link")
+    per_message = costmodel.predict("ring", 0, world.timed_size, on_link)
     tensors = [p for p in build_model(choice.name, device="meta").parameters() if p.requires_grad]
     grad_bytes = sum(p.numel() * p.element_size() for p in tensors)
-    bandwidth_s = costmodel.predict("ring", grad_bytes, world.timed_size, params) - per_message
+    bandwidth_s = costmodel.predict("ring", grad_bytes, world.timed_size, on_link) - per_message
 
     def mean(i, key):  # averaged over ranks (they wait for each other, so they agree closely)
         return statistics.mean(r["runs"][i][key] for r in ranks)

@@ -25,6 +25,7 @@ from .. import context, costmodel, validate
 from ..backend import backend_for
 from ..collectives import ALL_REDUCE, chunk_bounds
 from ..launcher import launch
+from ..network import resolve_link
 from ..world import World, resolve_world
 from .bench import allreduce_benchmark, parse_size
 
@@ -184,24 +185,23 @@ def allreduce_sweep(world_size: int = 4, sizes=("4KiB", "64KiB", "1MiB", "8MiB",
     if "fit" not in report:
         raise ValueError(f"world_size={world_size!r} and sizes={list(sizes)!r} are not allowed together: "
                          f"a fit needs at least 2 ranks and 2 different sizes")
-    params = costmodel.LinkParams(report["fit"]["alpha_s"], report["fit"]["beta_s_per_byte"])
+    link = resolve_link(report["fit"], "fit")
     measured = {a: [next(r["time_s"] for r in report["rows"] if r["algorithm"] == a and r["bytes"] == n)
                     for n in byte_sizes] for a in algorithms}
-    predicted = {a: [costmodel.predict(a, n, world_size, params) for n in byte_sizes] for a in MODEL_ALGORITHMS}
+    predicted = {a: [costmodel.predict(a, n, world_size, link) for n in byte_sizes] for a in MODEL_ALGORITHMS}
     fits = {}
     for a, times in measured.items():  # each algorithm's own alpha and beta, seen through its own formula
         shape = a if a in MODEL_ALGORITHMS else "ring"  # gloo's built-in is ring-like for large messages
         fit = costmodel.fit_alpha_beta([(n, world_size, t) for n, t in zip(byte_sizes, times)], algorithm=shape)
-        fits[a] = {"alpha_s": fit.params.alpha, "beta_s_per_byte": fit.params.beta,
-                   "bandwidth_GBps": fit.params.bandwidth_GBps, "r2": fit.r2, "formula": shape}
+        fits[a] = {**fit.as_dict(), "formula": shape}
     winners = None
     if "tree" in measured:
         winners = ["tree" if t < r else "ring" for t, r in zip(measured["tree"], measured["ring"])]
     return {
         "world_size": world_size, "backend": report["backend"], "device": report["device"],
         "sizes": byte_sizes, "rows": report["rows"], "measured": measured, "fit": report["fit"],
-        "predicted": predicted, "fits": fits, "crossover_bytes": costmodel.crossover_bytes(world_size, params),
-        "model_choice": [costmodel.choose_algorithm(n, world_size, params).algorithm for n in byte_sizes],
+        "predicted": predicted, "fits": fits, "crossover_bytes": costmodel.crossover_bytes(world_size, link),
+        "model_choice": [costmodel.choose_algorithm(n, world_size, link).algorithm for n in byte_sizes],
         "measured_winner": winners,
         "measured_fastest": [min(measured, key=lambda a: measured[a][i]) for i in range(len(byte_sizes))],
         "cores": os.cpu_count() or 1,

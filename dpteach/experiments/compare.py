@@ -7,7 +7,7 @@ they waited (for torch's DDP: from its last gradient to its last bucket's all-re
 its step above ``local`` - the same per-rank work with no communication at all, measured in the same
 run - is overhead, by name (``dpteach/accounting.py``).
 
-With ``link`` (a preset name of ``dpteach.link.PRESETS``, a ``Link`` or ``{"alpha_s",
+With ``link`` (a preset name of ``dpteach.network.PRESETS``, a ``Link`` or ``{"alpha_s",
 "beta_s_per_byte"}``) every synchronous strategy's collectives run on that emulated network; each
 row then says how many of its messages this machine was too slow to emulate (``link_report``).
 The parameter server's point-to-point messages are not emulated: its row says so.
@@ -20,7 +20,7 @@ from dataclasses import replace
 from .. import validate
 from ..accounting import link_report, step_costs
 from ..launcher import launch
-from ..link import resolve_link
+from ..network import resolve_link
 from ..reference import exact_tolerance, reference_device, train_single_process
 from ..sizing import RunLoad, check_model, choose_model, run_facts
 from ..sync import STRATEGIES, strategy_class

@@ -33,7 +33,7 @@ from ..backend import plain_fp32
 from ..buckets import build_buckets
 from ..costmodel import busbw_factor
 from ..launcher import launch
-from ..link import resolve_link
+from ..network import resolve_link
 from ..rank_output import progress_bar
 from ..models import SPECS, build_model
 from ..reference import exact_tolerance, reference_device, train_single_process

@@ -32,7 +32,8 @@ from ..launcher import launch
 from ..reference import exact_tolerance, train_single_process
 from ..sync import EXACT
 from ..train import TrainConfig, train_on_rank
-from ..world import World, resolve_world, under_torchrun
+from ..torchrun import under_torchrun
+from ..world import World, resolve_world
 
 REFERENCES = {"global batch": False, "fixed order": True}  # name -> fixed_order
 

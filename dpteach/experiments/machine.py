@@ -21,6 +21,7 @@ import torch
 
 from .. import costmodel, validate
 from ..backend import gloo_available, nccl_available, visible_gpus
+from ..network import resolve_link
 from ..world import World, resolve_world
 from .bench import allreduce_benchmark, parse_size
 
@@ -66,11 +67,11 @@ def machine_profile(world_size: int | World = 2, sizes=DEFAULT_SIZES, iters: int
     # Largest first: whatever the first measurements of a fresh world pay once (connections, page
     # faults, caches) then lands where it is a small fraction of the time, not on the 4 KiB point.
     report = allreduce_benchmark(world, byte_sizes[::-1], algorithms, iters=iters, warmup=warmup)
-    params = costmodel.LinkParams(report["fit"]["alpha_s"], report["fit"]["beta_s_per_byte"])
+    link = resolve_link(report["fit"], "fit")
     return {
         "machine": describe_machine(world), "world_size": world.size, "backend": world.backend,
         "device": world.device_type, "sizes": byte_sizes, "rows": report["rows"], "fit": report["fit"],
-        "predicted_s": [costmodel.predict("ring", n, world.size, params) for n in byte_sizes],
+        "predicted_s": [costmodel.predict("ring", n, world.size, link) for n in byte_sizes],
     }
 
 

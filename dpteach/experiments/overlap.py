@@ -38,7 +38,7 @@ from dataclasses import replace
 from .. import validate
 from ..accounting import summarise_run, typical_step
 from ..launcher import launch
-from ..link import resolve_link
+from ..network import resolve_link
 from ..reference import exact_tolerance, reference_device, train_single_process
 from ..sizing import RunLoad, check_model, choose_model, run_facts
 from ..sync import EXACT

@@ -36,7 +36,7 @@ from .. import validate
 from ..accounting import link_report
 from ..backend import choose_placement, cores_available
 from ..launcher import launch
-from ..link import resolve_link
+from ..network import PRESETS, resolve_link
 from ..models import build_model
 from ..sizing import RunLoad, check_model, choose_model, run_facts
 from ..sync import STRATEGIES, strategy_class
@@ -232,28 +232,29 @@ def scaling_sweep(world_sizes=(1, 2, 3, 4), model: str = "auto", steps: int = 10
 
 def scaling_simulation(compute_ms: float = 200.0, grad_mb: float = 2000.0, overlap: float = 0.6,
                        algorithm: str = "ring", bucket_mb: float | None = 25.0, max_world_size: int = 4096,
-                       links=("nvlink", "infiniband"), measured_link: dict | None = None) -> dict:
+                       links=("nvlink", "ib_8nics"), measured_link: dict | None = None) -> dict:
     """Extrapolate one training step to W = 1, 2, 4, ... ``max_world_size`` with ``dpteach.scaling``.
 
-    ``links`` names presets of :data:`dpteach.scaling.PRESETS`; ``measured_link`` (``{"alpha_s",
+    ``links`` names presets of :data:`dpteach.network.PRESETS`; ``measured_link`` (``{"alpha_s",
     "beta_s_per_byte"}``, e.g. ``scaling_sweep(...)["link"]``) adds this machine's own link.
-    Pure arithmetic, instant. Returns ``{"curves": {link name: [predict_step rows]}, "title",
+    Pure arithmetic, instant. Returns ``{"curves": {link label: [predict_step rows]}, "names": [each
+    curve's link name, in order], "title",
     "max_world_size", ...inputs}``.
     """
     validate.integer("max_world_size", max_world_size, low=2)
-    chosen = [simulator.PRESETS[name] for name in validate.choices("links", links, simulator.PRESETS, at_least=0)]
+    chosen = [PRESETS[name] for name in validate.choices("links", links, PRESETS, at_least=0)]
     if measured_link is not None:
-        chosen.insert(0, simulator.measured_link(measured_link["alpha_s"], measured_link["beta_s_per_byte"]))
+        chosen.insert(0, resolve_link({**measured_link, "name": "this machine", "source": "measured here"},
+                                      "measured_link"))
     world_sizes = simulator.powers_of_two(max_world_size)
     bucket = None if bucket_mb is None else bucket_mb * 2**20
     curves = {}
     for link in chosen:
-        label = f"{link.name} (alpha {link.alpha_s * 1e6:.3g} us, {link.bandwidth_GBps:.3g} GB/s)"
-        curves[label] = simulator.simulate(world_sizes, compute_ms / 1e3, grad_mb * 2**20, link, overlap,
+        curves[link.label] = simulator.simulate(world_sizes, compute_ms / 1e3, grad_mb * 2**20, link, overlap,
                                          algorithm, bucket)
     def num(v):
         return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
     title = (f"compute {num(compute_ms)} ms/step, {num(grad_mb)} MiB of gradients, overlap {overlap:.0%}, {algorithm}"
              + (f", buckets of {num(bucket_mb)} MiB" if bucket_mb else ", one message"))
-    return {"curves": curves, "title": title, "max_world_size": max_world_size, "compute_ms": compute_ms,
+    return {"curves": curves, "names": [link.name for link in chosen], "title": title, "max_world_size": max_world_size, "compute_ms": compute_ms,
             "grad_mb": grad_mb, "overlap": overlap, "algorithm": algorithm, "bucket_mb": bucket_mb}

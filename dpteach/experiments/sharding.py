@@ -12,9 +12,9 @@
 """
 from __future__ import annotations
 
-from .. import validate
+from .. import costmodel, validate
 from ..launcher import launch
-from ..link import resolve_link
+from ..network import resolve_link
 from ..model_states import model_state_bytes
 from ..models import build_model
 from ..replica import OPTIMIZERS
@@ -132,7 +132,7 @@ def sharding_payoff(params_billion: float = 7.5, world_sizes=(1, 2, 4, 8, 16, 32
     """Which ZeRO stage fits, and what its communication costs per step, as W grows. Pure arithmetic.
 
     Memory per GPU comes from the ZeRO paper's arithmetic (``dpteach.model_states``, lesson 01's table); the time per step of
-    each stage's collectives from the alpha-beta model on ``link`` (a preset of ``dpteach.link`` or
+    each stage's collectives from the alpha-beta model on ``link`` (a preset of ``dpteach.network`` or
     ``{"alpha_s", "beta_s_per_byte"}``): stages 0-2 move a reduce-scatter and an all-gather of the
     gradients' size, stage 3 one all-gather more (ZeRO section 7). Activations are left out: they do
     not depend on the stage.
@@ -148,7 +148,7 @@ def sharding_payoff(params_billion: float = 7.5, world_sizes=(1, 2, 4, 8, 16, 32
     for w in sizes:
         calc = model_state_bytes(params_billion, optimizer, precision, world_size=w, gpu_gb=gpu_gb)
         grad_bytes = calc["params"] * calc["bytes_per_param"]["grads"]
-        half = emulated.collective_time("reduce_scatter", grad_bytes, w)  # one reduce-scatter or all-gather
+        half = costmodel.collective_time("reduce_scatter", round(grad_bytes), w, emulated)  # one reduce-scatter or all-gather
         for stage in calc["by_stage"]:
             rows.append({"world_size": w, "stage": stage["stage"], "gb_per_gpu": stage["total"] / 1e9,
                          "fits": stage["fits"], "comm_s": half * (3 if stage["stage"] == 3 else 2)})

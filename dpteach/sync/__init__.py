@@ -55,13 +55,15 @@ def strategy_class(name: str) -> type[Strategy]:
 
 
 def make_strategy(name: str, model, timeline, bucket_mb: float = 1.0, first_bucket_mb=None, link=None,
-                  all_reduce: str = "builtin", grad_comm: str = "fp32"):
-    """Lockstep strategy ``name`` for this rank's ``model``; ``link`` (a ``dpteach.link.Link``) emulates a
+                  all_reduce: str = "builtin", grad_comm: str = "fp32", group=None):
+    """Lockstep strategy ``name`` for this rank's ``model``; ``link`` (a ``dpteach.network.Link``) emulates a
     network; ``all_reduce`` ("builtin", "ring", "tree") is the all-reduce it runs, where it takes one;
-    ``grad_comm`` the dtype its gradients travel in, where it takes one (``ddp``: a communication hook)."""
+    ``grad_comm`` the dtype its gradients travel in, where it takes one (``ddp``: a communication hook);
+    ``group`` the ranks it synchronises among (a ``ProcessGroup`` or a 1-D ``DeviceMesh``; None: every rank)."""
     cls, options = STRATEGIES[name], {}
     if all_reduce != "builtin":
         options = {**options, "all_reduce": all_reduce}
     if grad_comm != "fp32":
         options = {**options, "grad_comm": grad_comm}
-    return cls(model, timeline, bucket_mb=bucket_mb, first_bucket_mb=first_bucket_mb, link=link, **options)
+    return cls(model, timeline, bucket_mb=bucket_mb, first_bucket_mb=first_bucket_mb, link=link, group=group,
+               **options)

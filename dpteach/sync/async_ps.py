@@ -45,8 +45,10 @@ import torch.distributed as dist
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from .. import context
+from ..comm import Comm
 from ..data import sample_batch, split_for_rank
-from ..replica import build_replica, flat_weights, make_optimizer, replica_spread, step_batches, summarise
+from ..replica import (build_replica, flat_weights, forward_backward, make_optimizer, replica_spread, step_batches,
+                       summarise)
 from ..timeline import Timeline, start_together
 from .base import Strategy
 
@@ -78,55 +80,53 @@ class ParameterServer(Strategy):
         the server's weights, and the loss of those weights on the last global batch."""
         model, dataset, criterion = build_replica(config)
         timeline = Timeline(context.device())
-        rank, world, device = dist.get_rank(), dist.get_world_size(), context.device()
-        workers = cls.workers(world)
+        comm = Comm(None, timeline=timeline)  # point to point, counted and drawn where it is sent
+        rank, device = comm.rank, context.device()
+        workers = cls.workers(comm.size)
         optimizer = make_optimizer(config, model.parameters())
         batches = list(islice(step_batches(config, dataset, workers), config.steps))
         start_together(timeline)
         started = time.perf_counter()
         if rank == 0:
-            server = serve(model, optimizer, config.steps * workers, config.max_staleness, timeline)
-            result = {"step_times": [], "wire_bytes": 0.0}
+            server = serve(model, optimizer, config.steps * workers, config.max_staleness, comm)
+            result = {"step_times": [], "bytes_per_push": 0.0}
         else:
             def compute_gradient(update):  # a fast worker may do more updates than steps: wrap around
                 batch = batches[update % len(batches)]
-                for indices in split_for_rank(batch, rank - 1, workers, config.batch_per_rank, config.accum_steps):
-                    x, y = (t.to(device) for t in sample_batch(dataset, indices))
-                    with timeline.span(update, "forward"):
-                        loss = criterion(model(x), y) / config.accum_steps
-                    with timeline.span(update, "backward"):
-                        loss.backward()
+                micro = split_for_rank(batch, rank - 1, workers, config.batch_per_rank, config.accum_steps)
+                forward_backward(model, criterion, dataset, micro, timeline, update, config.accum_steps)
             slow = config.slow_ms if config.slow_rank == rank else 0.0
-            result = work(model, compute_gradient, slow, timeline)
+            result = work(model, compute_gradient, slow, comm)
             server = None
         context.synchronize()
         timeline.resolve()  # on a GPU the workers' forward and backward spans are CUDA events until now
         dist.barrier()
         workers_spread = replica_spread(flat_weights(model))  # workers hold whatever weights they pulled last
         for p in model.parameters():  # from here on, report the server's weights: the ones that count
-            dist.broadcast(p.data, src=0)
+            comm.broadcast(p.data, src=0)
         with torch.no_grad():  # no loss is shared per step: the final weights' loss on the last global batch
             x, y = (t.to(device) for t in sample_batch(dataset, batches[-1]))
             losses = [criterion(model(x), y).item()]
-        summary = summarise(config, model, losses, result["step_times"], [result["wire_bytes"]], timeline,
+        summary = summarise(config, model, losses, result["step_times"], [result["bytes_per_push"]], timeline,
                             average_losses=False)
         return {**summary, "replica_spread": workers_spread, "async": server, "started_at": started}
 
 
-def serve(model, optimizer, pushes: int, max_staleness: int | None, timeline) -> dict:
+def serve(model, optimizer, pushes: int, max_staleness: int | None, comm: Comm) -> dict:
     """Rank 0: handle ``pushes`` gradients from any worker, in arrival order, then stop every worker."""
+    timeline = comm.timeline
     params = [p for p in model.parameters() if p.requires_grad]
     n = sum(p.numel() for p in params)
     inbox = torch.empty(n + 1)  # [version the worker used, gradient...]
     stop = torch.zeros(n + 1)
     stop[0] = -1.0
     version, applied, dropped, staleness = 0, 0, 0, []
-    workers = dist.get_world_size() - 1
+    workers = comm.size - 1
     stopped: set[int] = set()
     while len(stopped) < workers:
-        sender = dist.recv(inbox)  # from whichever worker is first
+        sender = comm.recv(inbox)  # from whichever worker is first
         if applied + dropped >= pushes:  # the run is over: this push is not applied
-            dist.send(stop, sender)
+            comm.send(stop, sender)
             stopped.add(sender)
             continue
         start = timeline.now()
@@ -144,35 +144,35 @@ def serve(model, optimizer, pushes: int, max_staleness: int | None, timeline) ->
             version += 1
             applied += 1
         reply = torch.cat([torch.tensor([float(version)]), parameters_to_vector(params).detach().cpu()])
-        dist.send(reply, sender)
+        comm.send(reply, sender)
         timeline.add(version, "optimizer", start, timeline.now(), worker=sender)
     return {"applied": applied, "dropped": dropped, "staleness": staleness, "version": version}
 
 
-def work(model, compute_gradient, slow_ms: float, timeline) -> dict:
+def work(model, compute_gradient, slow_ms: float, comm: Comm) -> dict:
     """A worker: compute a gradient, push it, pull fresh weights - until the server says stop."""
     params = [p for p in model.parameters() if p.requires_grad]
-    version, step_times, wire_bytes, update = 0, [], 0, 0
+    version, step_times, update = 0, [], 0
     while True:
+        comm.new_step(update)
         start = time.perf_counter()
         compute_gradient(update)
         if slow_ms:
             time.sleep(slow_ms / 1e3)  # this worker is slower on purpose
         grad = parameters_to_vector([p.grad for p in params])
         message = torch.cat([torch.tensor([float(version)]), grad.detach().cpu()])
-        comm_start = timeline.now()
-        dist.send(message, 0)
         reply = torch.empty_like(message)
-        dist.recv(reply, 0)
+        with comm.exchange():  # the push and the pull: the worker computes nothing meanwhile
+            comm.send(message, 0)
+            comm.recv(reply, 0)
         for p in params:
             p.grad = None
         if reply[0].item() < 0:  # the server's budget of pushes is spent
             break
-        timeline.add(update, "comm", comm_start, timeline.now(), lane="comm", blocking=True)
         version = int(reply[0].item())
         vector_to_parameters(reply[1:].to(params[0].device), params)
-        wire_bytes += message.numel() * 4
         step_times.append(time.perf_counter() - start)
         update += 1
-    return {"step_times": step_times, "wire_bytes": wire_bytes / max(1, update), "version": version,
+    comm.new_step(update)  # every push, the last one (answered "stop") included, sent the same bytes
+    return {"step_times": step_times, "bytes_per_push": comm.total_sent / (update + 1), "version": version,
             "updates": update}

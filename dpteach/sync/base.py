@@ -30,7 +30,6 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 import torch
-import torch.distributed as dist
 
 from .. import context
 from ..comm import Comm
@@ -151,12 +150,16 @@ class Strategy:
 class GradientSync(Strategy):
     """Base class: holds the model, the timeline, and the byte count; subclasses fill in ``finish``."""
 
-    def __init__(self, model: torch.nn.Module, timeline, link=None, all_reduce: str = "builtin", **options):
+    def __init__(self, model: torch.nn.Module, timeline, link=None, all_reduce: str = "builtin", group=None,
+                 **options):
         self.model = model
         self.timeline = timeline
         self.options = options
-        self.world = dist.get_world_size()
-        self.comm = Comm(link, context.timed_world_size(), all_reduce, timeline)
+        # ``group``: the ranks this strategy synchronises among (a ProcessGroup or 1-D DeviceMesh; None: all).
+        # With emulated peers the one real rank's link and byte counts are timed for the emulated world.
+        timed = context.timed_world_size() if group is None else None
+        self.comm = Comm(link, timed, all_reduce, timeline, group=group)
+        self.world, self.rank = self.comm.size, self.comm.rank
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.handles = []  # the hooks it registered (on parameters, layers), removed by close()
         self.will_sync = True

@@ -46,7 +46,7 @@ class TorchDDP(GradientSync):
 
     def __init__(self, model, timeline, bucket_mb=1.0, first_bucket_mb=None, grad_comm="fp32", **options):
         super().__init__(model, timeline, **options)
-        self.ddp = wrap_ddp(model, bucket_cap_mb=bucket_mb)
+        self.ddp = wrap_ddp(model, bucket_cap_mb=bucket_mb, process_group=self.comm.group)
         self.wire_dtype = PRECISIONS[grad_comm]
         self.ddp.register_comm_hook(None, self._timed_allreduce)
         self.last_ready = self.last_done = None  # this step: the last gradient computed, the last bucket sent

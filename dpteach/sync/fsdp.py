@@ -18,6 +18,7 @@ reduce-scatter buffers are not counted, so its peak is a lower bound.
 """
 from contextlib import contextmanager
 
+from .. import context
 from .base import GradientSync
 from .sharding import parameter_units, unit_parameters
 
@@ -31,17 +32,20 @@ class TorchFSDP(GradientSync):
     emulates_peers = False  # its shards are real: one rank cannot hold a W-rank world's 1/W
 
     def __init__(self, model, timeline, **options):
+        from torch.distributed.device_mesh import DeviceMesh
         from torch.distributed.fsdp import fully_shard
         super().__init__(model, timeline, **options)
+        group = self.comm.group  # the ranks to shard across: all of them, or the strategy's group as a 1-D mesh
+        mesh = None if group is None else DeviceMesh.from_group(group, context.device().type)
         self.layers = parameter_units(model)  # as zero3's: an attention block with its output projection
         self.unsharded = {}  # layer -> bytes of its parameters all-gathered: each local shard, padded, times W
         for layer in self.layers:
-            fully_shard(layer)
+            fully_shard(layer, mesh=mesh)
             self.unsharded[layer] = sum(p.to_local().numel() * p.element_size() * self.world
                                         for p in unit_parameters(layer))
             self.handles += [layer.register_forward_pre_hook(lambda m, inputs: self.hold(self.unsharded[m])),
                              layer.register_forward_hook(lambda m, inputs, output: self.release(self.unsharded[m]))]
-        fully_shard(model)  # the root: groups whatever parameters no layer took (none here) and drives the rest
+        fully_shard(model, mesh=mesh)  # the root: groups whatever parameters no layer took (none here) and drives the rest
         self.params = [p for p in model.parameters() if p.requires_grad]
 
     @contextmanager

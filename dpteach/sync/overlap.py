@@ -33,7 +33,6 @@ How it is wired, step by step:
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 
 from ..buckets import Bucket, assign_buckets, build_buckets
 from .base import GradientSync, ReadyCount
@@ -122,7 +121,7 @@ class OverlapSync(GradientSync):
         index = {p: i for i, p in enumerate(self.params)}
         seen = [index[p] for p in self.ready_order]
         order = torch.tensor(seen + [i for i in range(len(self.params)) if i not in set(seen)])
-        dist.broadcast(order, src=0)  # every rank must launch the same buckets in the same order
+        self.comm.broadcast(order, src=0)  # every rank must launch the same buckets in the same order
         ready = [self.params[i] for i in order.tolist()]
         groups = assign_buckets(ready[::-1], *self.caps)  # assign_buckets fills from the end of its list
         self._use_buckets([Bucket.build(b, [ready[::-1][i] for i in group]) for b, group in enumerate(groups)])

@@ -13,7 +13,6 @@ traffic equals ``bucketed``'s; the optimizer state per rank shrinks from K x Psi
 (ZeRO, Rajbhandari et al. 2020, the P_os stage). Parameters and gradients stay whole on every rank.
 """
 import torch
-import torch.distributed as dist
 
 from .sharding import ShardedSync, shard_buckets
 
@@ -26,12 +25,12 @@ class Zero1(ShardedSync):
 
     def __init__(self, model, timeline, bucket_mb=1.0, first_bucket_mb=None, **options):
         super().__init__(model, timeline, **options)
-        self.groups = shard_buckets(model, self.world, dist.get_rank(), bucket_mb, first_bucket_mb)
+        self.groups = shard_buckets(model, self.world, self.rank, bucket_mb, first_bucket_mb)
         for group in self.groups:  # the gradients live in one flat buffer per bucket too, as DDP's bucket views
             group.flat_grad = torch.zeros_like(group.flat)
             for p, offset in zip(group.params, group.offsets):
                 p.grad = group.flat_grad[offset:offset + p.numel()].view_as(p)  # backward adds into it in place
-            start = group.shard.numel() * dist.get_rank()
+            start = group.shard.numel() * self.rank
             group.grad_shard = group.flat_grad[start:start + group.shard.numel()]  # shard r of the average lands here
 
     def finish(self, step: int) -> None:

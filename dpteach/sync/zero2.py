@@ -8,7 +8,6 @@ bytes in the ZeRO paper's mixed-precision accounting (Rajbhandari et al. 2020, P
 what ``zero1`` sends. With accumulation the gradients of the micro-batches that do not synchronise
 stay whole, as in every strategy here, until the last one.
 """
-import torch.distributed as dist
 
 from .base import ReadyCount
 from .sharding import ShardedSync, shard_buckets
@@ -22,7 +21,7 @@ class Zero2(ShardedSync):
 
     def __init__(self, model, timeline, bucket_mb=1.0, first_bucket_mb=None, **options):
         super().__init__(model, timeline, **options)
-        self.groups = shard_buckets(model, self.world, dist.get_rank(), bucket_mb, first_bucket_mb)
+        self.groups = shard_buckets(model, self.world, self.rank, bucket_mb, first_bucket_mb)
         self.group_of = {p: g for g in self.groups for p in g.params}
         self.handles = [p.register_post_accumulate_grad_hook(self._on_gradient_ready) for p in self.params]
         self.ready = ReadyCount(self.groups)

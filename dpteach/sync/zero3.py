@@ -17,7 +17,6 @@ the order afresh in every forward and prefetches from it in that iteration's bac
 model whose order changes, where this file, written for the course's fixed models, does not.
 """
 import torch
-import torch.distributed as dist
 
 from .base import ReadyCount
 from .sharding import FlatGroup, ShardedSync, parameter_units, unit_parameters
@@ -33,7 +32,7 @@ class Zero3(ShardedSync):
         super().__init__(model, timeline, **options)
         self.groups = []
         for layer in parameter_units(model):  # a layer, or an attention block with its output projection
-            group = FlatGroup(unit_parameters(layer), self.world, dist.get_rank())
+            group = FlatGroup(unit_parameters(layer), self.world, self.rank)
             group.shard = torch.nn.Parameter(group.shard.detach().clone())  # its own storage: the flat buffer goes
             group.flat.untyped_storage().resize_(0)  # the layer's parameters now point at nothing
             self.groups.append(group)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import costmodel
+from ..network import resolve_link
 from .capture import write_into
 from .start import ALGO_STYLE
 from .rendering import human_bytes, legend_beside, log_axis, show, size_axis, table
@@ -103,14 +104,14 @@ def plot_sweep(result: dict):
     """Measured all-reduce times (points) against the alpha-beta predictions from one ring fit (lines)."""
     import matplotlib.pyplot as plt
     sizes, world, fit = result["sizes"], result["world_size"], result["fit"]
-    params = costmodel.LinkParams(fit["alpha_s"], fit["beta_s_per_byte"])
+    fitted = resolve_link(fit, "fit")
     fig, ax = plt.subplots(figsize=(9, 4.5))
     dense = np.geomspace(sizes[0], sizes[-1], 100)
     for algorithm, times in result["measured"].items():
         color, marker = ALGO_STYLE.get(algorithm, ("#777777", "o"))
         ax.plot(sizes, [t * 1e3 for t in times], marker, color=color, markersize=7, label=f"{algorithm} measured")
         if algorithm in result["predicted"]:
-            ax.plot(dense, [costmodel.predict(algorithm, float(round(n)), world, params) * 1e3 for n in dense],
+            ax.plot(dense, [costmodel.predict(algorithm, float(round(n)), world, fitted) * 1e3 for n in dense],
                     "-", color=color, alpha=0.8, label=f"{algorithm} predicted")
     if result["crossover_bytes"] and sizes[0] <= result["crossover_bytes"] <= sizes[-1]:
         ax.axvline(result["crossover_bytes"], color="grey", linestyle=":",
@@ -157,8 +158,8 @@ def plot_crossover(links: dict, world_sizes=(4, 8, 16, 64, 256, 1024, 4096)):
     """Below the line the tree is predicted faster, above it the ring: per link, as W grows."""
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(9, 4))
-    for name, params in links.items():
-        points = [(p, costmodel.crossover_bytes(p, params)) for p in world_sizes]
+    for name, link in links.items():
+        points = [(p, costmodel.crossover_bytes(p, link)) for p in world_sizes]
         points = [(p, n) for p, n in points if n]
         ax.plot([p for p, _ in points], [n for _, n in points], "o-", label=name)
     ax.set_xscale("log", base=2)

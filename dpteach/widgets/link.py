@@ -4,7 +4,7 @@ from __future__ import annotations
 import ipywidgets as widgets
 
 from ..backend import visible_gpus
-from ..link import PRESETS
+from ..network import PRESETS
 
 LINK_CHOICES = [
     ("emulated 1 Gbit/s Ethernet", "1gbe"),
@@ -20,7 +20,7 @@ GPU_DEFAULT = "ib"  # on a GPU machine the lessons start on the link between GPU
 
 
 def link_control(default: str | None = "1gbe") -> widgets.Dropdown:
-    """A dropdown of the emulated links (``dpteach.link.PRESETS``) and 'none'. ``default`` is the lesson's
+    """A dropdown of the emulated links (``dpteach.network.PRESETS``) and 'none'. ``default`` is the lesson's
     choice for CPU ranks; on a machine with GPUs the dropdown starts on InfiniBand instead, the network
     between the nodes of a GPU cluster (a laptop's 1 Gbit/s would make every GPU-sized exchange seconds long)."""
     if default is not None and default not in PRESETS:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import costmodel
+from ..network import resolve_link
 from .rendering import human_bytes, legend_below, log_axis, show, size_axis, table
 
 
@@ -22,7 +23,7 @@ def plot_profile(result: dict):
     import matplotlib.pyplot as plt
     sizes, world = result["sizes"], result["world_size"]
     fit = result["fit"]
-    params = costmodel.LinkParams(fit["alpha_s"], fit["beta_s_per_byte"])
+    fitted = resolve_link(fit, "fit")
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     algorithms = sorted({r["algorithm"] for r in result["rows"]}, key=list(ALGO_STYLE).index)
     for algorithm in algorithms:
@@ -33,7 +34,7 @@ def plot_profile(result: dict):
         right.plot([r["bytes"] for r in rows], [r["busbw_GBps"] for r in rows], marker + "-", color=color,
                    label=algorithm)
     dense = np.geomspace(sizes[0], sizes[-1], 100)
-    left.plot(dense, [costmodel.predict("ring", float(round(n)), world, params) * 1e3 for n in dense], "-",
+    left.plot(dense, [costmodel.predict("ring", float(round(n)), world, fitted) * 1e3 for n in dense], "-",
               color=ALGO_STYLE["ring"][0],
               label=f"ring fit: alpha={fit['alpha_s'] * 1e6:.0f} us, {fit['bandwidth_GBps']:.2f} GB/s")
     log_axis(left)

@@ -1,0 +1,106 @@
+"""A network link as the alpha-beta(-gamma) model sees it, and the published links the course uses.
+
+One value, used everywhere a link appears: the emulated link the lessons train on (``dpteach.link``),
+the cost model's predictions (``dpteach.costmodel``, whose fits return one), the scaling simulator
+(``dpteach.scaling``) and the model sizing (``dpteach.sizing``). Three numbers describe it:
+
+* ``alpha_s``: latency, the seconds one message costs before its first byte arrives;
+* ``beta_s_per_byte``: the seconds each byte takes on the wire, 1 / bandwidth;
+* ``gamma_s_per_byte``: the seconds each byte takes to reduce (add) at the receiver; usually small next
+  to beta, and 0 unless given.
+
+A link given by a learner may be a preset name (``"ib"``), a :class:`Link`, or a dict with ``alpha_s``
+and ``beta_s_per_byte`` (what a fit in a report holds); :func:`resolve_link` turns any of them into a
+:class:`Link` and says what is allowed when it cannot.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from . import validate
+
+
+@dataclass(frozen=True)
+class Link:
+    """A network: ``alpha_s`` per message, ``beta_s_per_byte`` per byte sent, ``gamma_s_per_byte`` per
+    byte reduced. ``title`` says what it stands for in a plot's legend; ``source`` where its figures come from."""
+
+    name: str
+    alpha_s: float
+    beta_s_per_byte: float
+    gamma_s_per_byte: float = 0.0
+    title: str = ""
+    source: str = ""
+
+    def __post_init__(self):
+        for field in ("alpha_s", "beta_s_per_byte", "gamma_s_per_byte"):
+            object.__setattr__(self, field, validate.number(field, getattr(self, field), low=0,
+                                                            unit="a number of seconds"))
+
+    @classmethod
+    def from_bandwidth(cls, name: str, alpha_s: float, bandwidth_GBps: float, *, reduce_GBps: float | None = None,
+                       title: str = "", source: str = "") -> "Link":
+        """A link from a latency in seconds and bandwidths in GB/s (1 GB = 1e9 bytes, as nccl-tests counts);
+        an infinite bandwidth is a link whose bytes cost nothing, ``reduce_GBps=None`` a free reduction."""
+        def seconds_per_byte(argument, GBps):
+            if GBps == math.inf:
+                return 0.0
+            return 1.0 / (validate.number(argument, GBps, above=0, unit="a bandwidth in GB/s (or math.inf)") * 1e9)
+        gamma = 0.0 if reduce_GBps is None else seconds_per_byte("reduce_GBps", reduce_GBps)
+        return cls(name, alpha_s, seconds_per_byte("bandwidth_GBps", bandwidth_GBps), gamma, title or name, source)
+
+    @property
+    def bandwidth_GBps(self) -> float:
+        """1 / beta in GB/s; infinite when bytes cost nothing (a fit that found no slope)."""
+        return math.inf if self.beta_s_per_byte == 0 else 1.0 / self.beta_s_per_byte / 1e9
+
+    @property
+    def label(self) -> str:
+        """What a legend shows: the title and the two numbers that matter."""
+        return f"{self.title or self.name} (alpha {self.alpha_s * 1e6:.3g} us, {self.bandwidth_GBps:.3g} GB/s)"
+
+    def as_dict(self) -> dict:
+        """The link in a report (JSON): name and costs (gamma only where it has one); :func:`resolve_link` reads
+        it back."""
+        gamma = {"gamma_s_per_byte": self.gamma_s_per_byte} if self.gamma_s_per_byte else {}
+        return {"name": self.name, "alpha_s": self.alpha_s, "beta_s_per_byte": self.beta_s_per_byte, **gamma}
+
+
+# Order-of-magnitude figures per direction, as published. Measure your own: ``dpteach bench``, or
+# nccl-tests on GPUs (its doc/PERFORMANCE.md explains bus bandwidth).
+PRESETS = {link.name: link for link in (
+    Link.from_bandwidth("nvlink", 3e-6, 450.0, title="NVLink 4, inside one 8-GPU node",
+                        source="NVIDIA H100 SXM: 900 GB/s bidirectional per GPU"),
+    Link.from_bandwidth("pcie", 5e-6, 25.0, title="PCIe 4.0 x16",
+                        source="32 GB/s per direction, about 25 achieved"),
+    Link.from_bandwidth("ib", 5e-6, 50.0, title="InfiniBand NDR, one 400 Gb/s port",
+                        source="ConnectX-7: 400 Gb/s = 50 GB/s per port"),
+    # NCCL builds several rings at once and spreads them over all of a node's NICs, one per GPU on a
+    # DGX-class node ("rails"; NCCL src/graph/topo.cc), so the part of a ring that crosses nodes runs at
+    # the node's aggregate bandwidth. Only the scaling simulator, which models whole nodes, uses it.
+    Link.from_bandwidth("ib_8nics", 5e-6, 400.0, title="InfiniBand NDR across 8-GPU nodes, 8 NICs per node",
+                        source="8 x 400 Gb/s ConnectX-7 per DGX H100 node (DGX BasePOD reference architecture)"),
+    Link.from_bandwidth("10gbe", 25e-6, 1.25, title="10 Gbit/s Ethernet", source="TCP: tens of microseconds"),
+    Link.from_bandwidth("1gbe", 50e-6, 0.125, title="1 Gbit/s Ethernet", source="TCP: tens of microseconds"),
+)}
+
+
+def resolve_link(link, argument: str = "link") -> Link | None:
+    """``None``, a preset name, a :class:`Link`, or ``{"alpha_s", "beta_s_per_byte"[, "name",
+    "gamma_s_per_byte"]}`` (a fit in a report) -> a :class:`Link` (or None)."""
+    if link is None or isinstance(link, Link):
+        return link
+    if isinstance(link, str):
+        if link not in PRESETS:
+            raise validate.refusal(argument, link, f"choose one of {', '.join(PRESETS)}, give "
+                                   "{'alpha_s': ..., 'beta_s_per_byte': ...}, or None for no emulated link")
+        return PRESETS[link]
+    if isinstance(link, dict) and {"alpha_s", "beta_s_per_byte"} <= set(link):
+        costs = {}
+        for field in ("alpha_s", "beta_s_per_byte", "gamma_s_per_byte"):
+            costs[field] = validate.number(f"{argument}[{field!r}]", link.get(field, 0.0), low=0,
+                                           unit="a number of seconds")
+        return Link(str(link.get("name", "custom")), **costs, source=str(link.get("source", "given")))
+    raise validate.refusal(argument, link, f"give a preset name ({', '.join(PRESETS)}), a dict with "
+                           "alpha_s and beta_s_per_byte, or None")
