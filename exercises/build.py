@@ -1,20 +1,32 @@
-"""Write the exercise notebooks from their definitions in ``dpteach/grading/checks/``.
+"""Keep the exercise notebooks in shape: their standard parts, and the stub the grader compares against.
 
-    python exercises/build.py            # (re)write every exercises/NN_*.ipynb
+    python exercises/build.py            # rewrite the standard parts of every exercises/NN_*.ipynb
     python exercises/build.py --check    # exit 1 if a notebook differs from what would be written
 
-The notebooks are generated, not edited by hand, for one reason: the stub cell must be character for
-character the stub the grader compares against (that is how it tells "not attempted" from an attempt),
-and every notebook must have the same shape - intro, the stub cell tagged ``solution``, a cell that tries
-the code on a small world, and ``check()``. Change the text in the exercise's module, then run this.
-Notebooks are written with no outputs and with stable cell ids, so a rebuild that changes nothing
-changes no byte.
+Each exercise notebook is the source of its own text, and is edited as a notebook: the intro (its first
+cell: what to write, the signature, the rules), the code cell tagged ``try`` that runs the learner's code
+on a small world, and the text that follows the standard "Check" paragraph (what to look at next). This
+script reads those back from the notebook and rewrites everything else, because everything else must
+not drift:
+
+* the cell tagged ``solution`` is ``exercise.stub`` from the exercise's module in
+  ``dpteach/grading/checks/``, character for character: the grader compares the learner's cell against
+  that stub to tell "not attempted" from an attempt, so the stub is grader data and is changed there;
+* every notebook has the same shape - intro, stub, "Try it" text, try cell, "Check" text and the
+  notebook's own next words in one cell, ``check()`` - with the same standard text (the "Try it" text
+  is chosen by what the try cell does: start a world of ranks, or call the functions in this process);
+* no outputs, stable cell ids, and the kernel metadata JupyterLab would write: a rebuild that changes
+  nothing changes no byte.
+
+So: edit an exercise's text in its notebook (clear the outputs), its stub in its module, then run this.
+A new exercise with no notebook yet gets one with placeholder text to replace.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
@@ -24,6 +36,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a clone without installing
 
 from dpteach.commands.lab import kernel_metadata  # noqa: E402
+from dpteach.grading.notebook import cell_source, read_notebook, tagged_cells  # noqa: E402
 from dpteach.grading.spec import all_exercises  # noqa: E402
 
 TRY_TEXT = """\
@@ -43,9 +56,10 @@ prints what they return: these functions compute on one rank's data and need no 
 then runs them on real ranks too. Change the cell as you like - it is not graded."""
 
 
-def try_text(exercise) -> str:
+def try_text(try_code: str) -> str:
     """What the try cell really does: start a world of ranks, or call the functions in this process."""
-    return TRY_TEXT if "dpteach.launch(" in exercise.try_code else LOCAL_TRY_TEXT
+    return TRY_TEXT if "dpteach.launch(" in try_code else LOCAL_TRY_TEXT
+
 
 CHECK_TEXT = """\
 ## Check
@@ -56,14 +70,65 @@ deadlock shows up as "timed out" instead of hanging the notebook. The table give
 hint for each failure, and the total; the best score is kept in your progress (`dpteach progress`).
 From a terminal: `dpteach grade exercises/{stem}.ipynb`."""
 
+SHAPE = ("the intro (markdown)", "the stub (code, tagged solution)", "the Try it text (markdown)",
+         "the try cell (code, tagged try)", "the Check text and what comes next (markdown)",
+         "check() (code, tagged check)")
 
-def build(exercise) -> nbformat.NotebookNode:
+
+@dataclass
+class OwnText:
+    """What an exercise notebook says in its own words; the rest of it is standard or the grader's."""
+
+    intro: str      # the first cell: what to write, the signature, the rules
+    try_code: str   # the cell tagged ``try``: runs the learner's code on a small world
+    after: str      # after the standard Check paragraph, in the same cell: what to look at next
+
+
+def placeholder(exercise) -> OwnText:
+    """A new exercise's text until its author writes it (in the notebook)."""
+    return OwnText(intro=f"# Exercise {exercise.id} - {exercise.title}\n\nWhat to write, the signature, the rules: "
+                         f"replace this text.",
+                   try_code="# Call your code on small inputs and print what it returns (not graded).",
+                   after="What to look at next: replace this text.")
+
+
+def read_own_text(exercise, path: Path) -> OwnText:
+    """The notebook's own text, read back from the cells ``build`` writes it into.
+
+    The "after" text shares its cell with the standard Check paragraph (a cell of its own would change
+    every notebook), so the cell must begin with ``CHECK_TEXT`` exactly, and what follows the blank line
+    after it is the notebook's. A notebook that does not have the shape ``build`` writes is refused rather
+    than rewritten: rewriting it would drop the cells this script does not know.
+    """
+    notebook = read_notebook(path)
+    cells = notebook["cells"]
+    if len(cells) != len(SHAPE) or cells[0].get("cell_type") != "markdown":
+        raise ValueError(f"{path.name} has {len(cells)} cells; an exercise notebook has {len(SHAPE)}: "
+                         + ", ".join(SHAPE) + ". Put the text of any other cell into one of these.")
+    tries = tagged_cells(notebook, "try")
+    if len(tries) != 1:
+        raise ValueError(f"{path.name} has {len(tries)} code cells tagged 'try'; it needs exactly one")
+    standard = CHECK_TEXT.format(id=exercise.id, stem=exercise.stem)
+    checks = [cell_source(cell) for cell in cells
+              if cell.get("cell_type") == "markdown" and cell_source(cell).startswith(standard)]
+    if len(checks) != 1:
+        raise ValueError(f"{path.name} has {len(checks)} markdown cells that begin with the standard Check text "
+                         f"(CHECK_TEXT in exercises/build.py); it needs one, as the notebook's closing words are "
+                         f"read from what follows that text there, after a blank line")
+    rest = checks[0][len(standard):]
+    if rest and not rest.startswith("\n\n"):
+        raise ValueError(f"{path.name}: the notebook's text after the standard Check text must start after "
+                         f"a blank line")
+    return OwnText(intro=cell_source(cells[0]), try_code=tries[0], after=rest[2:])
+
+
+def build(exercise, own: OwnText) -> nbformat.NotebookNode:
     cells = [
-        new_markdown_cell(exercise.intro.rstrip()),
+        new_markdown_cell(own.intro.rstrip()),
         new_code_cell(exercise.stub.rstrip(), metadata={"tags": ["solution"]}),
-        new_markdown_cell(try_text(exercise)),
-        new_code_cell(exercise.try_code.rstrip(), metadata={"tags": ["try"]}),
-        new_markdown_cell((CHECK_TEXT.format(id=exercise.id, stem=exercise.stem) + "\n\n" + exercise.after).rstrip()),
+        new_markdown_cell(try_text(own.try_code)),
+        new_code_cell(own.try_code.rstrip(), metadata={"tags": ["try"]}),
+        new_markdown_cell((CHECK_TEXT.format(id=exercise.id, stem=exercise.stem) + "\n\n" + own.after).rstrip()),
         new_code_cell(f'from dpteach.grading import check\n\ncheck("{exercise.id}")', metadata={"tags": ["check"]}),
     ]
     for number, cell in enumerate(cells):
@@ -83,20 +148,29 @@ def comparable(text: str) -> dict:
     return notebook
 
 
-def text_of(exercise) -> str:
-    return nbformat.writes(build(exercise)) + "\n"
+def text_of(exercise, own: OwnText) -> str:
+    return nbformat.writes(build(exercise, own)) + "\n"
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only compare; exit 1 if a notebook is stale")
     args = parser.parse_args(argv)
-    stale = []
-    for exercise in all_exercises():
+    stale, texts = [], {}
+    for exercise in all_exercises():  # read every notebook before writing any: a refused one stops the run
         path = HERE / exercise.notebook_name
-        text = text_of(exercise)
+        if args.check and not path.exists():
+            stale.append(path.name)
+            continue
+        try:
+            own = read_own_text(exercise, path) if path.exists() else placeholder(exercise)
+        except ValueError as exc:
+            print(f"exercises/build.py: {exc}", file=sys.stderr)
+            return 2
+        texts[path] = text_of(exercise, own)
+    for path, text in texts.items():
         if args.check:
-            if not path.exists() or comparable(path.read_text(encoding="utf-8")) != comparable(text):
+            if comparable(path.read_text(encoding="utf-8")) != comparable(text):
                 stale.append(path.name)
         else:
             path.write_text(text, encoding="utf-8")

@@ -13,7 +13,8 @@ import pytest
 from dpteach.cli import main
 from dpteach.grading import all_exercises, get_exercise
 from dpteach.grading.forbidden import scan
-from dpteach.grading.notebook import attempted, from_namespace, from_source, read_notebook, solution_cells
+from dpteach.grading.notebook import (attempted, cell_source, from_namespace, from_source, read_notebook,
+                                      solution_cells, tagged_cells)
 from dpteach.grading.report import CheckResult, Report
 from answers.solutions import SOLUTIONS, solution
 
@@ -27,7 +28,7 @@ def own_progress_file(tmp_path, monkeypatch):
 EXERCISES = ROOT / "exercises"
 
 
-def test_every_exercise_has_a_generated_up_to_date_notebook_with_the_stub_tagged():
+def test_every_exercise_has_an_up_to_date_notebook_with_the_grader_s_stub_tagged():
     result = subprocess.run([sys.executable, str(EXERCISES / "build.py"), "--check"], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
     ids = [e.id for e in all_exercises()]
@@ -41,6 +42,67 @@ def test_every_exercise_has_a_generated_up_to_date_notebook_with_the_stub_tagged
         assert 'raise NotImplementedError("your code here")' in exercise.stub
         assert exercise.max_score > 0 and any(c.hidden for c in exercise.checks)
         assert all(1 <= c.world <= 4 for c in exercise.checks)
+
+
+def _build_script():
+    """``exercises/build.py``, imported as a module (it is a script beside the notebooks, not in the package)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("exercises_build", EXERCISES / "build.py")
+    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # dataclasses look it up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_an_exercise_s_text_lives_in_its_notebook_and_not_in_the_grader():
+    """The check modules hold what the grader needs (stub, checks, hints, rules); the intro, the try cell
+    and the closing words are the notebook's own. Kept in both places, the two copies would drift apart."""
+    import ast
+    import dataclasses
+    from dpteach.grading.spec import CHECKS_DIR, Exercise
+    assert not {"intro", "try_code", "after"} & {field.name for field in dataclasses.fields(Exercise)}
+    sources = {path.name: path.read_text(encoding="utf-8") for path in sorted(CHECKS_DIR.glob("*.py"))}
+    for name, source in sources.items():
+        assigned = {target.id for node in ast.parse(source).body if isinstance(node, ast.Assign)
+                    for target in node.targets if isinstance(target, ast.Name)}
+        assert not assigned & {"INTRO", "TRY", "AFTER"}, name
+    build = _build_script()
+    for exercise in all_exercises():
+        own = build.read_own_text(exercise, EXERCISES / exercise.notebook_name)
+        assert own.intro.startswith(f"# Exercise {exercise.id} ") and own.try_code.strip() and own.after.strip()
+        for text in (own.intro, own.after):  # no sentence of the notebook's prose is in a check module
+            for line in (line.strip() for line in text.splitlines()):
+                assert len(line) < 40 or not any(line in source for source in sources.values()), (exercise.id, line)
+        assert not any(own.try_code.strip() in source for source in sources.values()), exercise.id
+
+
+def test_build_keeps_a_notebook_s_own_text_and_rewrites_the_stub_and_the_standard_cells(tmp_path):
+    build = _build_script()
+    exercise = get_exercise("03")  # its try cell calls the functions in the notebook's own process
+    notebook = read_notebook(EXERCISES / exercise.notebook_name)
+    cells = notebook["cells"]
+    assert tagged_cells(notebook, "try") and "dpteach.launch(" not in tagged_cells(notebook, "try")[0]
+    (try_cell,) = [cell for cell in cells if "try" in cell["metadata"].get("tags", [])]
+    (check_text,) = [cell for cell in cells if cell_source(cell).startswith("## Check")]
+    cells[0]["source"] = "# Exercise 03 - rewritten\n\nNew words, written in the notebook."
+    try_cell["source"] = "import dpteach\n\nprint(dpteach.launch(lambda: 1, world_size=2))"
+    check_text["source"] = cell_source(check_text).split("\n\n")[0] + "\n\n" + "edited standard text\n\nNext: 04."
+    solution = [cell for cell in cells if "solution" in cell["metadata"].get("tags", [])][0]
+    solution["source"] = "def assign_buckets(sizes, cap_bytes, first_cap_bytes):\n    return []"
+    path = tmp_path / exercise.notebook_name
+    path.write_text(json.dumps(notebook), encoding="utf-8")
+    with pytest.raises(ValueError, match="standard Check text"):  # the closing words cannot be told apart
+        build.read_own_text(exercise, path)
+    check_text["source"] = build.CHECK_TEXT.format(id=exercise.id, stem=exercise.stem) + "\n\nNext: 04."
+    path.write_text(json.dumps(notebook), encoding="utf-8")
+    own = build.read_own_text(exercise, path)
+    assert own == build.OwnText(intro=cells[0]["source"], try_code=try_cell["source"], after="Next: 04.")
+    rebuilt = [cell_source(cell) for cell in json.loads(build.text_of(exercise, own))["cells"]]
+    assert rebuilt == [cells[0]["source"], exercise.stub.rstrip(), build.TRY_TEXT, try_cell["source"],
+                       cell_source(check_text), f'from dpteach.grading import check\n\ncheck("{exercise.id}")']
+    cells.insert(1, {"cell_type": "markdown", "id": "extra", "metadata": {}, "source": "a cell of its own"})
+    path.write_text(json.dumps(notebook), encoding="utf-8")
+    with pytest.raises(ValueError, match="has 7 cells"):  # refused, rather than rewritten without that cell
+        build.read_own_text(exercise, path)
 
 
 def test_every_exercise_has_a_reference_solution_that_compiles():

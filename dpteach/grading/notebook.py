@@ -67,15 +67,25 @@ def read_notebook(path: str | Path) -> dict:
     return notebook
 
 
-def _source(cell: dict) -> str:
+def cell_source(cell: dict) -> str:
+    """A cell's text (the format stores it as one string or as a list of lines)."""
     source = cell.get("source", "")
     return "".join(source) if isinstance(source, list) else str(source)
 
 
+def tagged_cells(notebook: dict, tag: str, cell_type: str = "code") -> list[str]:
+    """The sources of the cells of ``cell_type`` tagged ``tag``, in notebook order.
+
+    An exercise notebook marks its cells by tag: ``solution`` (the learner's code, graded), ``try`` (the
+    code that runs it on a small world, the notebook's own text) and ``check``.
+    """
+    return [cell_source(cell) for cell in notebook["cells"]
+            if cell.get("cell_type") == cell_type and tag in cell.get("metadata", {}).get("tags", [])]
+
+
 def solution_cells(notebook: dict) -> list[str]:
     """The sources of the code cells tagged ``solution``, in notebook order."""
-    return [_source(cell) for cell in notebook["cells"]
-            if cell.get("cell_type") == "code" and SOLUTION_TAG in cell.get("metadata", {}).get("tags", [])]
+    return tagged_cells(notebook, SOLUTION_TAG)
 
 
 def from_sources(exercise: Exercise, sources: list[str], origin: str = "") -> Submission:

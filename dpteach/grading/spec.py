@@ -1,9 +1,12 @@
 """What an exercise is, for the grader: the names the learner writes, the stub they start from, the checks.
 
-An :class:`Exercise` is plain data. Each exercise module in ``dpteach/grading/checks/`` builds one, and
-the same object drives everything else: ``exercises/build.py`` writes the notebook from it (so the stub
-in the notebook is, character for character, the stub the grader compares against), the runner runs its
-checks on real ranks, and the report lists them in the order they are declared here.
+An :class:`Exercise` is plain data. Each exercise module in ``dpteach/grading/checks/`` builds one: the
+runner runs its checks on real ranks, and the report lists them in the order they are declared here.
+It holds only what the grader needs. What the exercise says to people - the intro, the cell that tries
+the code, what to do next - is written in its notebook, ``exercises/NN_*.ipynb``, and nowhere else. The
+one thing the notebook takes from here is the stub: ``exercises/build.py`` writes ``Exercise.stub`` into
+the notebook's cell tagged ``solution``, so that cell is, character for character, the stub the grader
+compares the learner's cell against to tell "not attempted" from an attempt.
 
 A :class:`Check` is one property with points. Its ``run(ctx)`` executes on *every* rank of a world of
 ``world`` ranks, calls the learner's code through ``ctx`` (see ``dpteach/grading/rank.py``) and raises
@@ -160,21 +163,19 @@ def observes(function):
 
 @dataclass(frozen=True)
 class Exercise:
-    """One exercise: notebook text, the names the learner defines, the stub, the checks, the rules."""
+    """One exercise as the grader sees it: the names the learner defines, the stub, the checks, the rules.
+    (Its text for people is in its notebook, ``exercises/`` + :attr:`notebook_name`.)"""
 
     id: str                   # "01"
     stem: str                 # notebook file name without .ipynb; also the progress-store key
     title: str
     names: tuple              # what the learner defines (functions or classes)
     stub: str                 # the solution cell exactly as it ships
-    intro: str                # markdown above the stub: what to write, the signature, the rules
-    try_code: str             # the cell below the stub that runs it on a small world
     checks: tuple
     forbidden: tuple = ()     # qualified names (see ALL_COLLECTIVES) the learner's code may not use
     forbidden_methods: tuple = ()  # ProcessGroup method names, likewise
     forbidden_modules: tuple = ()
     rule: str = ""            # one sentence: what the forbidden list means, shown when it is broken
-    after: str = ""           # markdown between the try cell and check(): what to look at next
     warmup: Callable | None = None  # run in each rank before the first check, outside its time limit
 
     @property

@@ -42,61 +42,6 @@ def all_gather(chunk, numel):
     raise NotImplementedError("your code here")
 '''
 
-INTRO = """\
-# Exercise 01 - ring reduce-scatter and all-gather, from send and receive
-
-A ring all-reduce is two passes around a ring of ranks (rank r sends to r+1 and receives from r-1):
-
-* **reduce-scatter** - after W-1 steps, rank r holds chunk r *summed over all ranks*;
-* **all-gather** - after W-1 more steps, every rank holds every summed chunk.
-
-Here you write each pass on its own. The tensor is cut with `chunk_bounds(numel, W)`: W contiguous
-chunks whose lengths differ by at most one (10 elements on 4 ranks: 3, 3, 2, 2; 3 elements on 4 ranks:
-1, 1, 1, 0). Rank r owns chunk r.
-
-**What to write** (in the cell tagged `solution` below):
-
-* `reduce_scatter(tensor)` -> this rank's chunk of the sum, a new 1-D tensor of the input's dtype;
-  leave `tensor` unchanged.
-* `all_gather(chunk, numel)` -> the full 1-D tensor of `numel` elements, chunks in rank order.
-
-**Rules.** Move data only with point-to-point messages: `exchange(send, dst, recv, src)` (posts a send
-and a receive together and waits for both - the safe way round a ring), or `dist.isend` / `dist.irecv` /
-`dist.send` / `dist.recv` / `dist.batch_isend_irecv`. Built-in collectives (`dist.all_reduce`,
-`dist.all_gather`, `dist.reduce_scatter_tensor`, `dist.broadcast`, ...) and dpteach's own ring functions
-score **zero** for the whole exercise: the grader reads your code and also watches it run.
-
-**The schedule.** Rank r always sends to (r+1) mod W and receives from (r-1) mod W. One schedule that
-leaves rank r with chunk r:
-
-* reduce-scatter, step s = 0 .. W-2: send your chunk (r-s-1) mod W, and add what arrives into your
-  chunk (r-s-2) mod W;
-* all-gather, step s = 0 .. W-2: send chunk (r-s) mod W, and store what arrives as chunk (r-s-1) mod W.
-
-Check it on paper for W = 3 before you code it: which chunk does each rank hold finished after the last
-step? Each rank sends W-1 chunks per pass - no more.
-
-**Do not open `dpteach/collectives/ring.py` until you have solved this:** it is the course's own answer
-(with a worked example), and it is the file to read afterwards, to compare.
-"""
-
-TRY = '''\
-import dpteach
-from dpteach.grading import explain_failures
-
-
-def try_it():
-    rank = dist.get_rank()
-    x = torch.arange(10, dtype=torch.float32) * (rank + 1)   # rank r holds (r + 1) * [0, 1, ..., 9]
-    mine = reduce_scatter(x)                                  # 3 ranks: the sum is 6 * [0, 1, ..., 9]
-    return mine.tolist(), all_gather(mine, x.numel()).tolist()
-
-
-with explain_failures():  # if a rank fails, two lines say which and why
-    for rank, (mine, everything) in enumerate(dpteach.launch(try_it, world_size=3, timeout=60, backend="gloo", device="cpu")):
-        print(f"rank {rank}: my chunk {mine}\\n        all-gathered {everything}")
-'''
-
 HINT_VALUES = ("Walk the 3-rank example in dpteach/collectives/ring.py by hand: which chunk does each rank "
                "send at each step, which does it add into, and which does it own at the end?")
 HINT_LENGTH = ("chunk_bounds(n, W) gives the first n % W chunks one extra element; with n < W the last "
@@ -218,8 +163,7 @@ CHECKS = (
 
 EXERCISE = Exercise(
     id="01", stem="01_ring_reduce_scatter_all_gather", title="Ring reduce-scatter and all-gather",
-    names=("reduce_scatter", "all_gather"), stub=STUB, intro=INTRO, try_code=TRY, checks=CHECKS,
+    names=("reduce_scatter", "all_gather"), stub=STUB, checks=CHECKS,
     forbidden=ALL_COLLECTIVES, forbidden_methods=PROCESS_GROUP_METHODS, forbidden_modules=COLLECTIVE_MODULES,
     rule="this exercise asks you to build the collectives from send/recv, and your code uses a built-in one",
-    after="When the grader is happy, exercise 02 puts the two passes together into one in-place all-reduce.",
 )

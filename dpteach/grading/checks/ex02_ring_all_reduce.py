@@ -32,46 +32,6 @@ def ring_all_reduce(tensor):
     raise NotImplementedError("your code here")
 '''
 
-INTRO = """\
-# Exercise 02 - ring all-reduce
-
-Put the two passes of exercise 01 together: a reduce-scatter, then an all-gather, on one buffer.
-
-**What to write:** `ring_all_reduce(tensor)` replaces `tensor` on every rank by the sum over all ranks,
-**in place** - the caller's tensor changes, which is how a gradient gets synchronised - and returns it.
-The tensor may have any shape, and may be a non-contiguous view (a transposed matrix): then
-`tensor.view(-1)` fails and `tensor.reshape(-1)` quietly makes a copy, so work on a flat contiguous
-buffer and copy the result back into `tensor` at the end.
-
-**Rules** (as in exercise 01): only point-to-point messages (`exchange`, `dist.isend` / `irecv` / `send` /
-`recv` / `batch_isend_irecv`); a built-in collective or dpteach's own ring scores zero.
-
-**A self-contained cell.** The grader runs only the cell tagged `solution`, in a fresh namespace on each
-rank: functions from exercise 01, or from other cells of this notebook, do not exist there. Write (or
-copy) everything `ring_all_reduce` needs into that one cell, imports included.
-
-**Cost.** Each rank sends W-1 chunks in each pass: 2(W-1)/W of the tensor in total, almost independent
-of W. The grader counts the elements your ranks send, so a gather-to-rank-0-and-broadcast solution gives
-the right sum and still fails the traffic checks.
-"""
-
-TRY = '''\
-import dpteach
-from dpteach.grading import explain_failures
-
-
-def try_it():
-    rank = dist.get_rank()
-    x = torch.full((2, 3), float(rank + 1))   # 3 ranks: every element becomes 1 + 2 + 3 = 6
-    ring_all_reduce(x)
-    return x.tolist()
-
-
-with explain_failures():  # if a rank fails, two lines say which and why
-    for rank, result in enumerate(dpteach.launch(try_it, world_size=3, timeout=60, backend="gloo", device="cpu")):
-        print(f"rank {rank}: {result}")
-'''
-
 HINT_VALUES = ("Check each pass on its own: after the reduce-scatter every rank should own one fully summed "
                "chunk (which one depends on your schedule), and the all-gather then only copies finished chunks "
                "around the ring.")
@@ -171,8 +131,7 @@ CHECKS = (
 
 EXERCISE = Exercise(
     id="02", stem="02_ring_all_reduce", title="Ring all-reduce", names=("ring_all_reduce",), stub=STUB,
-    intro=INTRO, try_code=TRY, checks=CHECKS, forbidden=ALL_COLLECTIVES, forbidden_methods=PROCESS_GROUP_METHODS,
+    checks=CHECKS, forbidden=ALL_COLLECTIVES, forbidden_methods=PROCESS_GROUP_METHODS,
     forbidden_modules=COLLECTIVE_MODULES,
     rule="this exercise asks you to build the all-reduce from send/recv, and your code uses a built-in collective",
-    after="Next, exercise 03 packs many gradients into a few buffers, so that one all-reduce serves many tensors.",
 )

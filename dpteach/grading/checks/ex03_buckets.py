@@ -46,45 +46,6 @@ def flatten(grads):
     raise NotImplementedError("your code here")
 '''
 
-INTRO = """\
-# Exercise 03 - buckets and flat buffers
-
-Every all-reduce pays a fixed start-up latency before a byte moves, so DDP does not all-reduce each
-gradient separately: it packs them into a few **buckets**, each one flat buffer, and all-reduces the
-buffers. Two pieces make that work, and you write both.
-
-**`assign_buckets(sizes, cap_bytes, first_cap_bytes)`** - which parameters share a bucket, by the course's
-simple rule (`dpteach/buckets.py` explains why each part exists; lesson 03 shows where torch's DDP itself
-differs: it starts with one bucket and rebuilds its buckets in the order gradients actually arrive):
-
-1. **reverse order** - backward produces the last layer's gradients first, so bucket 0 holds the last
-   parameters and can be sent while backward is still working on the first layers;
-2. **close at the cap** - add parameters one by one; once a bucket holds *at least* its cap it closes,
-   and the parameter that crossed the cap stays in it;
-3. **smaller first bucket** - bucket 0 uses `first_cap_bytes`, so communication starts early.
-
-For example, `assign_buckets([4, 4, 4, 4], cap_bytes=8, first_cap_bytes=8)` is `[[3, 2], [1, 0]]`.
-
-**`flatten(grads)`** -> `(flat, views)`: one new contiguous 1-D buffer with every gradient in order, and
-for each gradient a *view* into it with the gradient's shape. The point of the views: after the buffer
-is all-reduced, each gradient's averaged values are read straight out of it, no bookkeeping of offsets.
-
-**Rules:** write the assignment yourself - `dpteach.buckets.assign_buckets` / `build_buckets` and torch's
-internal `dist._compute_bucket_assignment_by_size` score zero.
-"""
-
-TRY = '''\
-sizes = [4 * n for n in (640, 10, 4096, 64, 640, 10)]   # bytes of three Linear layers' weights and biases
-grads = [torch.ones(2, 3), torch.full((4,), 2.0)]
-try:
-    print("buckets:", assign_buckets(sizes, cap_bytes=16_000, first_cap_bytes=4_000))
-    flat, views = flatten(grads)
-    flat.mul_(10)                                           # the views see the change
-    print(flat, views[0], views[1], sep="\\n")
-except NotImplementedError:
-    print("Not written yet: a function above is still the stub")
-'''
-
 
 def reference_buckets(sizes, cap, first_cap, closes_before=False, ignore_first=False):
     """The course's rule, and two tempting mistakes (to name them when a learner makes them)."""
@@ -242,9 +203,8 @@ CHECKS = (
 
 EXERCISE = Exercise(
     id="03", stem="03_buckets", title="Buckets and flat buffers", names=("assign_buckets", "flatten"), stub=STUB,
-    intro=INTRO, try_code=TRY, checks=CHECKS,
+    checks=CHECKS,
     forbidden=("dpteach.buckets.assign_buckets", "dpteach.buckets.build_buckets",
                "torch.distributed._compute_bucket_assignment_by_size"),
     rule="this exercise asks you to assign the buckets yourself, and your code calls a ready-made assignment",
-    after="Exercise 04 sends these buckets while backward is still running: the overlap at the heart of DDP.",
 )

@@ -49,66 +49,6 @@ class OverlapSync:
         raise NotImplementedError("your code here")
 '''
 
-INTRO = """\
-# Exercise 04 - overlap: communicate while backward computes
-
-Backward produces gradients from the last layer to the first. As soon as every gradient of a bucket is
-ready, its all-reduce can start - *asynchronously*, so that backward carries on with the earlier layers
-while the bucket is on the wire. Only the communication still in flight when backward ends is exposed.
-This is what DDP does, and you now build it (compare with `dpteach/sync/overlap.py` afterwards).
-
-**What to write:** a class `OverlapSync(model, buckets)`:
-
-* `__init__` - one flat buffer per bucket (exercise 03), and `param.register_post_accumulate_grad_hook(self.hook)`
-  on every parameter. That hook fires once per backward, after the gradient has been accumulated into
-  `param.grad`, and it receives the **parameter**: the gradient is `param.grad`.
-* `hook(param)` - copy `param.grad` into its bucket's buffer; when the bucket is complete, launch
-  `dist.all_reduce(buffer, async_op=True)` and keep the returned work handle. Launch buckets **in bucket
-  order**: collectives are matched by the order of their launch, so two ranks launching different
-  buckets first would add up different tensors.
-* `finish()` - `wait()` on every handle (or on its future), average - divide the sum by W, or launch the
-  all-reduces with `op=dist.ReduceOp.AVG`, which gloo supports in recent torch (2.13 here; older releases
-  refuse it) - and write each gradient back into `param.grad`; then reset whatever you track per step, so
-  the next backward starts clean.
-
-**Hints.** Gradients do not always become ready in bucket order (a layer whose output is used twice,
-branches side by side, a small bucket that fills before a large one), and not in the same order on every
-rank: one of the checks makes buckets complete out of order on some ranks only. When bucket 2 is complete
-but bucket 1 is not, do not launch 2: remember that it is ready, and each time a bucket completes, launch
-the next *unlaunched* bucket as long as it is complete - a pointer to the next bucket to launch does it.
-The checks give every parameter a gradient, but real models do not always: a parameter that got no
-gradient in a backward (its hook never fired) would leave its bucket incomplete for ever. In `finish()`,
-fill its part of the buffer with zeros and launch what is left, in order, before waiting - the same ranks
-must launch the same buckets (what DDP's `find_unused_parameters=True` arranges, lesson 03).
-
-**Rules:** `dist.all_reduce` is allowed here (the exercise is *when* to launch it, not how it works); other
-collectives, `DistributedDataParallel` and dpteach's own `OverlapSync` score zero.
-"""
-
-TRY = '''\
-import dpteach
-from dpteach.grading import explain_failures
-from torch import nn
-
-
-def try_it():
-    torch.manual_seed(0)                                   # the same weights on every rank
-    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
-    params = list(model.parameters())
-    sync = OverlapSync(model, [[params[3], params[2]], [params[1], params[0]]])
-    torch.manual_seed(1 + dist.get_rank())                 # different data on every rank
-    loss = model(torch.randn(5, 4)).pow(2).mean()
-    loss.backward()
-    sync.finish()
-    return params[3].grad.tolist()                         # the same on every rank once averaged
-
-
-with explain_failures():  # if a rank fails, two lines say which and why
-    for rank, grad in enumerate(dpteach.launch(try_it, world_size=2, timeout=60, backend="gloo", device="cpu")):
-        print(f"rank {rank}: last bias gradient {grad}")
-'''
-
-
 HINT_AVERAGE = ("After a SUM all-reduce the buffer holds the sum over ranks: divide by W (or launch with "
                 "op=dist.ReduceOp.AVG), then copy each parameter's slice back into param.grad (views make this "
                 "one line per parameter).")
@@ -167,11 +107,10 @@ CHECKS = (
 
 EXERCISE = Exercise(
     id="04", stem="04_overlap_hook", title="Overlap: all-reduce from backward hooks", names=("OverlapSync",),
-    stub=STUB, intro=INTRO, try_code=TRY, checks=CHECKS,
+    stub=STUB, checks=CHECKS,
     forbidden=tuple(name for name in TORCH_COLLECTIVES if name != "torch.distributed.all_reduce") + (
         "torch.nn.parallel.DistributedDataParallel", "dpteach.sync.overlap.OverlapSync"),
     forbidden_methods=tuple(m for m in PROCESS_GROUP_METHODS if m != "allreduce"),
     rule="this exercise asks you to build the overlap yourself with dist.all_reduce, and your code uses "
          "another collective or a ready-made synchroniser",
-    after="Exercise 05 adds gradient accumulation: when *not* to synchronise.",
 )

@@ -52,57 +52,6 @@ def train_step(model, micro_batches, optimizer, loss_fn):
     raise NotImplementedError("your code here")
 '''
 
-INTRO = """\
-# Exercise 05 - gradient accumulation, synchronised once
-
-A global batch too large for memory is split into K micro-batches per rank. Their gradients are
-*accumulated* (backward adds into `.grad`) and the ranks only need to agree once, after the last one.
-With DDP that takes two things, and you write both into one training step.
-
-**What to write:** `train_step(model, micro_batches, optimizer, loss_fn)` for a `DistributedDataParallel`
-model:
-
-1. **Decide before forward.** DDP arms its gradient synchronisation *during forward*. So the first K-1
-   micro-batches run forward *and* backward inside `with model.no_sync():`; the last one runs normally
-   and its backward all-reduces the accumulated gradients. Entering `no_sync()` only around backward is
-   too late: the forward has already armed the all-reduce, and every micro-batch pays for one.
-2. **Scale the loss by 1/K.** Each loss is a mean over its micro-batch; dividing by K makes the
-   accumulated gradient the mean over all K micro-batches, i.e. the gradient of the whole batch.
-
-Then `optimizer.step()`, `optimizer.zero_grad()`, and return the mean of the K micro-batch losses.
-
-The grader trains the same model in one process on each step's whole global batch and expects the
-same weights, and counts DDP's all-reduces: one per step. **Rules:** no collectives of your own
-(`dist.all_reduce` & co. score zero) - DDP does the communication.
-"""
-
-TRY = '''\
-import dpteach
-import torch.distributed as dist
-from torch import nn
-from torch.nn.parallel import DistributedDataParallel
-
-
-def try_it(k=4):
-    torch.manual_seed(0)
-    model = DistributedDataParallel(nn.Linear(3, 1))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    torch.manual_seed(1 + dist.get_rank())
-    micro_batches = [(torch.randn(2, 3), torch.randn(2, 1)) for _ in range(k)]
-    loss = train_step(model, micro_batches, optimizer, nn.functional.mse_loss)
-    return loss, model.module.weight.tolist()
-
-
-try:
-    for rank, (loss, weight) in enumerate(dpteach.launch(try_it, world_size=2, timeout=60, backend="gloo", device="cpu")):
-        print(f"rank {rank}: loss {loss:.4f}, weights after the step {weight}")   # same weights on both
-except dpteach.RankError as err:
-    print(f"Not working yet: rank {err.rank} raised {err.exc_type}.")
-    print(err.rank_traceback.strip().splitlines()[-1])
-except TimeoutError as err:
-    print("Not working yet:", err)
-'''
-
 WIDTHS, LR, BATCH = (4, 8, 3), 0.1, 3
 
 
@@ -243,12 +192,11 @@ CHECKS = (
 
 EXERCISE = Exercise(
     id="05", stem="05_accumulation", title="Gradient accumulation with no_sync()", names=("train_step",),
-    stub=STUB, intro=INTRO, try_code=TRY, checks=CHECKS,
+    stub=STUB, checks=CHECKS,
     forbidden=ALL_COLLECTIVES + ("dpteach.train.train_on_rank", "dpteach.train.train_each_on_rank",
                                  "dpteach.train.train_interleaved_on_rank", "dpteach.train.SyncTrainer",
                                  "dpteach.reference.train_single_process"),
     forbidden_methods=PROCESS_GROUP_METHODS, forbidden_modules=COLLECTIVE_MODULES,
     rule="this exercise asks DDP to do the communication, and your code calls a collective itself",
-    after="Exercise 06 makes each all-reduce cheaper: 8 bits per gradient instead of 32.",
     warmup=_import_dynamo,
 )

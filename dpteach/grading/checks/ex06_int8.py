@@ -46,43 +46,6 @@ def compress_with_feedback(grad, residual, chunk):
     raise NotImplementedError("your code here")
 '''
 
-INTRO = """\
-# Exercise 06 - 8-bit gradients with error feedback
-
-Sending gradients as 8-bit integers instead of 32-bit floats moves a quarter of the bytes. The price is
-precision, and error feedback is how training gets most of it back.
-
-**Quantise.** Cut the (flattened) tensor into chunks of `chunk` elements; give each chunk one float32
-scale `s = max|x| / 127` and send `q = round(x / s)` as int8. Decoding gives `q * s`, at most half a step
-(`s / 2`) from the original. One scale per chunk rather than per tensor keeps one large value from
-wiping out the precision of every other element.
-
-**Error feedback** (Seide et al. 2014; Karimireddy et al. 2019). What quantisation drops this step,
-`residual = (g + residual) - decode(encode(g + residual))`, is added to the next step's gradient. Nothing
-is lost for good: over T steps the decoded messages add up to the sum of the true gradients to within a
-single step.
-
-**What to write:** `quantize(x, chunk) -> (q, scales)`, `dequantize(q, scales, chunk) -> float32 tensor`, and
-`compress_with_feedback(grad, residual, chunk) -> (q, scales, new_residual)`. **Rules:** write them
-yourself - dpteach's `quantize_int8` / `dequantize_int8` score zero.
-"""
-
-TRY = '''\
-x = torch.tensor([0.5, -1.0, 0.25, 2.0, 0.0, 0.0, 3.0])
-try:
-    q, scales = quantize(x, chunk=4)
-    print("q      ", q.tolist(), "\\nscales ", scales.tolist())
-    print("decoded", dequantize(q, scales, chunk=4).tolist())
-    residual = torch.zeros(7)
-    total = torch.zeros(7)
-    for _ in range(100):                       # send the same gradient 100 times
-        q, scales, residual = compress_with_feedback(x, residual, chunk=4)
-        total += dequantize(q, scales, chunk=4)
-    print("sum of 100 decoded / 100:", (total / 100).tolist())
-except NotImplementedError as missing:
-    print("Not written yet:", missing)
-'''
-
 
 def _values(numel, seed, dtype=torch.float32, zero_chunk=None, chunk=None):
     generator = torch.Generator().manual_seed(seed % 2 ** 63)
@@ -243,8 +206,7 @@ CHECKS = (
 
 EXERCISE = Exercise(
     id="06", stem="06_int8_error_feedback", title="8-bit quantisation with error feedback",
-    names=("quantize", "dequantize", "compress_with_feedback"), stub=STUB, intro=INTRO, try_code=TRY, checks=CHECKS,
+    names=("quantize", "dequantize", "compress_with_feedback"), stub=STUB, checks=CHECKS,
     forbidden=("dpteach.sync.compressed.quantize_int8", "dpteach.sync.compressed.dequantize_int8"),
     rule="this exercise asks you to write the quantiser, and your code calls dpteach's own",
-    after="Three stretch exercises follow: 07, an asynchronous parameter server, then 08 and 09, ZeRO stages 1 and 2.",
 )

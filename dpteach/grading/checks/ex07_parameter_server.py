@@ -57,65 +57,6 @@ def work(model, compute_gradient, updates):
     raise NotImplementedError("your code here")
 '''
 
-INTRO = """\
-# Exercise 07 (stretch) - an asynchronous parameter server that drops stale pushes
-
-Rank 0 owns the weights and the optimizer; ranks 1..W-1 are workers. Nobody waits for anybody: a
-worker computes a gradient on the weights it has, **pushes** it to the server, gets the newest weights
-back and carries on. The server applies pushes in whatever order they arrive. The price is **staleness**:
-by the time a push arrives, other workers' pushes may have moved the weights on, and the gradient points
-downhill from where the weights *were* (Dean et al., 2012). Here the server caps it by **dropping** any
-push staler than `max_staleness` versions and sending the worker fresh weights instead. That is one
-policy among several: stale-synchronous parallel (Ho et al., 2013) drops nothing and instead makes a
-worker that runs more than s clocks ahead of the slowest one wait. Compare with
-`dpteach/sync/async_ps.py` afterwards.
-
-**CPU only.** The server receives from whichever worker sends first. gloo can do that; NCCL's
-point-to-point calls always name the peer (`ncclRecv` has no "any source"), so this exercise runs its
-ranks on CPU with gloo even on a GPU machine.
-
-**What to write:** `serve(model, optimizer, pushes, max_staleness)` (rank 0) and
-`work(model, compute_gradient, updates)` (the workers) - the docstrings give the message format. Use
-point-to-point messages (`dist.send` / `dist.recv`; `dist.recv(buffer)` without a source receives from
-whoever sends first and returns that rank). Collectives (and dpteach's own `async_ps`) score zero.
-
-**How it is checked.** Which push arrives first depends on timing, so there is no single right answer
-to compare with. Instead, `serve` returns its log, and the grader replays it on its own: every applied
-gradient recomputed on the weights of the version that worker used. The replay must end on exactly the
-server's weights, and the log must be consistent - each push answered, each worker computing on the
-version the server last sent it, a push dropped exactly when it is too stale. Pushes and replies must be
-messages: the grader counts the bytes that reach each rank through the process group, so data passed
-through files or the store does not count.
-"""
-
-TRY = '''\
-import dpteach
-from dpteach.grading import explain_failures
-from torch import nn
-
-
-def try_it(updates=3, max_staleness=1):
-    torch.manual_seed(0)
-    model = nn.Linear(3, 1)
-    rank, world = dist.get_rank(), dist.get_world_size()
-    if rank == 0:
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        return serve(model, optimizer, updates * (world - 1), max_staleness)
-
-    def compute_gradient(i):
-        model.zero_grad()
-        torch.manual_seed(100 * rank + i)
-        model(torch.randn(4, 3)).pow(2).mean().backward()
-
-    work(model, compute_gradient, updates)
-
-
-with explain_failures():  # if a rank fails, two lines say which and why
-    log = dpteach.launch(try_it, world_size=3, timeout=60, backend="gloo", device="cpu")[0]  # CPU only: see above
-    for worker, version, applied in log:
-        print(f"push from rank {worker} computed on version {version}: {'applied' if applied else 'dropped'}")
-'''
-
 LR, WIDTHS = 0.05, (4, 6, 2)
 
 
@@ -241,9 +182,8 @@ CHECKS = (
 
 EXERCISE = Exercise(
     id="07", stem="07_parameter_server", title="Asynchronous parameter server with bounded staleness (stretch)",
-    names=("serve", "work"), stub=STUB, intro=INTRO, try_code=TRY, checks=CHECKS,
+    names=("serve", "work"), stub=STUB, checks=CHECKS,
     forbidden=ALL_COLLECTIVES + ("dpteach.sync.async_ps.serve", "dpteach.sync.async_ps.work"),
     forbidden_methods=PROCESS_GROUP_METHODS, forbidden_modules=COLLECTIVE_MODULES,
     rule="this exercise asks for point-to-point messages, and your code uses a collective or dpteach's own server",
-    after="Exercise 08 (also a stretch) shards the optimizer's state across the ranks: ZeRO stage 1.",
 )

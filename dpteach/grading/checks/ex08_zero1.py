@@ -59,58 +59,6 @@ class ZeroSGD:
         raise NotImplementedError("your code here")
 '''
 
-INTRO = """\
-# Exercise 08 (stretch) - ZeRO stage 1: shard the optimizer state
-
-Plain data parallelism keeps a full copy of everything on every rank - weights, gradients *and the
-optimizer's state* (momentum for SGD; two buffers for Adam, which in mixed precision dwarf the weights).
-ZeRO stage 1 (Rajbhandari et al., 2020) keeps each piece of optimizer state on one rank only.
-
-**The pattern**, with the parameters seen as one flat vector of N elements cut by `chunk_bounds(N, W)`:
-
-1. **reduce-scatter** the gradients: rank r gets the sum over ranks of *its slice* only (divide by W);
-2. **update its slice** with the momentum it keeps for that slice alone;
-3. **all-gather** the updated slices, so every rank again holds the full, identical parameters.
-
-The traffic is the same as one all-reduce (a reduce-scatter plus an all-gather *is* an all-reduce, split
-open to put the update in the middle), and the momentum memory per rank falls from N to N/W.
-
-**What to write:** `ZeroSGD(params, lr, momentum)` with `step()` and `state_numel()`. You may use
-`ring_reduce_scatter` / `ring_all_gather` from `dpteach.collectives` (or your own from exercise 01).
-**Rules:** no all-reduce of the gradients (`dist.all_reduce`, `ring_all_reduce`): that would give every rank
-the whole average and miss the point - it scores zero. And the slices must travel as messages: the grader
-counts the bytes that reach each rank through the process group (at least the N elements a reduce-scatter
-and an all-gather bring per step), so data passed through files or the store does not count.
-"""
-
-TRY = '''\
-import dpteach
-from torch import nn
-
-
-def try_it():
-    torch.manual_seed(0)
-    model = nn.Linear(5, 3)                                 # 18 parameters
-    optimizer = ZeroSGD(list(model.parameters()), lr=0.1, momentum=0.9)
-    torch.manual_seed(1 + dist.get_rank())
-    for _ in range(3):
-        model(torch.randn(4, 5)).pow(2).mean().backward()
-        optimizer.step()
-        for p in model.parameters():
-            p.grad = None
-    return optimizer.state_numel(), model.bias.tolist()
-
-
-try:
-    for rank, (state, bias) in enumerate(dpteach.launch(try_it, world_size=3, timeout=60, backend="gloo", device="cpu")):
-        print(f"rank {rank}: keeps {state} momentum values; bias {bias}")   # 6 each; the same bias everywhere
-except dpteach.RankError as err:
-    print(f"Not working yet: rank {err.rank} raised {err.exc_type}.")
-    print(err.rank_traceback.strip().splitlines()[-1])
-except TimeoutError as err:
-    print("Not working yet:", err)
-'''
-
 LR, MOMENTUM = 0.1, 0.9
 
 
@@ -232,10 +180,9 @@ CHECKS = (
 
 EXERCISE = Exercise(
     id="08", stem="08_zero1", title="ZeRO stage 1: sharded optimizer state (stretch)", names=("ZeroSGD",),
-    stub=STUB, intro=INTRO, try_code=TRY, checks=CHECKS,
+    stub=STUB, checks=CHECKS,
     forbidden=TORCH_ALL_REDUCES + ("dpteach.collectives.ring_all_reduce", "dpteach.collectives.tree_all_reduce",
                                    "dpteach.collectives.naive_all_reduce"),
     forbidden_methods=PROCESS_GROUP_ALL_REDUCES,
     rule="this exercise asks for reduce-scatter / update / all-gather, and your code all-reduces instead",
-    after="Exercise 09 (also a stretch) shards the gradients as well: ZeRO stage 2.",
 )

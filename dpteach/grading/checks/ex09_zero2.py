@@ -79,70 +79,6 @@ class Zero2SGD:
         raise NotImplementedError("your code here")
 '''
 
-INTRO = """\
-# Exercise 09 (stretch) - ZeRO stage 2: shard the gradients too
-
-In exercise 08 each rank kept momentum for its own slice only, yet it still held the *whole* gradient
-until the step. It never needs to: after the reduce-scatter, rank r updates slice r and nothing else,
-so the rest of the gradient is dead weight. ZeRO stage 2 (Rajbhandari et al., SC 2020: "P_os+g", the
-gradient partitioning of section 5.2 on top of stage 1) drops it. In the paper's mixed-precision Adam
-accounting, per rank and for Psi parameters: plain data parallelism holds 16 Psi bytes, stage 1 holds
-4 Psi + 12 Psi / W, stage 2 holds 2 Psi + 14 Psi / W - and it sends exactly as much as before: a
-reduce-scatter of the gradients and an all-gather of the parameters, which together are one all-reduce.
-
-**What to write:** `Zero2SGD(params, lr, momentum)`, with the parameters seen as one flat vector of N
-elements cut by `chunk_bounds(N, W)`:
-
-1. `reduce_gradients()`, called right after backward: flatten the gradients, **reduce-scatter**, divide
-   by W, keep your slice - and **free the full gradients** (`p.grad = None` for every parameter);
-2. `step()`: **update your slice** with your momentum slice (`buf = momentum * buf + grad`,
-   `p = p - lr * buf`, as `torch.optim.SGD` with no dampening), then **all-gather** the updated slices and
-   copy them into the parameters;
-3. `grad_slice()` and `momentum_slice()`: return the tensors you keep, so the grader can look at them.
-
-The stub's docstring lists exactly what the grader calls, and when. Between calls keep only your two
-slices: a full-length buffer kept for reuse is precisely the memory stage 2 removes, and a slice that is
-a view into a full-length tensor keeps that whole tensor alive (`.clone()` it, or build it on its own).
-
-**Rules:** communicate with `ring_reduce_scatter` / `ring_all_gather` from `dpteach.collectives` (or your
-own from exercise 01): the grader counts the elements your rank sends point to point, and it cannot see
-inside torch's built-in collectives. No all-reduce (`dist.all_reduce`, `ring_all_reduce`): it scores zero.
-
-**Honest about the peak:** here backward still produces every full `.grad` before you reduce them. The
-real stage 2 - and the course's `dpteach/sync/zero2.py` - reduce-scatters each bucket from gradient hooks
-*during* backward, so only a bucket's worth of full gradients ever exists. If you want to try that,
-register `p.register_post_accumulate_grad_hook` hooks in `__init__` (backward runs under the grader's
-watch too) and let `reduce_gradients()` finish what is left; the checks are the same.
-"""
-
-TRY = '''\
-import dpteach
-from dpteach.grading import explain_failures
-from torch import nn
-
-
-def try_it():
-    torch.manual_seed(0)
-    model = nn.Linear(5, 3)                                 # 18 parameters: 6 per rank
-    optimizer = Zero2SGD(list(model.parameters()), lr=0.1, momentum=0.9)
-    torch.manual_seed(1 + dist.get_rank())
-    for _ in range(3):
-        model(torch.randn(4, 5)).pow(2).mean().backward()
-        optimizer.reduce_gradients()
-        freed = all(p.grad is None for p in model.parameters())
-        kept = optimizer.grad_slice().numel()
-        optimizer.step()
-    return freed, kept, optimizer.momentum_slice().numel(), model.bias.tolist()
-
-
-with explain_failures():  # if a rank fails, two lines say which and why
-    for rank, (freed, kept, state, bias) in enumerate(dpteach.launch(try_it, world_size=3, timeout=60,
-                                                                     backend="gloo", device="cpu")):
-        # expect: True, 6 and 6 on every rank, and the same bias everywhere
-        print(f"rank {rank}: .grad freed {freed}; keeps {kept} gradient and {state} momentum values; bias {bias}")
-'''
-
-
 USES = ("Zero2SGD",)
 HINT = ("reduce_gradients: flatten the .grad tensors in params order, ring_reduce_scatter them, divide by W, keep "
         "that slice, set every p.grad = None. step: buf = momentum * buf + grad on your slice, subtract lr * buf "
@@ -172,8 +108,7 @@ CHECKS = (
 
 EXERCISE = Exercise(
     id="09", stem="09_zero2", title="ZeRO stage 2: sharded gradients and optimizer state (stretch)",
-    names=("Zero2SGD",), stub=STUB, intro=INTRO, try_code=TRY, checks=CHECKS,
+    names=("Zero2SGD",), stub=STUB, checks=CHECKS,
     forbidden=ZERO1.forbidden, forbidden_methods=ZERO1.forbidden_methods,
     rule="this exercise asks for reduce-scatter / update / all-gather, and your code all-reduces instead",
-    after="That is the end of the exercises: `dpteach progress` shows where you stand.",
 )
