@@ -5,7 +5,7 @@ import tempfile
 import pytest
 
 # What every test not marked ``gpu`` or ``multigpu`` runs with, so that its result does not depend on
-# the machine: the course's own GPU count is capped at zero (``dpteach.backend.visible_gpus``), and
+# the machine: the course's own GPU count is capped at zero (``dpteach.ranks.backend.visible_gpus``), and
 # the processes a test starts - ranks, torchrun, notebook kernels - see no GPU at all. A test of
 # placement that simulates GPUs sets its own count (tests/test_placement.py).
 CPU_ONLY = {"DPTEACH_GPUS": "0", "CUDA_VISIBLE_DEVICES": ""}

@@ -22,10 +22,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.run import RESULTS, machine  # noqa: E402
-from dpteach.backend import cores_available  # noqa: E402
-from dpteach.data import global_batches, loss_fn, make_dataset, sample_batch  # noqa: E402
+from dpteach.ranks.backend import cores_available  # noqa: E402
+from dpteach.replica.data import global_batches, loss_fn, make_dataset, sample_batch  # noqa: E402
 from dpteach.experiments import compare_strategies  # noqa: E402
-from dpteach.models import DEFAULT_LR, build_model  # noqa: E402
+from dpteach.replica.models import DEFAULT_LR, build_model  # noqa: E402
 
 MODEL, BATCH, STEPS, ROUNDS = "transformer", 32, 20, 3
 

@@ -4,7 +4,7 @@ The pieces, bottom to top (see the README's map):
 
 * :func:`launch` runs a function on W real ranks (gloo on CPU, NCCL on GPUs, or joins ``torchrun``);
 * :mod:`dpteach.collectives` builds all-reduce from send/recv, step by step;
-* :mod:`dpteach.costmodel` predicts collective times with the alpha-beta model.
+* :mod:`dpteach.network.costmodel` predicts collective times with the alpha-beta model.
 """
 import importlib
 
@@ -13,9 +13,10 @@ __version__ = "0.1.0"
 # name -> the module that defines it. Imported on first use, so that ``dpteach --help`` and the
 # quiz do not pay for importing torch.
 _EXPORTS = {
-    "launch": "launcher", "RankError": "launcher",
-    "World": "world", "resolve_world": "world", "default_world_size": "world", "under_torchrun": "torchrun", "device": "context", "report_progress": "context",
-    "rank": "context", "world_size": "context",
+    "launch": "ranks.launcher", "RankError": "ranks.launcher",
+    "World": "ranks.world", "resolve_world": "ranks.world", "default_world_size": "ranks.world",
+    "under_torchrun": "ranks.torchrun", "device": "ranks.context", "report_progress": "ranks.context",
+    "rank": "ranks.context", "world_size": "ranks.context",
 }
 __all__ = list(_EXPORTS)
 

@@ -40,7 +40,7 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     selected = next((a for a in argv if not a.startswith("-")), "")
     args = build_parser(selected).parse_args(argv)
-    from .torchrun import in_torchrun_world, leave_torchrun_world, mark_failed
+    from .ranks.torchrun import in_torchrun_world, leave_torchrun_world, mark_failed
     code = 1  # until the command returns: an exception anywhere below is a failure
     try:
         code = int(args._run(args) or 0)

@@ -80,7 +80,7 @@ def choices(name: str, values, allowed, at_least: int = 1) -> list:
 
 
 def ranks(world, low: int, why: str) -> None:
-    """Refuse a world (``dpteach.world.World``) of fewer than ``low`` ranks, saying ``why`` it needs them
+    """Refuse a world (``dpteach.ranks.world.World``) of fewer than ``low`` ranks, saying ``why`` it needs them
     (a world of emulated peers counts the ranks it stands for)."""
     size = getattr(world, "timed_size", world.size)
     if size < low:

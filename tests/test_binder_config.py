@@ -56,7 +56,7 @@ def test_binder_scripts_are_executable_bash():
 
 def test_start_sets_binders_defaults_and_runs_the_command_it_is_given():
     env = {k: v for k, v in os.environ.items() if k not in ("DPTEACH_WORLD_SIZE", "OMP_NUM_THREADS")}
-    script = "import os, dpteach.world as w; print(os.environ['OMP_NUM_THREADS'], w.default_world_size())"
+    script = "import os, dpteach.ranks.world as w; print(os.environ['OMP_NUM_THREADS'], w.default_world_size())"
     out = subprocess.run([os.path.join(BINDER, "start"), sys.executable, "-c", script], env=env,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from dpteach.buckets import MB, Bucket, assign_buckets, build_buckets
-from dpteach.models import build_model
+from dpteach.replica.buckets import MB, Bucket, assign_buckets, build_buckets
+from dpteach.replica.models import build_model
 from dpteach.sync.compressed import dequantize_int8, quantize_int8
 
 

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from dpteach.experiments.bench import parse_size
-from dpteach.costmodel import fit_alpha_beta
+from dpteach.network.costmodel import fit_alpha_beta
 
 CLI = [sys.executable, "-m", "dpteach.cli"]
 

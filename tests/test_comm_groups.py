@@ -6,7 +6,7 @@ import torch
 import torch.distributed as dist
 
 import dpteach
-from dpteach.comm import Comm
+from dpteach.network.comm import Comm
 
 STRATEGIES = ["naive", "bucketed", "overlap", "deterministic", "zero1", "zero2", "zero3", "ddp", "fsdp"]
 
@@ -58,12 +58,12 @@ def test_a_comm_on_a_group_reduces_counts_and_numbers_ranks_within_it():
 
 
 def _one_step_per_strategy_on_a_group(names):
-    from dpteach import context
-    from dpteach.data import loss_fn, make_dataset, sample_batch
-    from dpteach.models import build_model
-    from dpteach.replica import flat_weights
+    from dpteach.ranks import context
+    from dpteach.replica.data import loss_fn, make_dataset, sample_batch
+    from dpteach.replica.models import build_model
+    from dpteach.replica.build import flat_weights
     from dpteach.sync import make_strategy
-    from dpteach.timeline import Timeline
+    from dpteach.replica.timeline import Timeline
     mesh = _mesh()
     members = dist.get_process_group_ranks(mesh["shard"].get_group())
     batch = {r: sample_batch(make_dataset("mlp", 8, seed=r), range(8)) for r in members}

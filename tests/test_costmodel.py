@@ -1,10 +1,10 @@
-"""Tests for dpteach.costmodel: formulas at hand-computed points, fitting, crossover, choice."""
+"""Tests for dpteach.network.costmodel: formulas at hand-computed points, fitting, crossover, choice."""
 import math
 
 import numpy as np
 import pytest
 
-from dpteach import costmodel
+from dpteach.network import costmodel
 from dpteach.network import Link
 
 LINK = Link("test", alpha_s=1e-5, beta_s_per_byte=1e-9)          # 10 us per message, 1 GB/s

@@ -140,3 +140,37 @@ def test_experiments_stand_on_two_floors_and_no_lesson_imports_another():
             assert not used & lessons - {module}, (module, used & lessons)
         for below in used - {"__init__"}:
             assert not imports[below] - {"__init__"}, f"{module} -> {below} -> {imports[below]}: a third floor"
+
+
+def _module_map() -> dict:
+    """The README's module map: first column (the paths, in backticks) -> the row's text."""
+    rows = {}
+    text = README
+    table = text[text.index("| module | read it for |"):]
+    for line in table.splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        first, rest = line.split("|")[1:3]
+        for path in re.findall(r"`([^`]+)`", first):
+            rows[path] = rest
+    return rows
+
+
+def test_the_readme_module_map_names_every_file_of_the_package():
+    """A new module must be placed on the map: by its own row, or named in its folder's row."""
+    rows = _module_map()
+    for path in rows:
+        assert (REPO / path).exists(), f"the README's module map names {path}, which does not exist"
+    package = REPO / "dpteach"
+    missing = []
+    for file in sorted(package.rglob("*.py")):
+        relative = file.relative_to(REPO).as_posix()
+        if file.name == "__init__.py" and file.parent != package or relative in rows:
+            continue
+        folder = next((p for p in rows if p.endswith("/") and relative.startswith(p)), None)
+        inside = file.relative_to(REPO / folder).as_posix() if folder else None
+        if folder is None or not re.search(rf"`{re.escape(inside)}`|`{re.escape(inside[:-3])}`|"
+                                           rf"`{re.escape(file.parent.relative_to(REPO / folder).as_posix())}/`",
+                                           rows[folder]):
+            missing.append(relative)
+    assert not missing, f"not on the README's module map: {missing}"

@@ -9,14 +9,14 @@ import torch
 import torch.distributed as dist
 
 import dpteach
-from dpteach import context
-from dpteach.comm import Comm
-from dpteach.costmodel import busbw_factor
+from dpteach.ranks import context
+from dpteach.network.comm import Comm
+from dpteach.network.costmodel import busbw_factor
 from dpteach.experiments import (compare_strategies, compression_tradeoff, gradient_equivalence, overlap_timeline,
                                  sharding_memory, sharding_timeline)
-from dpteach.costmodel import collective_time
+from dpteach.network.costmodel import collective_time
 from dpteach.network import Link
-from dpteach.world import resolve_world
+from dpteach.ranks.world import resolve_world
 
 CPU = {"backend": "gloo", "device": "cpu"}
 LINK = Link("test link", alpha_s=2e-3, beta_s_per_byte=2e-9)  # slow enough that the link sets every time
@@ -87,7 +87,7 @@ def test_an_emulated_run_times_and_counts_the_world_it_stands_for(emulated_run):
     assert (result["world_size"], result["real_ranks"], result["peers"]) == (4, 1, "emulated")
     assert result["peers_note"].startswith("1 CPU rank + 3 emulated peers") and result["reference_losses"] is None
     rows = {r["strategy"]: r for r in result["rows"]}
-    grad_bytes = 4 * sum(p.numel() for p in torch.nn.Module.parameters(__import__("dpteach").models.MLP()))
+    grad_bytes = 4 * sum(p.numel() for p in torch.nn.Module.parameters(__import__("dpteach.replica.models").replica.models.MLP()))
     for name in ("naive", "bucketed", "overlap", "ddp"):
         assert rows[name]["bytes_per_step"] == pytest.approx(grad_bytes * busbw_factor(4), rel=1e-3), name
         assert rows[name]["max_abs_diff_vs_single"] is None  # no exactness claimed from one rank

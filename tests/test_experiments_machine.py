@@ -1,7 +1,7 @@
 """Lesson 00's experiment: the machine description and the all-reduce sweep with its alpha-beta fit."""
 import pytest
 
-from dpteach.backend import choose_placement
+from dpteach.ranks.backend import choose_placement
 from dpteach.experiments import machine_profile
 from dpteach.experiments.machine import describe_machine, measured
 

@@ -2,8 +2,8 @@
 import pytest
 
 from dpteach.experiments import overlap_timeline
-from dpteach.accounting import step_structure, typical_step
-from dpteach.reference import SGD_TOLERANCE
+from dpteach.training.accounting import step_structure, typical_step
+from dpteach.training.reference import SGD_TOLERANCE
 
 
 @pytest.fixture(scope="module")

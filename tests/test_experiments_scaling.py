@@ -1,7 +1,7 @@
 """Lesson 09: the scaling sweep on real ranks, and the simulator's arithmetic."""
 import pytest
 
-from dpteach import scaling
+from dpteach.network import scaling
 from dpteach.network import PRESETS, Link
 from dpteach.experiments import scaling_simulation, scaling_sweep
 

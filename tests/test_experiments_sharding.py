@@ -79,7 +79,7 @@ def test_parameter_sharding_runs_the_transformer_exactly(strategy):
     train the transformer to single-process training's weights, and gather every unit in both passes."""
     from dpteach.experiments import compare_strategies
     from dpteach.sync.sharding import parameter_units
-    from dpteach.models import build_model
+    from dpteach.replica.models import build_model
     result = compare_strategies(2, model="transformer", steps=3, batch_per_rank=4, optimizer="adam",
                                 strategies=("ddp", strategy), **CPU)
     row = next(r for r in result["rows"] if r["strategy"] == strategy)

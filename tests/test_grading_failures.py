@@ -202,7 +202,7 @@ def test_an_error_raised_after_a_peers_watchdog_fired_is_its_echo_and_the_row_sa
     # A deadlock: rank 0's watchdog fires first; rank 1's receive then fails ("connection reset by peer")
     # before its own watchdog fires. That exception is a consequence of the hang, not the learner's bug.
     from dpteach.grading.rank import WATCHDOG_EXIT_CODE
-    from dpteach.launcher import RankError
+    from dpteach.ranks.launcher import RankError
     echo = {"rank": 1, "outcome": "error", "at": 100.25, "message": "RuntimeError: Connection reset by peer"}
     timeout = {"event": "timeout", "rank": 0, "at": 100.2}
     died = RankError(0, f"exited with code {WATCHDOG_EXIT_CODE}", exit_code=WATCHDOG_EXIT_CODE)
@@ -232,7 +232,7 @@ def test_when_every_rank_reports_an_error_the_first_is_the_cause_and_the_others_
 
 def test_a_world_that_broke_outside_any_code_under_test_is_retried_and_anything_else_is_not():
     from dpteach.grading.runner import _failed_outside_any_code_under_test as infrastructure
-    from dpteach.launcher import RankError
+    from dpteach.ranks.launcher import RankError
     joining = RankError(1, "raised RuntimeError: Gloo connectFullMesh failed", exit_code=1, exc_type="RuntimeError")
     assert infrastructure(joining, {}, None)
     # ... but not when the learner's code raised, a watchdog fired, or a rank died without an exception

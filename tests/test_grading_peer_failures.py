@@ -12,7 +12,7 @@ from dpteach.grading import get_exercise, grade_sources
 from dpteach.grading.rank import WATCHDOG_EXIT_CODE
 from dpteach.grading.report import CheckResult
 from dpteach.grading.runner import _blame
-from dpteach.launcher import RankError
+from dpteach.ranks.launcher import RankError
 from learners.overlap import RANK_FOR_WORLD
 from learners.zero2 import PADDED
 from test_grading_failures import live_ranks_started_by_us

@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 
 import dpteach
-from dpteach.backend import Placement, backend_for
+from dpteach.ranks.backend import Placement, backend_for
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -272,7 +272,7 @@ def test_bad_arguments_are_refused_before_anything_starts(kwargs, fragment):
     before = set(os.listdir("/proc"))
     with pytest.raises(ValueError, match=fragment.replace("(", r"\(")):
         dpteach.launch(_sum_of_ranks, **kwargs)
-    started = [p for p in set(os.listdir("/proc")) - before if p.isdigit() and "_worker" in _cmdline(p)]
+    started = [p for p in set(os.listdir("/proc")) - before if p.isdigit() and "dpteach.ranks.worker" in _cmdline(p)]
     assert not started
 
 
@@ -414,7 +414,7 @@ def test_more_ranks_than_cores_share_them_all():
 
 
 def _clock_origins_after_queued_gpu_work():
-    from dpteach.timeline import Timeline, start_together
+    from dpteach.replica.timeline import Timeline, start_together
     if dist.get_rank() == 0:
         torch.cuda._sleep(2_000_000_000)  # about a second of GPU cycles, queued and not yet run
     timeline = Timeline(dpteach.device())

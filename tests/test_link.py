@@ -8,8 +8,8 @@ import torch
 import torch.distributed as dist
 
 import dpteach
-from dpteach.comm import Comm
-from dpteach.costmodel import collective_time
+from dpteach.network.comm import Comm
+from dpteach.network.costmodel import collective_time
 from dpteach.network import PRESETS, Link, resolve_link
 
 CPU = {"backend": "gloo", "device": "cpu"}

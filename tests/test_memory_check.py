@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dpteach.memory import MIB, RANK_MIB, check_memory_for_ranks, free_memory
+from dpteach.ranks.memory import MIB, RANK_MIB, check_memory_for_ranks, free_memory
 
 
 def _fake(tmp_path, cgroup_line, files, meminfo_mib=16384):

@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from dpteach.data import (ShardedSampler, epoch_permutation, global_batches, loss_fn, make_dataset,
+from dpteach.replica.data import (ShardedSampler, epoch_permutation, global_batches, loss_fn, make_dataset,
                           rank_microbatches, sample_batch)
-from dpteach.models import DEFAULT_BUCKET_MB, DEFAULT_LR, MODELS, NUM_CLASSES, SEQ_LEN, SPECS, VOCAB, build_model, \
+from dpteach.replica.models import DEFAULT_BUCKET_MB, DEFAULT_LR, MODELS, NUM_CLASSES, SEQ_LEN, SPECS, VOCAB, build_model, \
     default_batch_per_rank, model_names, parameter_bytes, parameter_count
 
 NAMES = model_names("cpu")  # the laptop models: every test below runs them whole on the CPU

@@ -86,5 +86,5 @@ def test_no_module_imports_a_module_listed_above_it():
 
 def test_the_check_sees_imports_inside_functions_too():
     # launcher imports the world at module level; doctor imports experiments inside a function
-    assert "dpteach.world" in imports_of("dpteach.launcher")
+    assert "dpteach.ranks.world" in imports_of("dpteach.ranks.launcher")
     assert "dpteach.experiments.machine" in imports_of("dpteach.commands.doctor")

@@ -16,17 +16,17 @@ import torch
 import torch.distributed as dist
 
 import dpteach
-import dpteach.launcher
-import dpteach.sizing
-import dpteach.world
+import dpteach.ranks.launcher
+import dpteach.replica.sizing
+import dpteach.ranks.world
 from dpteach import experiments as ex
-from dpteach.backend import Placement, choose_placement, cores_available, visible_gpus
+from dpteach.ranks.backend import Placement, choose_placement, cores_available, visible_gpus
 from dpteach.experiments.bench import allreduce_benchmark
-from dpteach.world import World, default_world_size, resolve_world
-from dpteach.torchrun import agree_on_placement, check_joined_world, decide_placement, propose_placement
-from dpteach.models import SPECS
-from dpteach.sizing import GpuCapacity
-from dpteach.train import TrainConfig
+from dpteach.ranks.world import World, default_world_size, resolve_world
+from dpteach.ranks.torchrun import agree_on_placement, check_joined_world, decide_placement, propose_placement
+from dpteach.replica.models import SPECS
+from dpteach.replica.sizing import GpuCapacity
+from dpteach.training.train import TrainConfig
 
 GPU_COUNTS = (0, 1, 2, 4, 8)
 
@@ -63,19 +63,19 @@ class RecordingRanks:
         raise Recorded(self.world_size, self.placement, self.env, self.payload, self.emulated_size)
 
 
-# What dpteach.sizing measures of a GPU, here given for an H200 (141 GiB; its fp32 matmul rate, TF32 off, is
+# What dpteach.replica.sizing measures of a GPU, here given for an H200 (141 GiB; its fp32 matmul rate, TF32 off, is
 # about 50 TFLOP/s): the model choice is the code's, its inputs are the machine's.
 H200 = GpuCapacity("NVIDIA H200 (simulated)", 140 * 2**30, 141 * 2**30, 50.0)
 
 
 @pytest.fixture
 def machine(monkeypatch):
-    """``machine(gpus)`` makes torch report that many GPUs (and NCCL), each like an H200 to ``dpteach.sizing``;
+    """``machine(gpus)`` makes torch report that many GPUs (and NCCL), each like an H200 to ``dpteach.replica.sizing``;
     launches are recorded, not started."""
     monkeypatch.delenv("DPTEACH_GPUS", raising=False)
-    monkeypatch.setattr(dpteach.launcher, "_Ranks", RecordingRanks)
-    monkeypatch.setattr(dpteach.launcher, "check_memory_for_ranks", lambda world_size: None)
-    monkeypatch.setattr(dpteach.sizing, "measure_gpu", lambda index=0: H200)
+    monkeypatch.setattr(dpteach.ranks.launcher, "RankProcesses", RecordingRanks)
+    monkeypatch.setattr(dpteach.ranks.launcher, "check_memory_for_ranks", lambda world_size: None)
+    monkeypatch.setattr(dpteach.replica.sizing, "measure_gpu", lambda index=0: H200)
 
     def simulate(gpus):
         monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
@@ -337,8 +337,8 @@ def test_deterministic_kernels_are_asked_for_on_a_gpu_and_the_setting_is_put_bac
 
 
 def test_the_reference_trains_on_the_ranks_kind_of_device_with_tf32_off_only_inside():
-    from dpteach.backend import plain_fp32
-    from dpteach.reference import reference_device
+    from dpteach.ranks.backend import plain_fp32
+    from dpteach.training.reference import reference_device
     assert reference_device(Placement("nccl", "cuda", 8)) == "cuda:0"
     assert reference_device(Placement("gloo", "cuda", 1)) == "cuda:0"
     assert reference_device(Placement("gloo", "cpu", 0)) == "cpu"
@@ -401,8 +401,8 @@ def test_each_experiment_resolves_its_world_once_and_takes_one_resolved_before(m
     whole to launch; and a World resolved by the caller is used as it is, not resolved again."""
     machine(2)
     calls = []
-    choose = dpteach.world.choose_placement
-    monkeypatch.setattr(dpteach.world, "choose_placement", lambda *a, **k: calls.append(a) or choose(*a, **k))
+    choose = dpteach.ranks.world.choose_placement
+    monkeypatch.setattr(dpteach.ranks.world, "choose_placement", lambda *a, **k: calls.append(a) or choose(*a, **k))
     size = 3 if name == "async_staleness" else 2
     recorded(lambda: EXPERIMENTS[name](size))
     assert len(calls) == 1, f"{name} resolved its world {len(calls)} times"
@@ -427,7 +427,7 @@ def test_the_lesson_controls_start_where_this_machine_shows_the_lesson(machine, 
     with no GPU, on real ranks and the lesson's own link; the model dropdown offers the GPU-sized models only
     where there is a GPU, and starts on auto everywhere."""
     import ipywidgets as widgets
-    from dpteach.models import model_names
+    from dpteach.replica.models import model_names
     from dpteach.widgets.controls import model_control, peers_control
     from dpteach.widgets.link import link_control
     machine(gpus)

@@ -1,4 +1,4 @@
-"""Mixed precision (dpteach/precision.py) held to PyTorch itself: the loss scaler against
+"""Mixed precision (dpteach/replica/precision.py) held to PyTorch itself: the loss scaler against
 ``torch.amp.GradScaler``, DDP's 16-bit gradients against torch's own compression hooks, and on real
 gloo ranks the properties lesson 12 shows (every rank skips the same steps; clipping scaled
 gradients goes wrong)."""
@@ -12,9 +12,9 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.nn.utils import parameters_to_vector
 
 import dpteach
-from dpteach.models import build_model
-from dpteach.precision import LossScaler, saved_for_backward
-from dpteach.train import TrainConfig, train_each_on_rank
+from dpteach.replica.models import build_model
+from dpteach.replica.precision import LossScaler, saved_for_backward
+from dpteach.training.train import TrainConfig, train_each_on_rank
 
 
 def _fp16_steps(model, data, optimizer, scaler_step, steps):
@@ -105,7 +105,7 @@ def _ddp_with_torch_hook(model_name, hook, steps, batch):
 
 def _ddp_with_course_hook(model_name, grad_comm, steps, batch):
     from dpteach.sync import make_strategy
-    from dpteach.timeline import Timeline
+    from dpteach.replica.timeline import Timeline
     model = build_model(model_name, seed=0)
     for p in model.parameters():
         dist.broadcast(p.data, src=0)

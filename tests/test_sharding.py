@@ -5,10 +5,10 @@ from dataclasses import replace
 import pytest
 
 import dpteach
-from dpteach.models import build_model
-from dpteach.reference import SGD_TOLERANCE, exact_tolerance, train_single_process
+from dpteach.replica.models import build_model
+from dpteach.training.reference import SGD_TOLERANCE, exact_tolerance, train_single_process
 from dpteach.sync import SHARDED  # zero1, zero2, zero3, fsdp
-from dpteach.train import TrainConfig, train_each_on_rank
+from dpteach.training.train import TrainConfig, train_each_on_rank
 
 STEPS = 4
 

@@ -3,12 +3,12 @@ and the panel's time budget, with the reason said. The GPU's measurements are gi
 without a GPU cannot take them); the decisions are the code's."""
 import pytest
 
-from dpteach import sizing
-from dpteach.backend import Placement
+from dpteach.replica import sizing
+from dpteach.ranks.backend import Placement
 from dpteach.network import PRESETS
-from dpteach.models import SPECS, parameter_count
-from dpteach.sizing import GpuCapacity, RunLoad, choose_model
-from dpteach.world import World
+from dpteach.replica.models import SPECS, parameter_count
+from dpteach.replica.sizing import GpuCapacity, RunLoad, choose_model
+from dpteach.ranks.world import World
 
 CPU_WORLD = World(2, Placement("gloo", "cpu", 0))
 GPU_WORLD = World(2, Placement("nccl", "cuda", 2))
@@ -79,7 +79,7 @@ def test_estimates_follow_the_models_arithmetic():
 
 
 def test_every_panel_says_which_model_ran_and_why():
-    from dpteach.sizing import ModelChoice
+    from dpteach.replica.sizing import ModelChoice
     from dpteach.widgets.panel import run_notes
     choice = ModelChoice("transformer-110m", parameter_count("transformer-110m"), 8, "the largest that fits")
     notes = run_notes({"model_choice": choice.as_dict(), "peers_note": "1 GPU + 7 emulated peers: timings emulate W=8",

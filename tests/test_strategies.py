@@ -10,11 +10,11 @@ import torch.distributed as dist
 
 import dpteach
 from dpteach.experiments.compare import compare_strategies
-from dpteach.models import build_model
+from dpteach.replica.models import build_model
 from dpteach.sync import REPLICATED as EXACT  # the sharded ones: tests/test_sharding.py
-from dpteach.reference import train_single_process
-from dpteach.reference import SGD_TOLERANCE, exact_tolerance
-from dpteach.train import TrainConfig, train_each_on_rank
+from dpteach.training.reference import train_single_process
+from dpteach.training.reference import SGD_TOLERANCE, exact_tolerance
+from dpteach.training.train import TrainConfig, train_each_on_rank
 
 STEPS = 4
 
@@ -279,10 +279,10 @@ def _hooks_on(model) -> list:
 
 
 def _each_strategy_in_turn_on_one_model(names, model_name):
-    from dpteach import context
-    from dpteach.data import loss_fn, make_dataset, sample_batch
+    from dpteach.ranks import context
+    from dpteach.replica.data import loss_fn, make_dataset, sample_batch
     from dpteach.sync import make_strategy
-    from dpteach.timeline import Timeline
+    from dpteach.replica.timeline import Timeline
     model = build_model(model_name, seed=0)
     x, y = sample_batch(make_dataset(model_name, 8, seed=dist.get_rank()), range(8))
     left = {}

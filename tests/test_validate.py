@@ -4,7 +4,7 @@ import math
 import pytest
 
 from dpteach import validate
-from dpteach.world import resolve_world
+from dpteach.ranks.world import resolve_world
 
 
 @pytest.mark.parametrize("value", [True, 1.0, "3", None, 0, 17])

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 import torch
 import torch.distributed as dist
 
-from ..backend import backend_for
+from ..ranks.backend import backend_for
 
 OPS = ("sum", "avg")
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64,

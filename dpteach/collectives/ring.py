@@ -30,7 +30,7 @@ Now every rank holds 0*, 1*, 2*. Cost: each rank sent 2(W-1) messages of n/W ele
 transfers can send less per rank, so the ring is bandwidth-optimal (Patarasuk & Yuan, 2009); the
 same factor is why nccl-tests reports "bus bandwidth" = algbw x 2(W-1)/W, whatever the algorithm
 (its doc/PERFORMANCE.md). The ring's weakness is latency: 2(W-1) sequential steps, which is why, in
-the alpha-beta model, small messages prefer a tree (see ``tree.py`` and ``dpteach.costmodel``).
+the alpha-beta model, small messages prefer a tree (see ``tree.py`` and ``dpteach.network.costmodel``).
 
 ``pieces`` splits each step's chunk further so that adding piece i overlaps with receiving piece
 i+1 - the same pipelining NCCL does with its slices.

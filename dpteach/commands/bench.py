@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import json
 
-from .. import context
-from ..costmodel import busbw_factor
+from ..ranks import context
+from ..network.costmodel import busbw_factor
 from ..experiments.bench import ALGORITHMS, allreduce_benchmark, parse_size
 
 

@@ -7,7 +7,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from ..backend import visible_gpus
+from ..ranks.backend import visible_gpus
 
 
 def add_arguments(parser) -> None:
@@ -22,7 +22,7 @@ def add_arguments(parser) -> None:
 
 def _smoke(n: int) -> dict:
     """Each rank contributes rank+1; the built-in and the ring all-reduce must both give W(W+1)/2."""
-    from .. import context
+    from ..ranks import context
     from ..collectives import ring_all_reduce
     world = dist.get_world_size()
     expected = world * (world + 1) / 2
@@ -39,11 +39,11 @@ def _smoke(n: int) -> dict:
 def machine_report(world_size: int = 2, smoke: bool = True) -> dict:
     """Lesson 00's description of this machine, and the smoke test run in the world it names."""
     from ..experiments.machine import describe_machine
-    from ..world import resolve_world
+    from ..ranks.world import resolve_world
     world = resolve_world(world_size)
     report = describe_machine(world)
     if smoke:
-        from ..launcher import launch
+        from ..ranks.launcher import launch
         start = time.perf_counter()
         results = launch(_smoke, world, args=(1024,), timeout=120, show_output=False)
         report["smoke"] = {"ok": all(r[a]["ok"] for r in results for a in r),

@@ -44,8 +44,8 @@ from contextlib import contextmanager
 import torch
 import torch.distributed as dist
 
-from .. import context
-from ..backend import SHARED_GPU_SWITCH, visible_gpus
+from ..ranks import context
+from ..ranks.backend import SHARED_GPU_SWITCH, visible_gpus
 
 from .gpucheck_verdict import (EMULATED_W, EXACT_TOLERANCE, FULL, all_checks,  # noqa: F401 (re-exported)
                                training_tables)
@@ -110,7 +110,7 @@ def _fail_on_one_rank() -> None:
 
 def _failure_comes_home(world, timeout: float = 60.0) -> dict:
     """Launch :func:`_fail_on_one_rank`; report which rank the launcher blamed, for what, and how fast."""
-    from ..launcher import RankError, launch
+    from ..ranks.launcher import RankError, launch
     start = time.perf_counter()
     try:
         launch(_fail_on_one_rank, world, timeout=timeout, show_output=False)
@@ -140,8 +140,8 @@ def _nccl_sharing_gpus(on: bool):
 
 
 def _check_world(label, backend, ranks, sizes, scope, device, steps) -> dict:
-    from ..launcher import launch
-    from ..world import resolve_world
+    from ..ranks.launcher import launch
+    from ..ranks.world import resolve_world
     from ..experiments.bench import allreduce_benchmark
     from ..experiments.compare import compare_strategies
     from ..experiments.determinism import bitwise_reproducibility
@@ -191,7 +191,7 @@ def _precisions(result: dict) -> dict:
 
 def _emulated_peers(backend: str, device: str) -> dict:
     """``naive`` and ``overlap`` with one real rank standing for 8, on a link slow enough to set every time."""
-    from ..world import resolve_world
+    from ..ranks.world import resolve_world
     from ..experiments.compare import compare_strategies
     world = resolve_world(EMULATED_W, backend, device, peers="emulated", emulated_peers_ok=True)
     result = compare_strategies(world, model="mlp", steps=6, link=EMULATED_LINK, strategies=("local", "naive", "overlap"))

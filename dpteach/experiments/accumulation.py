@@ -28,16 +28,18 @@ import torch
 import torch.distributed as dist
 from torch.nn.utils import parameters_to_vector
 
-from .. import context, validate
-from ..accounting import summarise_run, typical_step
-from ..data import global_batches, loss_fn, make_dataset, rank_microbatches, sample_batch
-from ..launcher import launch
-from ..network import resolve_link
-from ..models import SPECS, build_model
-from ..reference import exact_tolerance, reference_device, train_single_process
-from ..sizing import RunLoad, check_model, choose_model, run_facts
-from ..train import TrainConfig, train_each_on_rank
-from ..world import World, resolve_world
+from .. import validate
+
+from ..ranks import context
+from ..training.accounting import summarise_run, typical_step
+from ..replica.data import global_batches, loss_fn, make_dataset, rank_microbatches, sample_batch
+from ..ranks.launcher import launch
+from ..network.link import resolve_link
+from ..replica.models import SPECS, build_model
+from ..training.reference import exact_tolerance, reference_device, train_single_process
+from ..replica.sizing import RunLoad, check_model, choose_model, run_facts
+from ..training.train import TrainConfig, train_each_on_rank
+from ..ranks.world import World, resolve_world
 
 # Two float32 gradients computed in different summation orders agree to about 1e-7 relative per
 # addition; over a few hundred samples a relative 1e-5 of the largest entry leaves ample room while
@@ -130,12 +132,12 @@ def accumulation_sweep(world_size: int | World | None = None, accum_steps_list=(
                        device: str = "auto", timeout: float = 600.0, peers: str | None = None) -> dict:
     """Train with each K in ``accum_steps_list``; measure communication, time and equivalence; show the bugs.
 
-    ``link``: an emulated network for the training runs' collectives (``dpteach.link``); the two bug
+    ``link``: an emulated network for the training runs' collectives (``dpteach.network.emulated``); the two bug
     demonstrations count bytes and calls, which no link changes, and run without one, on the laptop model
     (the MLP when a GPU-sized model trains: they are about correctness, not speed).
-    ``model="auto"``: the MLP on CPU ranks, a GPU-sized transformer on GPU ranks (``dpteach.sizing``);
+    ``model="auto"``: the MLP on CPU ranks, a GPU-sized transformer on GPU ranks (``dpteach.replica.sizing``);
     ``batch_per_rank=None``: 16 for a laptop model, the model's own for a GPU-sized one.
-    ``peers="emulated"``: one real rank, its exchange timed as among ``world_size`` (``dpteach.world``);
+    ``peers="emulated"``: one real rank, its exchange timed as among ``world_size`` (``dpteach.ranks.world``);
     equivalence is then not shown and the bug demonstrations, which need real ranks, do not run (None).
 
     Returns ``{"world_size", "backend", "device", "model", "model_choice", "peers", "strategy", "link",

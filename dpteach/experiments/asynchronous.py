@@ -32,15 +32,17 @@ import torch
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from .. import context, validate
-from ..data import loss_fn, make_dataset
-from ..launcher import launch
-from ..models import build_model
-from ..train import TrainConfig, train_on_rank
-from ..world import World, resolve_world
+from .. import validate
+
+from ..ranks import context
+from ..replica.data import loss_fn, make_dataset
+from ..ranks.launcher import launch
+from ..replica.models import build_model
+from ..training.train import TrainConfig, train_on_rank
+from ..ranks.world import World, resolve_world
 
 EVAL_SAMPLES = 256
-EVAL_SEED_OFFSET = 1000  # a held-out sample of the same task (dpteach.data: the seed picks samples, not the task)
+EVAL_SEED_OFFSET = 1000  # a held-out sample of the same task (dpteach.replica.data: the seed picks samples, not the task)
 
 
 def _snapshot_recorder(snapshots: list):

@@ -30,9 +30,13 @@ import time
 import torch
 import torch.distributed as dist
 
-from .. import context, costmodel, validate
+from .. import validate
+
+from ..ranks import context
+
+from ..network import costmodel
 from ..collectives import ALL_REDUCE
-from ..world import World, resolve_world
+from ..ranks.world import World, resolve_world
 
 ALGORITHMS = ("builtin", "ring", "naive", "tree")
 _UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024**2, "MB": 1024**2,
@@ -135,7 +139,7 @@ def allreduce_benchmark(world_size: int | World | None = None, sizes=("4KiB", "1
     alpha and beta fitted (least squares) to the ring's times: the machine's latency and inverse
     bandwidth as the course's cost model sees them.
     """
-    from ..launcher import launch
+    from ..ranks.launcher import launch
     byte_sizes = [parse_size(s) if isinstance(s, str) else int(s) for s in sizes]
     algorithms = list(algorithms)
     check_config(byte_sizes, algorithms, iters, warmup, pieces)

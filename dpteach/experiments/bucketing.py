@@ -1,9 +1,9 @@
 """Lesson 03: one all-reduce per parameter, or one per bucket?
 
 Every all-reduce pays a fixed latency before its first byte moves: with the ring that is
-``2(W-1) alpha`` (``dpteach.costmodel``). ``naive`` sends each parameter tensor on its own and
+``2(W-1) alpha`` (``dpteach.network.costmodel``). ``naive`` sends each parameter tensor on its own and
 pays it once per tensor; ``bucketed`` packs the gradients into flat buffers of about
-``bucket_mb`` (the course's simple rule of ``dpteach/buckets.py``: reverse parameter order,
+``bucket_mb`` (the course's simple rule of ``dpteach/replica/buckets.py``: reverse parameter order,
 smaller first bucket, after Li et al., VLDB 2020; ``ddp_buckets.py`` shows what DDP itself does)
 and pays it once per bucket. The bytes on the wire are the same; only the number of
 messages changes - and so does the result, not at all.
@@ -21,15 +21,19 @@ from __future__ import annotations
 import statistics
 from dataclasses import replace
 
-from .. import context, costmodel, validate
-from ..buckets import assign_buckets
-from ..launcher import launch
-from ..network import resolve_link
-from ..accounting import link_report, step_costs
-from ..models import build_model, check_model_name
-from ..sizing import RunLoad, check_model, choose_model, run_facts
-from ..train import TrainConfig, train_interleaved_on_rank
-from ..world import World, resolve_world
+from .. import validate
+
+from ..ranks import context
+
+from ..network import costmodel
+from ..replica.buckets import assign_buckets
+from ..ranks.launcher import launch
+from ..network.link import resolve_link
+from ..training.accounting import link_report, step_costs
+from ..replica.models import build_model, check_model_name
+from ..replica.sizing import RunLoad, check_model, choose_model, run_facts
+from ..training.train import TrainConfig, train_interleaved_on_rank
+from ..ranks.world import World, resolve_world
 from .bench import link_on_rank
 
 DEFAULT_SIZES_MB = (0.01, 0.25, 1.0, 4.0, 32.0)
@@ -103,11 +107,11 @@ def bucket_size_sweep(world_size: int | World | None = 2, model: str = "auto", b
     ``strategies``: which bucketed strategies to sweep, ``bucketed`` (after backward) and/or ``overlap``
     (launched during backward: its step time shows both sides of the trade-off - many small buckets
     pay a latency each, one huge bucket cannot leave before backward ends). ``link``: an emulated
-    network (``dpteach.link``); the predictions then use its alpha and beta instead of this machine's.
-    ``model="auto"``: the transformer on CPU ranks, a GPU-sized one on GPU ranks (``dpteach.sizing``);
+    network (``dpteach.network.emulated``); the predictions then use its alpha and beta instead of this machine's.
+    ``model="auto"``: the transformer on CPU ranks, a GPU-sized one on GPU ranks (``dpteach.replica.sizing``);
     ``batch_per_rank=None``: 64 for a laptop model, the model's own for a GPU-sized one.
     ``peers="emulated"``: one real rank, its exchange timed on ``link`` as among ``world_size`` ranks
-    (``dpteach.world``); the results' exactness is then not shown (``max_abs_diff_vs_naive`` is None).
+    (``dpteach.ranks.world``); the results' exactness is then not shown (``max_abs_diff_vs_naive`` is None).
 
     Returns plain data::
 

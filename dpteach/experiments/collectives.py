@@ -21,12 +21,16 @@ import os
 import torch
 import torch.distributed as dist
 
-from .. import context, costmodel, validate
-from ..backend import backend_for
+from .. import validate
+
+from ..ranks import context
+
+from ..network import costmodel
+from ..ranks.backend import backend_for
 from ..collectives import ALL_REDUCE, chunk_bounds
-from ..launcher import launch
-from ..network import resolve_link
-from ..world import World, resolve_world
+from ..ranks.launcher import launch
+from ..network.link import resolve_link
+from ..ranks.world import World, resolve_world
 from .bench import allreduce_benchmark, parse_size
 
 TRACE_ALGORITHMS = tuple(ALL_REDUCE)  # ring, tree, naive

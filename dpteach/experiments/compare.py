@@ -5,7 +5,7 @@ batches), and compares the final weights with single-process training on the glo
 strategy's *exposed communication* is the time its ranks waited for communication, measured where
 they waited (for torch's DDP: from its last gradient to its last bucket's all-reduce); the rest of
 its step above ``local`` - the same per-rank work with no communication at all, measured in the same
-run - is overhead, by name (``dpteach/accounting.py``).
+run - is overhead, by name (``dpteach/training/accounting.py``).
 
 With ``link`` (a preset name of ``dpteach.network.PRESETS``, a ``Link`` or ``{"alpha_s",
 "beta_s_per_byte"}``) every synchronous strategy's collectives run on that emulated network; each
@@ -18,14 +18,14 @@ import statistics
 from dataclasses import replace
 
 from .. import validate
-from ..accounting import link_report, step_costs
-from ..launcher import launch
-from ..network import resolve_link
-from ..reference import exact_tolerance, reference_device, train_single_process
-from ..sizing import RunLoad, check_model, choose_model, run_facts
+from ..training.accounting import link_report, step_costs
+from ..ranks.launcher import launch
+from ..network.link import resolve_link
+from ..training.reference import exact_tolerance, reference_device, train_single_process
+from ..replica.sizing import RunLoad, check_model, choose_model, run_facts
 from ..sync import STRATEGIES, strategy_class
-from ..train import ALL_REDUCE_CHOICES, TrainConfig, train_each_on_rank, train_on_rank
-from ..world import World, resolve_world
+from ..training.train import ALL_REDUCE_CHOICES, TrainConfig, train_each_on_rank, train_on_rank
+from ..ranks.world import World, resolve_world
 
 DEFAULT_STRATEGIES = ("local", "naive", "bucketed", "overlap", "ddp", "int8", "int8_ef", "fp16", "async")
 
@@ -60,9 +60,9 @@ def compare_strategies(world_size: int | World | None = None, model: str = "auto
     in every strategy that takes them (naive and bucketed: ring or tree; zero1-3: the ring's
     reduce-scatter and all-gather); the others keep torch's, and each row says which ran (``"all_reduce"``).
 
-    ``model="auto"``: the MLP on CPU ranks, a GPU-sized transformer on GPU ranks (``dpteach.sizing``).
+    ``model="auto"``: the MLP on CPU ranks, a GPU-sized transformer on GPU ranks (``dpteach.replica.sizing``).
     ``peers="emulated"``: one real rank, its exchange timed on ``link`` as among ``world_size`` ranks
-    (``dpteach.world``); the rows then show no exactness (``max_abs_diff_vs_single`` is None), and the
+    (``dpteach.ranks.world``); the rows then show no exactness (``max_abs_diff_vs_single`` is None), and the
     strategies that cannot stand for W ranks (async, fsdp) are left out.
     """
     check_model(model)

@@ -27,21 +27,23 @@ import torch
 from torch.nn.utils import parameters_to_vector
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from .. import context, validate
-from ..accounting import link_report, step_costs
-from ..backend import plain_fp32
-from ..buckets import build_buckets
-from ..costmodel import busbw_factor
-from ..launcher import launch
-from ..network import resolve_link
-from ..rank_output import progress_bar
-from ..models import SPECS, build_model
-from ..reference import exact_tolerance, reference_device, train_single_process
-from ..sizing import RunLoad, check_model, choose_model, run_facts
+from .. import validate
+
+from ..ranks import context
+from ..training.accounting import link_report, step_costs
+from ..ranks.backend import plain_fp32
+from ..replica.buckets import build_buckets
+from ..network.costmodel import busbw_factor
+from ..ranks.launcher import launch
+from ..network.link import resolve_link
+from ..ranks.rank_output import progress_bar
+from ..replica.models import SPECS, build_model
+from ..training.reference import exact_tolerance, reference_device, train_single_process
+from ..replica.sizing import RunLoad, check_model, choose_model, run_facts
 from ..sync import make_strategy, strategy_class
-from ..timeline import Timeline
-from ..train import TrainConfig, train_interleaved_on_rank, train_on_rank
-from ..world import World, resolve_world
+from ..replica.timeline import Timeline
+from ..training.train import TrainConfig, train_interleaved_on_rank, train_on_rank
+from ..ranks.world import World, resolve_world
 
 COMPRESSED = ("bucketed", "fp16", "bf16", "int8", "int8_ef")
 CHUNK = 1024  # elements per int8 scale, as in dpteach/sync/compressed.py
@@ -103,7 +105,7 @@ def compression_tradeoff(world_size: int | World | None = None, model: str = "au
                          timeout: float = 600.0) -> dict:
     """Train each strategy; return bytes, drift per step, losses and the single-process reference's losses.
 
-    ``model="auto"``: the MLP on CPU ranks, a GPU-sized transformer on GPU ranks (``dpteach.sizing``);
+    ``model="auto"``: the MLP on CPU ranks, a GPU-sized transformer on GPU ranks (``dpteach.replica.sizing``);
     ``bucket_mb`` and ``batch_per_rank`` None: the model's cap; 32 per rank for a laptop model, the
     model's own for a GPU-sized one. The drift is measured against single-process training, so this
     experiment needs real ranks (``compression_on_links`` also runs with emulated peers).
@@ -171,7 +173,7 @@ def compression_on_links(world_size: int | World | None = None, model: str = "au
     The bytes a strategy saves are worth their time on the wire, which only a slow link makes large;
     encoding and decoding cost compute on every link. Loss per step does not depend on the link (the
     same arithmetic); time per step does. ``model="auto"``: the MLP on CPU ranks, a GPU-sized
-    transformer on GPU ranks; ``peers="emulated"``: one real rank timed as ``world_size`` (``dpteach.world``).
+    transformer on GPU ranks; ``peers="emulated"``: one real rank timed as ``world_size`` (``dpteach.ranks.world``).
     ``links=None``: 1 and 10 Gbit/s Ethernet on CPU ranks; 10 Gbit/s Ethernet and InfiniBand on GPU ranks,
     whose models' gradients are a hundred times larger (over 1 Gbit/s a step would take seconds).
     Returns ``{"world_size", "model", "model_choice", "peers", "links": [link dicts], "steps", "rows":
@@ -218,7 +220,7 @@ def half_precision_range(model: str = "mlp", world_sizes=(2, 64), samples: int =
     "format", "underflow", "subnormal"}]}`` (shares of the nonzero gradient values).
     """
     net = build_model(model, seed=seed, device=device)
-    from ..data import loss_fn, make_dataset, sample_batch
+    from ..replica.data import loss_fn, make_dataset, sample_batch
     samples = min(samples, SPECS[model].batch_per_rank or samples)  # a GPU-sized model: one rank's batch
     x, y = (t.to(device) for t in sample_batch(make_dataset(model, samples, seed=seed), range(samples)))
     with plain_fp32(device):

@@ -34,13 +34,15 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler
 
-from .. import context, validate
-from ..data import loss_fn, make_dataset, sample_batch
-from ..launcher import RankError, launch
-from ..models import build_model, check_model_name
-from ..replica import flat_weights, replica_spread
+from .. import validate
+
+from ..ranks import context
+from ..replica.data import loss_fn, make_dataset, sample_batch
+from ..ranks.launcher import RankError, launch
+from ..replica.models import build_model, check_model_name
+from ..replica.build import flat_weights, replica_spread
 from ..sync.ddp import wrap_ddp
-from ..world import World, resolve_world
+from ..ranks.world import World, resolve_world
 
 
 def _check_positive(**values) -> None:

@@ -1,6 +1,6 @@
 """Lesson 03: the buckets torch's DDP really builds, iteration by iteration, beside the course's rule.
 
-``dpteach/buckets.py`` keeps one simple rule (reverse parameter order, close a bucket once it
+``dpteach/replica/buckets.py`` keeps one simple rule (reverse parameter order, close a bucket once it
 reaches the cap, a smaller first cap). DDP today does more, and what it does depends on its options
 (torch 2.13, ``nn/parallel/distributed.py``: ``_BucketCapacityConfig``; C++ reducer
 ``torch/csrc/distributed/c10d/reducer.cpp``):
@@ -29,14 +29,16 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
-from .. import context, validate
-from ..accounting import profiled
-from ..buckets import MB, assign_buckets
-from ..data import loss_fn, make_dataset, sample_batch
-from ..launcher import launch
-from ..models import build_model, check_model_name
+from .. import validate
+
+from ..ranks import context
+from ..training.accounting import profiled
+from ..replica.buckets import MB, assign_buckets
+from ..replica.data import loss_fn, make_dataset, sample_batch
+from ..ranks.launcher import launch
+from ..replica.models import build_model, check_model_name
 from ..sync.ddp import wrap_ddp
-from ..world import World, resolve_world
+from ..ranks.world import World, resolve_world
 
 DEFAULT_CAP_MB = 25.0  # DDP's bucket_cap_mb default
 DEFAULT_FIRST_CAP_BYTES = getattr(dist, "_DEFAULT_FIRST_BUCKET_BYTES", 1024 * 1024)

@@ -30,14 +30,16 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from .. import context, validate
-from ..accounting import profiled
-from ..data import loss_fn, make_dataset, sample_batch
-from ..launcher import launch
-from ..models import NUM_CLASSES, build_model, check_model_name
-from ..replica import flat_weights, replica_spread
+from .. import validate
+
+from ..ranks import context
+from ..training.accounting import profiled
+from ..replica.data import loss_fn, make_dataset, sample_batch
+from ..ranks.launcher import launch
+from ..replica.models import NUM_CLASSES, build_model, check_model_name
+from ..replica.build import flat_weights, replica_spread
 from ..sync.ddp import wrap_ddp
-from ..world import World, resolve_world
+from ..ranks.world import World, resolve_world
 
 UNUSED_SETTINGS = ("default", "find_unused_parameters", "static_graph")
 

@@ -29,9 +29,11 @@ import time
 import torch
 import torch.distributed as dist
 
-from .. import context, validate
-from ..launcher import RankError, launch
-from ..world import World, resolve_world
+from .. import validate
+
+from ..ranks import context
+from ..ranks.launcher import RankError, launch
+from ..ranks.world import World, resolve_world
 
 DEBUG_LEVELS = ("OFF", "INFO", "DETAIL")
 

@@ -27,13 +27,13 @@ from dataclasses import replace
 import torch
 import torch.distributed as dist
 
-from .. import context
-from ..launcher import launch
-from ..reference import exact_tolerance, train_single_process
+from ..ranks import context
+from ..ranks.launcher import launch
+from ..training.reference import exact_tolerance, train_single_process
 from ..sync import EXACT
-from ..train import TrainConfig, train_on_rank
-from ..torchrun import under_torchrun
-from ..world import World, resolve_world
+from ..training.train import TrainConfig, train_on_rank
+from ..ranks.torchrun import under_torchrun
+from ..ranks.world import World, resolve_world
 
 REFERENCES = {"global batch": False, "fixed order": True}  # name -> fixed_order
 

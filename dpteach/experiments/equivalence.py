@@ -20,11 +20,13 @@ import torch
 import torch.distributed as dist
 from torch.nn.utils import parameters_to_vector
 
-from .. import context, validate
-from ..data import global_batches, loss_fn, make_dataset, rank_microbatches, sample_batch
-from ..launcher import launch
-from ..models import build_model, check_model_name
-from ..world import World, resolve_world
+from .. import validate
+
+from ..ranks import context
+from ..replica.data import global_batches, loss_fn, make_dataset, rank_microbatches, sample_batch
+from ..ranks.launcher import launch
+from ..replica.models import build_model, check_model_name
+from ..ranks.world import World, resolve_world
 
 # float32 sums in a different order agree to ~1e-7 relative; 1e-5 leaves room for deeper models.
 GRAD_REL_TOLERANCE = 1e-5

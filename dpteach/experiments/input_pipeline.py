@@ -40,13 +40,15 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset
 
-from .. import context, validate
-from ..data import ShardedSampler, loss_fn, make_dataset
-from ..launcher import launch
-from ..models import build_model
+from .. import validate
+
+from ..ranks import context
+from ..replica.data import ShardedSampler, loss_fn, make_dataset
+from ..ranks.launcher import launch
+from ..replica.models import build_model
 from ..sync import make_strategy
-from ..timeline import Timeline, start_together
-from ..world import World, resolve_world
+from ..replica.timeline import Timeline, start_together
+from ..ranks.world import World, resolve_world
 
 
 def standard_loader_configs(num_workers: int = 2, prefetch_factor: int = 2, thread_prefetch: int = 2) -> list[dict]:

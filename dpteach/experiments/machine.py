@@ -19,10 +19,12 @@ import platform
 
 import torch
 
-from .. import costmodel, validate
-from ..backend import gloo_available, nccl_available, visible_gpus
-from ..network import resolve_link
-from ..world import World, resolve_world
+from .. import validate
+
+from ..network import costmodel
+from ..ranks.backend import gloo_available, nccl_available, visible_gpus
+from ..network.link import resolve_link
+from ..ranks.world import World, resolve_world
 from .bench import allreduce_benchmark, parse_size
 
 DEFAULT_SIZES = ("4KiB", "32KiB", "256KiB", "1MiB", "4MiB")
@@ -51,7 +53,7 @@ def machine_profile(world_size: int | World = 2, sizes=DEFAULT_SIZES, iters: int
          "predicted_s": [ring time the fit predicts at each size]}
 
     The fit is a least-squares line through the ring's times, seen through the ring's formula
-    ``2(W-1) alpha + 2(W-1)/W n beta`` (``dpteach.costmodel``): alpha is per message, so it is
+    ``2(W-1) alpha + 2(W-1)/W n beta`` (``dpteach.network.costmodel``): alpha is per message, so it is
     comparable across world sizes and algorithms.
     """
     world = resolve_world(world_size, backend, device)

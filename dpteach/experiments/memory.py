@@ -7,7 +7,7 @@ a model that does not fit on one GPU does not fit on a thousand of them either.
 Per parameter, the ZeRO paper (Rajbhandari et al., SC 2020, section 3.1) counts 16 bytes for mixed
 precision with Adam - 2 for the fp16 weights, 2 for their gradients, 12 for the fp32 master weights and
 two moments - and 16 for fp32 with Adam as well (4 + 4 + 8); the whole table, and what each ZeRO stage
-shards of it, is in ``dpteach/model_states.py``.
+shards of it, is in ``dpteach/replica/model_states.py``.
 
 "mixed" is the recipe the ZeRO paper counts (Micikevicius et al. 2018): fp16 weights and gradients
 for the arithmetic, and an fp32 master copy of the weights beside the optimizer's fp32 state. Other
@@ -33,16 +33,16 @@ from __future__ import annotations
 import torch
 
 from .. import validate
-from ..data import loss_fn, make_dataset, sample_batch
-from ..backend import plain_fp32, visible_gpus
-from ..model_states import BYTES_PER_PARAM, OPTIMIZERS, model_state_bytes
-from ..models import SPECS, build_model, model_names
+from ..replica.data import loss_fn, make_dataset, sample_batch
+from ..ranks.backend import plain_fp32, visible_gpus
+from ..replica.model_states import BYTES_PER_PARAM, OPTIMIZERS, model_state_bytes
+from ..replica.models import SPECS, build_model, model_names
 
 
 def memory_per_replica(params_billion: float = 7.0, optimizer: str = "adam", precision: str = "mixed",
                        world_size: int = 8, zero_stage: int = 0, gpu_gb: float = 80.0) -> dict:
     """Bytes per rank for a model of ``params_billion`` x 1e9 parameters; pure arithmetic, instant - the
-    ZeRO paper's table for lesson 01 (``dpteach.model_states.model_state_bytes`` says what it returns)."""
+    ZeRO paper's table for lesson 01 (``dpteach.replica.model_states.model_state_bytes`` says what it returns)."""
     return model_state_bytes(params_billion, optimizer, precision, world_size, zero_stage, gpu_gb)
 
 

@@ -9,7 +9,7 @@
 * ``comm_precision`` sends DDP's gradients in fp32, bf16 and fp16 (a communication hook, as torch's
   ``bf16_compress_hook``) and reports the bytes per step and the drift each costs.
 
-``dpteach/precision.py`` holds the mechanics; these functions only choose runs and compare them.
+``dpteach/replica/precision.py`` holds the mechanics; these functions only choose runs and compare them.
 """
 from __future__ import annotations
 
@@ -19,16 +19,16 @@ import torch
 from torch.nn.utils import parameters_to_vector
 
 from .. import validate
-from ..backend import plain_fp32
-from ..data import loss_fn, make_dataset, sample_batch
-from ..launcher import launch
-from ..models import build_model
-from ..precision import PRECISIONS, saved_for_backward
-from ..reference import exact_tolerance, reference_device, train_single_process
-from ..replica import OPTIMIZERS
-from ..sizing import ModelChoice, RunLoad, check_model, choose_model, run_facts
-from ..train import TrainConfig, train_each_on_rank
-from ..world import World, resolve_world
+from ..ranks.backend import plain_fp32
+from ..replica.data import loss_fn, make_dataset, sample_batch
+from ..ranks.launcher import launch
+from ..replica.models import build_model
+from ..replica.precision import PRECISIONS, saved_for_backward
+from ..training.reference import exact_tolerance, reference_device, train_single_process
+from ..replica.build import OPTIMIZERS
+from ..replica.sizing import ModelChoice, RunLoad, check_model, choose_model, run_facts
+from ..training.train import TrainConfig, train_each_on_rank
+from ..ranks.world import World, resolve_world
 
 
 def _choose(model: str, world: World, runs: int, steps: int, optimizer: str, reference: bool) -> ModelChoice:
@@ -75,7 +75,7 @@ def precision_drift(world_size: int | World | None = None, model: str = "auto", 
                     device: str = "auto", timeout: float = 300.0) -> dict:
     """``ddp`` in fp32, bf16 and fp16 (with torch's default loss scale), trained on the same batches.
 
-    ``model="auto"``: the MLP on CPU ranks, a GPU-sized transformer on GPU ranks (``dpteach.sizing``),
+    ``model="auto"``: the MLP on CPU ranks, a GPU-sized transformer on GPU ranks (``dpteach.replica.sizing``),
     where 16-bit matrix products run on tensor cores and a bf16 step takes a fraction of an fp32 one;
     ``batch_per_rank=None``: 32 for a laptop model, the model's own for a GPU-sized one.
 

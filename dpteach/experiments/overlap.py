@@ -8,7 +8,7 @@ model must stay exactly what single-process training would give. This experiment
   timelines show *when* communication happens relative to backward;
 * ``local`` (no communication at all), the compute floor: a strategy's *exposed* communication is
   the time its ranks waited for communication, measured where they waited (``timeline.exposed_time``),
-  and whatever else its step adds above this floor is overhead (``dpteach/accounting.py``);
+  and whatever else its step adds above this floor is overhead (``dpteach/training/accounting.py``);
 * the question's four candidate answers, each applied to the team's current set-up (``bucketed``:
   all-reduce after backward): overlap, 8-bit compression, accumulating 2 micro-batches, halving
   the batch. The accumulation and small-batch runs get their own ``local`` floor, because they do
@@ -16,17 +16,17 @@ model must stay exactly what single-process training would give. This experiment
 
 Every run is compared with single-process training on the *original* recipe (B x W samples per
 step, no accumulation): the requirement of the question. Only the exact strategies stay within
-float32 rounding of it (``dpteach.reference.exact_tolerance``).
+float32 rounding of it (``dpteach.training.reference.exact_tolerance``).
 
 Timings are what this machine measured. On a CPU with fewer cores than ranks, gloo's communication
 threads compete with backward for the same cores, so overlap hides little; on GPUs NCCL's kernels
-share the SMs with backward but run beside it (lesson 04). With ``link`` (``dpteach/link.py``) every
+share the SMs with backward but run beside it (lesson 04). With ``link`` (``dpteach/network/emulated.py``) every
 collective takes as long as that network would, and the CPU is no longer the network. The
 *structure* does not depend on the machine: ``naive`` and ``bucketed`` never start a transfer
 before backward ends; ``overlap`` and ``ddp`` launch their first bucket while backward is running.
 
 With ``peers="emulated"`` one real rank (the one GPU of most learners) trains, and the link times
-every exchange as among ``world_size`` ranks (``dpteach.world``): the timelines and exposed
+every exchange as among ``world_size`` ranks (``dpteach.ranks.world``): the timelines and exposed
 communication are those of the emulated world; whether the results stay exact is not shown (the
 candidates' ``identical`` and every ``max_abs_diff_vs_single`` are None) - real ranks show that.
 """
@@ -36,14 +36,14 @@ import statistics
 from dataclasses import replace
 
 from .. import validate
-from ..accounting import summarise_run, typical_step
-from ..launcher import launch
-from ..network import resolve_link
-from ..reference import exact_tolerance, reference_device, train_single_process
-from ..sizing import RunLoad, check_model, choose_model, run_facts
+from ..training.accounting import summarise_run, typical_step
+from ..ranks.launcher import launch
+from ..network.link import resolve_link
+from ..training.reference import exact_tolerance, reference_device, train_single_process
+from ..replica.sizing import RunLoad, check_model, choose_model, run_facts
 from ..sync import EXACT
-from ..train import TrainConfig, train_each_on_rank
-from ..world import World, resolve_world
+from ..training.train import TrainConfig, train_each_on_rank
+from ..ranks.world import World, resolve_world
 
 TIMELINE_STRATEGIES = ("naive", "bucketed", "overlap", "ddp")
 
@@ -63,9 +63,9 @@ def overlap_timeline(world_size: int | World | None = None, model: str = "auto",
                      device: str = "auto", timeout: float = 600.0, peers: str | None = None) -> dict:
     """Run the exact strategies and the question's candidate answers in one world; return plain data.
 
-    ``link``: an emulated network for every collective (``dpteach.link``: a preset name, a ``Link`` or
+    ``link``: an emulated network for every collective (``dpteach.network.emulated``: a preset name, a ``Link`` or
     ``{"alpha_s", "beta_s_per_byte"}``); None is this machine's own transfers. ``model="auto"``: the tiny
-    transformer on CPU ranks, a GPU-sized one on GPU ranks (``dpteach.sizing``); ``batch_per_rank=None``:
+    transformer on CPU ranks, a GPU-sized one on GPU ranks (``dpteach.replica.sizing``); ``batch_per_rank=None``:
     32 for a laptop model, the model's own for a GPU-sized one. ``peers="emulated"``: see the module note.
 
     Returns ``{"world_size", "backend", "device", "model", "model_choice", "peers", "peers_note",

@@ -11,7 +11,7 @@ work with no communication: the compute floor at this W) and the strategy under 
   bookkeeping); and exposed communication, the time the step waited for communication, measured
   (``timeline.exposed_time``).
 
-Each world also measures its link (``bench.link_on_rank``) so that ``dpteach.scaling`` can
+Each world also measures its link (``bench.link_on_rank``) so that ``dpteach.network.scaling`` can
 extrapolate from this machine's own alpha, beta and compute time.
 
 On a laptop the ranks share the CPU cores: once W exceeds the cores, ranks take turns, and the
@@ -30,19 +30,19 @@ from dataclasses import replace
 
 import torch
 
-from .. import context
-from .. import scaling as simulator
+from ..ranks import context
+from ..network import scaling as simulator
 from .. import validate
-from ..accounting import link_report
-from ..backend import choose_placement, cores_available
-from ..launcher import launch
-from ..network import PRESETS, resolve_link
-from ..models import build_model
-from ..sizing import RunLoad, check_model, choose_model, run_facts
+from ..training.accounting import link_report
+from ..ranks.backend import choose_placement, cores_available
+from ..ranks.launcher import launch
+from ..network.link import PRESETS, resolve_link
+from ..replica.models import build_model
+from ..replica.sizing import RunLoad, check_model, choose_model, run_facts
 from ..sync import STRATEGIES, strategy_class
-from ..timeline import busy_time, exposed_time
-from ..train import TrainConfig, train_interleaved_on_rank
-from ..world import PEERS, World
+from ..replica.timeline import busy_time, exposed_time
+from ..training.train import TrainConfig, train_interleaved_on_rank
+from ..ranks.world import PEERS, World
 from .bench import link_on_rank
 
 PHASES = ("forward", "backward", "optimizer", "wait")
@@ -114,11 +114,11 @@ def scaling_sweep(world_sizes=(1, 2, 3, 4), model: str = "auto", steps: int = 10
     ``scaling="weak"`` keeps ``batch_per_rank`` fixed, so the global batch grows with W;
     ``scaling="strong"`` keeps the global batch fixed (``global_batch``, default ``batch_per_rank`` x
     the largest W) and gives each of the W ranks ``global_batch / W`` samples: the same work, shared
-    by more ranks. ``link`` runs the strategy's collectives on an emulated network (``dpteach.link``).
-    ``model="auto"``: the MLP on CPU ranks, a GPU-sized transformer on GPU ranks (``dpteach.sizing``);
+    by more ranks. ``link`` runs the strategy's collectives on an emulated network (``dpteach.network.emulated``).
+    ``model="auto"``: the MLP on CPU ranks, a GPU-sized transformer on GPU ranks (``dpteach.replica.sizing``);
     ``batch_per_rank=None``: 32 for a laptop model, the model's own for a GPU-sized one.
     ``peers="emulated"``: every W > 1 is one real rank whose exchange the link times as among W
-    (``dpteach.world``): the throughput is what W such ranks would reach if each computed what this one
+    (``dpteach.ranks.world``): the throughput is what W such ranks would reach if each computed what this one
     does, so the efficiency is the communication's alone.
 
     Returns plain data::
@@ -233,7 +233,7 @@ def scaling_sweep(world_sizes=(1, 2, 3, 4), model: str = "auto", steps: int = 10
 def scaling_simulation(compute_ms: float = 200.0, grad_mb: float = 2000.0, overlap: float = 0.6,
                        algorithm: str = "ring", bucket_mb: float | None = 25.0, max_world_size: int = 4096,
                        links=("nvlink", "ib_8nics"), measured_link: dict | None = None) -> dict:
-    """Extrapolate one training step to W = 1, 2, 4, ... ``max_world_size`` with ``dpteach.scaling``.
+    """Extrapolate one training step to W = 1, 2, 4, ... ``max_world_size`` with ``dpteach.network.scaling``.
 
     ``links`` names presets of :data:`dpteach.network.PRESETS`; ``measured_link`` (``{"alpha_s",
     "beta_s_per_byte"}``, e.g. ``scaling_sweep(...)["link"]``) adds this machine's own link.

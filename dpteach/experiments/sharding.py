@@ -8,22 +8,24 @@
   next layer issued before the current layer computes (prefetching), and where FSDP2 on CPU does not.
 * ``sharding_payoff`` is arithmetic, instant: for a model size, a GPU and a link, the memory per GPU
   of each stage as W grows (the lesson-01 calculator) and what its communication costs per step
-  (the alpha-beta model of ``dpteach.costmodel``).
+  (the alpha-beta model of ``dpteach.network.costmodel``).
 """
 from __future__ import annotations
 
-from .. import costmodel, validate
-from ..launcher import launch
-from ..network import resolve_link
-from ..model_states import model_state_bytes
-from ..models import build_model
-from ..replica import OPTIMIZERS
-from ..sizing import RunLoad, check_model, choose_model, run_facts
+from .. import validate
+
+from ..network import costmodel
+from ..ranks.launcher import launch
+from ..network.link import resolve_link
+from ..replica.model_states import model_state_bytes
+from ..replica.models import build_model
+from ..replica.build import OPTIMIZERS
+from ..replica.sizing import RunLoad, check_model, choose_model, run_facts
 from ..sync import strategy_class
 from ..sync.fsdp_trace import fsdp_spans, profile_step
-from ..timeline import exposed_time, start_together
-from ..train import SyncTrainer, TrainConfig
-from ..world import World, resolve_world
+from ..replica.timeline import exposed_time, start_together
+from ..training.train import SyncTrainer, TrainConfig
+from ..ranks.world import World, resolve_world
 from .compare import compare_strategies, run_strategy
 
 COMPARED = ("ddp", "zero1", "zero2", "zero3", "fsdp")  # the replicated reference, then each stage
@@ -42,7 +44,7 @@ def sharding_memory(world_size: int | World | None = None, model: str = "auto", 
                     timeout: float = 600.0) -> dict:
     """Train DDP, ZeRO stages 1-3 and FSDP2 in one world; memory and traffic per rank, measured.
 
-    ``model="auto"``: the MLP on CPU ranks, a GPU-sized transformer on GPU ranks (``dpteach.sizing``).
+    ``model="auto"``: the MLP on CPU ranks, a GPU-sized transformer on GPU ranks (``dpteach.replica.sizing``).
     Memory per rank is what real shards hold, so this experiment needs real ranks. On GPU ranks each
     row also has the allocator's peak (``allocator_peak_bytes``, ``torch.cuda.max_memory_allocated``):
     everything the rank allocated at once, activations and FSDP2's own buffers included.
@@ -81,10 +83,10 @@ def sharding_timeline(world_size: int | World | None = None, model: str = "auto"
     """Every rank's spans of the last step of ``zero3`` or ``fsdp``: forward, backward, and each
     all-gather and reduce-scatter. ``zero3`` draws its own collectives; for ``fsdp`` they are read from
     the ranges FSDP2 records for the profiler (``dpteach/sync/fsdp_trace.py``), the last step profiled.
-    ``model="auto"``: the MLP on CPU ranks, a GPU-sized transformer on GPU ranks (``dpteach.sizing``).
+    ``model="auto"``: the MLP on CPU ranks, a GPU-sized transformer on GPU ranks (``dpteach.replica.sizing``).
     ``link``: an emulated network for zero3's collectives (FSDP2 calls torch's own: no link reaches them);
     ``peers="emulated"`` (zero3 only): one real rank whose all-gathers and reduce-scatters the link times
-    as among ``world_size`` ranks (``dpteach.world``) - the timeline of the emulated world, not its memory.
+    as among ``world_size`` ranks (``dpteach.ranks.world``) - the timeline of the emulated world, not its memory.
 
     Returns ``{"world_size", "backend", "device", "model", "model_choice", "peers", "strategy", "step",
     "spans": {rank: [span, ...]}, "gathers": {rank: {"prefetched", "on_demand"}}, "exposed_comm_s"}`` -
@@ -131,7 +133,7 @@ def sharding_payoff(params_billion: float = 7.5, world_sizes=(1, 2, 4, 8, 16, 32
                     gpu_gb: float = 80.0, link="ib", optimizer: str = "adam", precision: str = "mixed") -> dict:
     """Which ZeRO stage fits, and what its communication costs per step, as W grows. Pure arithmetic.
 
-    Memory per GPU comes from the ZeRO paper's arithmetic (``dpteach.model_states``, lesson 01's table); the time per step of
+    Memory per GPU comes from the ZeRO paper's arithmetic (``dpteach.replica.model_states``, lesson 01's table); the time per step of
     each stage's collectives from the alpha-beta model on ``link`` (a preset of ``dpteach.network`` or
     ``{"alpha_s", "beta_s_per_byte"}``): stages 0-2 move a reduce-scatter and an all-gather of the
     gradients' size, stage 3 one all-gather more (ZeRO section 7). Activations are left out: they do

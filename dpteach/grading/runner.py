@@ -37,7 +37,7 @@ import time
 import uuid
 from pathlib import Path
 
-from ..launcher import RankError, launch
+from ..ranks.launcher import RankError, launch
 from ..progress import ProgressStore
 from . import forbidden as static
 from .salts import new_keys

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from ..launcher import RankError
+from ..ranks.launcher import RankError
 
 
 @contextmanager

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import signal
 
-from ..launcher import RankError
+from ..ranks.launcher import RankError
 from .rank import WATCHDOG_EXIT_CODE
 from .report import CheckResult
 

@@ -44,12 +44,12 @@ import torch
 import torch.distributed as dist
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from .. import context
-from ..comm import Comm
-from ..data import sample_batch, split_for_rank
-from ..replica import (build_replica, flat_weights, forward_backward, make_optimizer, replica_spread, step_batches,
+from ..ranks import context
+from ..network.comm import Comm
+from ..replica.data import sample_batch, split_for_rank
+from ..replica.build import (build_replica, flat_weights, forward_backward, make_optimizer, replica_spread, step_batches,
                        summarise)
-from ..timeline import Timeline, start_together
+from ..replica.timeline import Timeline, start_together
 from .base import Strategy
 
 

@@ -21,7 +21,7 @@ gradient. (The strategies divide by W and then sum, as DDP's default ``allreduce
 ``torch/distributed/algorithms/ddp_comm_hooks/default_hooks.py``: dividing first keeps a sum of W
 large gradients from overflowing a 16-bit format. gloo and NCCL also offer ``ReduceOp.AVG``.)
 
-Every strategy sends through ``self.comm`` (``dpteach/link.py``): straight to ``torch.distributed``,
+Every strategy sends through ``self.comm`` (``dpteach/network/emulated.py``): straight to ``torch.distributed``,
 or, when the run chose a ``link``, through an emulated network that holds each collective back
 until that link would have delivered it.
 """
@@ -31,9 +31,9 @@ from contextlib import contextmanager
 
 import torch
 
-from .. import context
-from ..comm import Comm
-from ..model_states import held_per_rank
+from ..ranks import context
+from ..network.comm import Comm
+from ..replica.model_states import held_per_rank
 
 
 def held_bytes(tensors) -> int:
@@ -78,7 +78,7 @@ class Strategy:
     strategy that is not in lockstep runs its own loop: ``cls.train_on_rank(config)``.
     ``servers``: ranks that only serve and compute no gradient; the other ``workers(W)`` ranks share
     each global batch. ``emulates_link``: its messages can go through an emulated network
-    (``dpteach/link.py``). ``communicates``: False only for the no-communication floor, ``local``.
+    (``dpteach/network/emulated.py``). ``communicates``: False only for the no-communication floor, ``local``.
     ``takes_all_reduce``: the course's collectives it can run on instead of torch's (``all_reduce=``).
     ``shards``: what each rank keeps only 1/W of (ZeRO's stages: "optimizer state", then "gradients",
     then "parameters"); a strategy that shards the parameters gathers them again every micro-batch.
@@ -187,7 +187,7 @@ class GradientSync(Strategy):
 
     def overhead(self, step: int, name: str):
         """Around work that is neither compute nor communication - packing a bucket, unpacking it, encoding,
-        decoding (``timeline.OVERHEAD_SPANS``): the step's overhead, by name (``dpteach/accounting.py``)."""
+        decoding (``timeline.OVERHEAD_SPANS``): the step's overhead, by name (``dpteach/training/accounting.py``)."""
         return self.timeline.span(step, name)
 
     def finish(self, step: int) -> None:

@@ -1,10 +1,10 @@
 """``bucketed``: after backward, gradients are packed into buckets and each bucket is all-reduced once.
 
 Same result as ``naive``, fewer messages: the latency is paid once per bucket instead of once per
-parameter (``dpteach/buckets.py`` explains how buckets are formed). Communication still starts
+parameter (``dpteach/replica/buckets.py`` explains how buckets are formed). Communication still starts
 only after backward has finished - hiding it is the next step, ``overlap.py``.
 """
-from ..buckets import build_buckets
+from ..replica.buckets import build_buckets
 from .base import GradientSync
 
 

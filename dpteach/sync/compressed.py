@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import torch
 
-from ..buckets import build_buckets
+from ..replica.buckets import build_buckets
 from .base import GradientSync
 
 def quantize_int8(values: torch.Tensor, chunk: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:

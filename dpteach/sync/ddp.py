@@ -27,8 +27,8 @@ from contextlib import contextmanager
 
 from torch.nn.parallel import DistributedDataParallel
 
-from .. import context
-from ..precision import PRECISIONS
+from ..ranks import context
+from ..replica.precision import PRECISIONS
 from .base import GradientSync
 
 

@@ -18,7 +18,7 @@ reduce-scatter buffers are not counted, so its peak is a lower bound.
 """
 from contextlib import contextmanager
 
-from .. import context
+from ..ranks import context
 from .base import GradientSync
 from .sharding import parameter_units, unit_parameters
 

@@ -1,7 +1,7 @@
 """``overlap``: each bucket's all-reduce starts while backward is still computing earlier layers.
 
 This is the answer to the course's central question. Backward runs from the last layer to the
-first; buckets are filled in that same reverse order (``dpteach/buckets.py``). As soon as every
+first; buckets are filled in that same reverse order (``dpteach/replica/buckets.py``). As soon as every
 gradient of a bucket is ready, the bucket's all-reduce is launched *asynchronously* and backward
 carries on with the layers before it - computation and communication run at the same time. Only
 what is still in flight when backward ends is exposed. The arithmetic is the same sum of the same
@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import torch
 
-from ..buckets import Bucket, assign_buckets, build_buckets
+from ..replica.buckets import Bucket, assign_buckets, build_buckets
 from .base import GradientSync, ReadyCount
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from ..buckets import assign_buckets
+from ..replica.buckets import assign_buckets
 from .base import GradientSync
 
 

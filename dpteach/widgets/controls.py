@@ -41,10 +41,10 @@ def log_slider(description: str, low: float, high: float, value: float) -> widge
 
 def model_control(cpu_default: str, description: str = "model") -> widgets.Dropdown:
     """The model dropdown of a lesson that trains: "auto" first and chosen - the lesson's laptop model
-    ``cpu_default`` on CPU ranks, a GPU-sized transformer on GPU ranks (``dpteach.sizing``) - then every
+    ``cpu_default`` on CPU ranks, a GPU-sized transformer on GPU ranks (``dpteach.replica.sizing``) - then every
     model that fits where this machine's ranks compute (the GPU-sized ones only where there is a GPU)."""
-    from ..backend import visible_gpus
-    from ..models import model_names
+    from ..ranks.backend import visible_gpus
+    from ..replica.models import model_names
     names = model_names() if visible_gpus() else model_names("cpu")
     auto = "auto (a GPU-sized transformer on GPU ranks)" if visible_gpus() else f"auto ({cpu_default} on CPU ranks)"
     return widgets.Dropdown(options=[(auto, "auto"), *[(n, n) for n in names]], value="auto",
@@ -53,13 +53,13 @@ def model_control(cpu_default: str, description: str = "model") -> widgets.Dropd
 
 
 def peers_control(world: widgets.IntSlider | None = None, real_max: int = 4) -> widgets.Dropdown:
-    """Real ranks, or one rank whose W-1 peers the link emulates (``dpteach.world``, ``peers="emulated"``).
+    """Real ranks, or one rank whose W-1 peers the link emulates (``dpteach.ranks.world``, ``peers="emulated"``).
 
     On a machine with exactly one GPU it starts on emulated peers: real ranks would take turns on the
     one GPU, while one rank with emulated peers shows the timing of W GPUs. The ranks slider ``world``
     (if given) reaches 8 with emulated peers, ``real_max`` with real ranks.
     """
-    from ..backend import visible_gpus
+    from ..ranks.backend import visible_gpus
     one_gpu = visible_gpus() == 1
     control = widgets.Dropdown(options=[("real ranks", "real"), ("1 rank + emulated peers (timing only)", "emulated")],
                                value="emulated" if one_gpu else "real", description="peers",

@@ -18,7 +18,7 @@ def plot_ddp_buckets(result: dict):
     """One row per iteration of DDP plus the course's rule: each bucket a segment, in launch order."""
     import matplotlib.pyplot as plt
     rows = [(f"DDP, iteration {it['iteration']}", it["buckets"]) for it in result["iterations"]]
-    rows.append(("course rule\n(dpteach/buckets.py)", result["course_rule"]))
+    rows.append(("course rule\n(dpteach/replica/buckets.py)", result["course_rule"]))
     fig, ax = plt.subplots(figsize=(10, 0.7 * len(rows) + 1.8))
     for y, (_, buckets) in enumerate(rows):
         left = 0.0

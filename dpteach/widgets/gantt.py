@@ -1,6 +1,6 @@
 """A Gantt chart of what each rank did, and when: the picture lessons 04, 05 and 08 read overlap from.
 
-Each rank gets a band with two rows, compute above communication (``dpteach/timeline.py`` records
+Each rank gets a band with two rows, compute above communication (``dpteach/replica/timeline.py`` records
 the spans). A comm bar under a compute bar of the same rank is communication hidden behind compute;
 a comm bar under a gap is communication the step waited for.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 from matplotlib.patches import Patch
 
-from ..timeline import COLORS
+from ..replica.timeline import COLORS
 from .rendering import legend_beside
 
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import ipywidgets as widgets
 
-from ..backend import visible_gpus
-from ..network import PRESETS
+from ..ranks.backend import visible_gpus
+from ..network.link import PRESETS
 
 LINK_CHOICES = [
     ("emulated 1 Gbit/s Ethernet", "1gbe"),
@@ -43,8 +43,8 @@ def describe_link(link: dict | None, set_by: dict, device: str = "cpu") -> str:
         return f"**No emulated link**: every collective took as long as this machine's own transfers ({own})."
     bandwidth = 1 / link["beta_s_per_byte"] / 1e9 if link["beta_s_per_byte"] else float("inf")
     how = ("then the link's time was spent on a CUDA stream of its own, on the GPU's clock, before the result "
-           "could be used (`dpteach/gpu_link.py`)" if device == "cuda" else
-           "then waited, without using the CPU, until this link would have delivered it (`dpteach/link.py`)")
+           "could be used (`dpteach/network/emulated_gpu.py`)" if device == "cuda" else
+           "then waited, without using the CPU, until this link would have delivered it (`dpteach/network/emulated.py`)")
     text = (f"**Emulated link `{link['name']}`** ({link['alpha_s'] * 1e6:g} us per message, {bandwidth:g} GB/s): "
             f"every collective ran for real and {how}.")
     machine = [name for name, by in set_by.items() if by == "machine"]

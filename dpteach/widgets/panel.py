@@ -24,9 +24,9 @@ import weakref
 import ipywidgets as widgets
 from IPython.display import display
 
-from ..backend import Placement, visible_gpus
-from ..models import MODELS, parameter_count
-from ..sizing import describe_choice
+from ..ranks.backend import Placement, visible_gpus
+from ..replica.models import MODELS, parameter_count
+from ..replica.sizing import describe_choice
 from .capture import write_into
 from .record import record_run
 

@@ -1,7 +1,7 @@
 """Plots and tables for lesson 09: measured scaling on this machine, and the simulator's extrapolation."""
 from __future__ import annotations
 
-from ..timeline import COLORS
+from ..replica.timeline import COLORS
 from .rendering import legend_below, legend_beside, show, table
 
 

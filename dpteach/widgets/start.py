@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import costmodel
-from ..network import resolve_link
+from ..network import costmodel
+from ..network.link import resolve_link
 from .rendering import human_bytes, legend_below, log_axis, show, size_axis, table
 
 

@@ -204,7 +204,7 @@ CHECKS = (
 EXERCISE = Exercise(
     id="03", stem="03_buckets", title="Buckets and flat buffers", names=("assign_buckets", "flatten"), stub=STUB,
     checks=CHECKS,
-    forbidden=("dpteach.buckets.assign_buckets", "dpteach.buckets.build_buckets",
+    forbidden=("dpteach.replica.buckets.assign_buckets", "dpteach.replica.buckets.build_buckets",
                "torch.distributed._compute_bucket_assignment_by_size"),
     rule="this exercise asks you to assign the buckets yourself, and your code calls a ready-made assignment",
 )

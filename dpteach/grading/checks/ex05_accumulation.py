@@ -193,9 +193,9 @@ CHECKS = (
 EXERCISE = Exercise(
     id="05", stem="05_accumulation", title="Gradient accumulation with no_sync()", names=("train_step",),
     stub=STUB, checks=CHECKS,
-    forbidden=ALL_COLLECTIVES + ("dpteach.train.train_on_rank", "dpteach.train.train_each_on_rank",
-                                 "dpteach.train.train_interleaved_on_rank", "dpteach.train.SyncTrainer",
-                                 "dpteach.reference.train_single_process"),
+    forbidden=ALL_COLLECTIVES + ("dpteach.training.train.train_on_rank", "dpteach.training.train.train_each_on_rank",
+                                 "dpteach.training.train.train_interleaved_on_rank", "dpteach.training.train.SyncTrainer",
+                                 "dpteach.training.reference.train_single_process"),
     forbidden_methods=PROCESS_GROUP_METHODS, forbidden_modules=COLLECTIVE_MODULES,
     rule="this exercise asks DDP to do the communication, and your code calls a collective itself",
     warmup=_import_dynamo,

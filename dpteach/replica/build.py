@@ -1,6 +1,6 @@
 """What every trainer sets up on a rank, and what it reports when it is done.
 
-Both ways the course trains - in lockstep (``train.py``: every rank takes step s together) and
+Both ways the course trains - in lockstep (``dpteach.training.train``: every rank takes step s together) and
 with a parameter server (``sync/async_ps.py``: no step is shared) - start a rank the same way and
 end it the same way, so that their results can be laid side by side:
 
@@ -20,13 +20,13 @@ import torch
 import torch.distributed as dist
 from torch.nn.utils import parameters_to_vector
 
-from . import context
+from ..ranks import context
 from .data import global_batches, loss_fn, make_dataset, sample_batch
 from .models import DEFAULT_LR, build_model
 from .timeline import step_accounting
 
 OPTIMIZERS = ("sgd", "adam")
-ADAM_LR = 1e-3  # SGD's default learning rate is the model's own (dpteach.models.DEFAULT_LR)
+ADAM_LR = 1e-3  # SGD's default learning rate is the model's own (dpteach.replica.models.DEFAULT_LR)
 
 
 def make_optimizer(config, params):

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import torch
 
-from .backend import plain_fp32
-from .data import loss_fn, make_dataset, sample_batch, split_for_rank
-from .models import SPECS, build_model
-from .replica import ADAM_LR, flat_weights, make_optimizer, step_batches
-from .sync.deterministic import flat_gradient, set_gradients, sum_in_rank_order
+from ..ranks.backend import plain_fp32
+from ..replica.data import loss_fn, make_dataset, sample_batch, split_for_rank
+from ..replica.models import SPECS, build_model
+from ..replica.build import ADAM_LR, flat_weights, make_optimizer, step_batches
+from ..sync.deterministic import flat_gradient, set_gradients, sum_in_rank_order
 
 SGD_TOLERANCE = 1e-5  # max |theta_dp - theta_single| after 20 steps, float32
 ADAM_TOLERANCE_LR = 0.2  # ... for Adam, as a fraction of the learning rate (see exact_tolerance)

@@ -37,7 +37,7 @@ def world_size() -> int:
 def timed_world_size() -> int:
     """The world size this rank's communication is timed and counted for: the real one, or, when the
     launcher started one real rank to stand for a larger world whose peers are emulated
-    (``dpteach.world``, ``peers="emulated"``), that larger world's size."""
+    (``dpteach.ranks.world``, ``peers="emulated"``), that larger world's size."""
     emulated = os.environ.get("DPTEACH_TIMED_WORLD_SIZE")
     return int(emulated) if emulated else world_size()
 

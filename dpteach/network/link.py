@@ -1,8 +1,8 @@
 """A network link as the alpha-beta(-gamma) model sees it, and the published links the course uses.
 
-One value, used everywhere a link appears: the emulated link the lessons train on (``dpteach.link``),
-the cost model's predictions (``dpteach.costmodel``, whose fits return one), the scaling simulator
-(``dpteach.scaling``) and the model sizing (``dpteach.sizing``). Three numbers describe it:
+One value, used everywhere a link appears: the emulated link the lessons train on (``dpteach.network.emulated``),
+the cost model's predictions (``dpteach.network.costmodel``, whose fits return one), the scaling simulator
+(``dpteach.network.scaling``) and the model sizing (``dpteach.replica.sizing``). Three numbers describe it:
 
 * ``alpha_s``: latency, the seconds one message costs before its first byte arrives;
 * ``beta_s_per_byte``: the seconds each byte takes on the wire, 1 / bandwidth;
@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from . import validate
+from .. import validate
 
 
 @dataclass(frozen=True)

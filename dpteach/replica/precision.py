@@ -48,7 +48,7 @@ import contextlib
 
 import torch
 
-from . import context
+from ..ranks import context
 
 PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 

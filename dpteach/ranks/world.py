@@ -16,7 +16,7 @@ agree on one (``torchrun.py``).
 
 **Emulated peers** (``peers="emulated"``). Most learners have one GPU. ``resolve_world(8,
 peers="emulated")`` is a world of *one* real rank that stands for eight: it trains the real model on
-the real device, and every collective it sends is timed by an emulated link (``link.py``) as the
+the real device, and every collective it sends is timed by an emulated link (``dpteach.network``) as the
 same collective among 8 ranks, with the bytes a rank of 8 would send. So the 8-GPU regime - how long
 an all-reduce of these gradients takes, how much of it backward hides - shows on one GPU. What it
 cannot show is anything the peers would have computed: gradients are not averaged (there is nothing
@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from . import validate
+from .. import validate
 from .backend import Placement, choose_placement, visible_gpus
 from .torchrun import check_joined, torchrun_sizes, under_torchrun
 

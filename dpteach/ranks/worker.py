@@ -1,4 +1,4 @@
-"""Entry point of one rank started by :func:`dpteach.launch` (``python -m dpteach._worker``).
+"""Entry point of one rank started by :func:`dpteach.launch` (``python -m dpteach.ranks.worker``).
 
 Each rank is a fresh interpreter rather than a ``multiprocessing`` child: that way a function
 defined in a notebook cell or in a script without a ``__main__`` guard is never re-executed, and
@@ -47,7 +47,7 @@ def main() -> int:
     import torch
     import torch.distributed as dist
 
-    from dpteach.backend import open_nccl_communicator, use_device
+    from dpteach.ranks.backend import open_nccl_communicator, use_device
 
     rank, world_size = int(env["RANK"]), int(env["WORLD_SIZE"])
     result_path = env["DPTEACH_RESULT"]

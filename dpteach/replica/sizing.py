@@ -31,8 +31,10 @@ from functools import lru_cache
 
 import torch
 
-from . import costmodel, validate
-from .backend import plain_fp32
+from .. import validate
+
+from ..network import costmodel
+from ..ranks.backend import plain_fp32
 from .models import SPECS, check_model_name, default_batch_per_rank, model_names, parameter_count
 
 AUTO = "auto"
@@ -152,7 +154,7 @@ def check_model(model: str) -> str:
 
 
 def choose_model(model: str, world, load: RunLoad, budget_s: float = PANEL_BUDGET_S) -> ModelChoice:
-    """The model a run of ``load`` trains in ``world`` (a resolved ``dpteach.world.World``); see the module note."""
+    """The model a run of ``load`` trains in ``world`` (a resolved ``dpteach.ranks.world.World``); see the module note."""
     check_model(model)
     check_model_name(load.cpu_model)
     lesson_batch = load.batch_per_rank or default_batch_per_rank(load.cpu_model)

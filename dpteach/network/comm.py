@@ -25,7 +25,7 @@ here, once, rather than in every strategy:
   link would deliver it - on the host's clock on CPU ranks (``link.EmulatedLink``), on the GPU's clock
   on GPU ranks (``gpu_link.StreamLink``). The link carries a world of ``world_size`` ranks, which may be
   larger than the real one: with *emulated peers* one real rank trains and the link times each exchange
-  as W ranks would (``dpteach.world``, ``peers="emulated"``); byte counts follow the same W.
+  as W ranks would (``dpteach.ranks.world``, ``peers="emulated"``); byte counts follow the same W.
 * **Among whom.** A ``Comm`` speaks to one process group: the whole world by default, or the ``group``
   it is given (a ``ProcessGroup``, or a one-dimensional ``DeviceMesh``, or one dimension of a larger
   mesh: ``mesh["replicate"]``). A strategy built on a group synchronises among that group's ranks only,
@@ -39,11 +39,11 @@ from contextlib import nullcontext
 import torch
 import torch.distributed as dist
 
-from . import context
-from .collectives import ALL_REDUCE, ring_all_gather, ring_reduce_scatter
+from ..ranks import context
+from ..collectives import ALL_REDUCE, ring_all_gather, ring_reduce_scatter
 from .costmodel import busbw_factor
-from .link import EmulatedLink
-from .network import Link
+from .emulated import EmulatedLink
+from .link import Link
 
 
 def as_process_group(group):
@@ -103,7 +103,7 @@ class Comm:
         if link is None:
             self.emulator = None
         elif self.device.type == "cuda":
-            from .gpu_link import StreamLink
+            from .emulated_gpu import StreamLink
             self.emulator = StreamLink(link, world_size, self.device)
         else:
             self.emulator = EmulatedLink(link, world_size)

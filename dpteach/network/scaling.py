@@ -1,6 +1,6 @@
 """A scaling simulator: how efficient would data-parallel training be on W = 1 ... 4096 ranks?
 
-We cannot run 4096 GPUs in a notebook, but the alpha-beta model (``dpteach.costmodel``) lets us
+We cannot run 4096 GPUs in a notebook, but the alpha-beta model (``dpteach.network.costmodel``) lets us
 extrapolate from three numbers we *can* measure: the compute time of one step on one rank, the
 latency alpha and the time per byte beta of the link. The model of one synchronous step is::
 
@@ -41,8 +41,10 @@ from __future__ import annotations
 
 import math
 
-from . import costmodel, validate
-from .network import Link
+from .. import validate
+
+from . import costmodel
+from .link import Link
 
 ALGORITHMS = ("ring", "tree", "auto")
 

@@ -56,7 +56,7 @@ def torchrun_sizes(world_size: int | None) -> tuple[int, int]:
 def run_in_torchrun_world(fn, world, args, kwargs, timeout: float) -> list:
     """Run ``fn`` on this rank of torchrun's world; return every rank's result, in rank order.
 
-    ``world`` is torchrun's world as ``dpteach.world.resolve_world`` resolved it (its size checked against
+    ``world`` is torchrun's world as ``dpteach.ranks.world.resolve_world`` resolved it (its size checked against
     ``WORLD_SIZE``); its *asked* backend and device are what this node proposes to the others.
     """
     backend, device = world.asked

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import validate
+from .. import validate
 
 MB = 1024 * 1024
 

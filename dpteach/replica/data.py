@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset, Sampler, TensorDataset
 
-from . import validate
+from .. import validate
 from .models import IMAGE_SHAPE, INPUT_DIM, NUM_CLASSES, SPECS, check_model_name, is_transformer
 
 TASK_SEED = 1234

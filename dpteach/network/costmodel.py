@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import validate
-from .network import Link
+from .. import validate
+from .link import Link
 
 ALGORITHMS = ("ring", "tree", "naive", "halving_doubling")
 ALGORITHMS_FOR_CHOICE = ("ring", "tree")

@@ -29,7 +29,7 @@ that message's time - a link faster than the machine's own transfers cannot be e
 the message is counted as ``machine_bound``; runs report the share, and lessons say so.
 
 A network card moves bytes without the CPU; gloo's threads need it. Each CPU rank therefore runs on
-a core of its own (``dpteach.launcher`` pins it, as a GPU rank owns its GPU): the rank's gloo threads
+a core of its own (``dpteach.ranks.launcher`` pins it, as a GPU rank owns its GPU): the rank's gloo threads
 then preempt its own compute the moment bytes arrive, instead of waking on the peer's core and
 stalling the peer. The CPU the real copy takes is still taken from compute, as measured; only the
 waiting is free.
@@ -48,7 +48,7 @@ import time
 import torch
 
 from . import costmodel
-from .network import Link
+from .link import Link
 
 SLACK_S = 200e-6  # a message finishing this little after its deadline still counts as the link's
 

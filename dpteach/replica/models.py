@@ -12,7 +12,7 @@ launches of microseconds each, so a GPU run measures launch overhead, not comput
 (bf16 is even slower than fp32 there). The ``transformer-*`` family is the same code at the sizes GPUs
 are built for - about 27 M, 111 M and 353 M parameters, the last shaped like GPT-2 medium (Radford et
 al. 2019: d_model 1024, 24 layers, 16 heads) - with the 25 MiB buckets of DDP's default, which models of
-hundreds of MiB of gradients are what it was chosen for. ``dpteach/sizing.py`` picks one for the GPU at
+hundreds of MiB of gradients are what it was chosen for. ``dpteach/replica/sizing.py`` picks one for the GPU at
 hand; on CPU ranks every lesson keeps the laptop models.
 
 Two rules keep data-parallel runs comparable, number for number, with the single-process reference:
@@ -35,7 +35,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from . import validate
+from .. import validate
 
 INPUT_DIM = 64          # MLP: features per sample
 NUM_CLASSES = 10        # MLP and CNN: classes to predict
@@ -49,7 +49,7 @@ SEQ_LEN = 32            # transformer: tokens per input sequence
 class ModelSpec:
     """What the course needs to know about a model besides its code.
 
-    ``lr``: a plain-SGD learning rate at which its loss falls steadily on its data in ``dpteach.data``
+    ``lr``: a plain-SGD learning rate at which its loss falls steadily on its data in ``dpteach.replica.data``
     (checked in tests/test_models_data.py); ``bucket_mb``: a bucket cap that gives it several buckets;
     ``batch_per_rank``: the per-rank batch for a GPU-sized model (``None``: the lesson chooses, as for
     the laptop models); ``sized_for``: "cpu" (a laptop's cores) or "gpu".

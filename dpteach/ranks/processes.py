@@ -1,34 +1,11 @@
-"""Run a function on W ranks of a real ``torch.distributed`` world and get their results back.
+"""The processes of one :func:`dpteach.launch`: start W fresh interpreters, watch them, collect, clean up.
 
-    >>> import dpteach, torch, torch.distributed as dist
-    >>> def total(x):
-    ...     t = torch.tensor([x + dist.get_rank()])
-    ...     dist.all_reduce(t)
-    ...     return t.item()
-    >>> dpteach.launch(total, world_size=4, args=(10,))
-    [46, 46, 46, 46]
-
-Why not ``torch.multiprocessing.spawn``? It pickles the function *by reference*, so a function
-defined in a notebook cell cannot be found by the children, and a script without an
-``if __name__ == "__main__"`` guard runs again in every child. Here the function travels by value
-(cloudpickle) to fresh interpreters (``python -m dpteach._worker``) and nothing is re-executed.
-
-What the launcher promises, because a course that hangs teaches nothing:
-
-* a free port every time: the launcher opens the rendezvous store on port 0 and the OS picks,
-  so two launches in a row, or two notebooks at once, never collide;
-* no hang: after ``timeout`` seconds the ranks still running are killed and a ``TimeoutError``
-  names them;
-* no stray processes: every rank leads its own process group, which is killed on error, timeout
-  or Ctrl-C / notebook interrupt; a rank whose launcher vanished exits by itself;
-* errors come home: a rank that raises (or dies) becomes a :class:`RankError` carrying the rank,
-  its exit code and its traceback, and the other ranks are stopped;
-* a world that fails to form - a rank that cannot connect to its peers, before the function runs -
-  is started once more with a fresh store, and a second failure is reported (under heavy load,
-  gloo's connect on localhost occasionally fails; an exception raised by the function is never retried);
-* output is shown, each line prefixed with its rank, in the notebook cell or terminal;
-* under ``torchrun`` (``RANK`` and ``WORLD_SIZE`` set) no process is spawned: the caller already is
-  a rank, so the function runs in that world and every rank gets the list of all results.
+Each rank is ``python -m dpteach.ranks.worker`` (``worker.py``), given the function by value in a file and
+its place in the world in its environment. They meet at a TCP store this process opens on a port the OS
+picks. The launcher then watches three things at once - a result file per rank, each process's exit, and
+the clock - and the first failure (an exception in a rank, a rank that died, the timeout) stops every rank's
+process group and comes home as a :class:`RankError` or ``TimeoutError`` naming the rank and why.
+``launcher.py`` lists what this promises; ``rank_output.py`` shows the ranks' output as they run.
 """
 from __future__ import annotations
 
@@ -46,14 +23,9 @@ from datetime import timedelta
 import cloudpickle
 import torch.distributed as dist
 
-from . import validate
 from .backend import cores_of_rank
-from .memory import check_memory_for_ranks
 from .rank_output import RankOutput
-from .torchrun import run_in_torchrun_world, under_torchrun
-from .world import World, resolve_world
-
-DEFAULT_TIMEOUT = 300.0
+from .world import World
 
 
 class RankError(RuntimeError):
@@ -77,57 +49,6 @@ class RankError(RuntimeError):
         super().__init__(text)
 
 
-def launch(fn, world_size: int | World | None, args=(), kwargs=None, backend: str = "auto", device: str = "auto",
-           timeout: float = DEFAULT_TIMEOUT, show_output: bool = True, progress: bool = True,
-           env: dict | None = None) -> list:
-    """Run ``fn(*args, **kwargs)`` on ``world_size`` ranks; return the ranks' results (index = rank).
-
-    world_size: the number of ranks; None means torchrun's world, or ``dpteach.default_world_size()``;
-             or a :class:`dpteach.world.World` resolved before (then backend and device stay "auto").
-    backend: ``"auto"`` (NCCL when every rank can have its own GPU, else gloo), ``"gloo"`` or ``"nccl"``.
-    device:  ``"auto"``, ``"cpu"`` or ``"cuda"`` - where gloo ranks compute (``dpteach.device()`` in the rank).
-    timeout: seconds before unfinished ranks are killed and ``TimeoutError`` is raised.
-    env:     extra environment variables for the ranks, set before they import torch (for settings
-             read at start-up, such as ``TORCH_DISTRIBUTED_DEBUG``). Under torchrun the ranks already
-             run: there the variables must already be set, or a ``ValueError`` says so.
-    """
-    if not callable(fn):
-        raise TypeError(f"fn={fn!r} is not callable: pass the function each rank should run")
-    kwargs = {} if kwargs is None else dict(kwargs)
-    validate.number("timeout", timeout, above=0, unit="a number of seconds")
-    env = {} if env is None else env
-    if not isinstance(env, dict) or not all(isinstance(k, str) and k and isinstance(v, str) for k, v in env.items()):
-        raise ValueError(f"env={env!r} is not allowed: give a dict of variable names to string values")
-    torchrun = under_torchrun()
-    if torchrun and any(os.environ.get(k) != v for k, v in env.items()):
-        raise ValueError(f"env={env!r} cannot be applied under torchrun: its ranks are already running; "
-                         f"set these variables in the environment torchrun starts from")
-    if not torchrun and "DPTEACH_PARENT_PID" in os.environ:
-        raise RuntimeError("launch() was called inside a rank: ranks cannot start worlds of their own")
-    # What the caller resolved, or torchrun's world: bad arguments fail here, before any process or rendezvous.
-    world = resolve_world(world_size, backend, device, emulated_peers_ok=not torchrun)
-    if torchrun:
-        return run_in_torchrun_world(fn, world, args, kwargs, timeout)
-    check_memory_for_ranks(world.size)  # a container over its limit kills the notebook's kernel, not a rank
-    try:
-        payload = cloudpickle.dumps((fn, tuple(args), kwargs))
-    except Exception as exc:
-        raise TypeError(f"fn or its arguments cannot be sent to the ranks ({exc}); define the function "
-                        f"at top level or pass plain data") from exc
-    try:
-        return _Ranks(world, payload, timeout, show_output, progress, env).run()
-    except RankError as err:
-        if not err.while_joining:
-            raise
-        # The world never formed (a rank failed to connect, before fn ran): under heavy load gloo's full-mesh
-        # connect on localhost now and then fails so ("Connection closed by peer" from connectFullMesh). One
-        # fresh world - new store, new ports - is cheap and almost always forms; a second failure is reported.
-        if show_output:
-            print(f"[dpteach] the ranks could not form a world ({err.exc_type}); starting them once more",
-                  flush=True)
-        return _Ranks(world, payload, timeout, show_output, progress, env).run()
-
-
 def _signal_name(number: int) -> str:
     try:
         return f"{signal.Signals(number).name} (signal {number})"
@@ -135,12 +56,13 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-class _Ranks:
-    """The processes of one launch, from start to clean-up."""
+class RankProcesses:
+    """The processes of one launch, from start to clean-up: each rank a fresh interpreter leading its own
+    process group, watched until every result is in, one fails, or time runs out; then nothing is left."""
 
     def __init__(self, world: World, payload, timeout, show_output, progress, env):
         self.world_size, self.placement, self.timeout = world.size, world.placement, float(timeout)
-        self.timed_size = world.emulated_size  # one real rank standing for a larger world (dpteach.world)
+        self.timed_size = world.emulated_size  # one real rank standing for a larger world (dpteach.ranks.world)
         self.extra_env = env
         self.output = RankOutput(world.size, show_output, progress)
         self.tmp = tempfile.mkdtemp(prefix="dpteach-launch-")
@@ -196,7 +118,7 @@ class _Ranks:
             env["DPTEACH_THREADS"] = str(len(cores) if cores else max(1, cpus // self.world_size))
         if cores:
             env["DPTEACH_CORES"] = ",".join(map(str, cores))
-        proc = subprocess.Popen([sys.executable, "-u", "-m", "dpteach._worker"], env=env,
+        proc = subprocess.Popen([sys.executable, "-u", "-m", "dpteach.ranks.worker"], env=env,
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True, cwd=os.getcwd())
         self.procs.append(proc)

@@ -3,7 +3,7 @@
 One optimizer step on W ranks with K micro-batches of B samples::
 
     global batch (B x W x K samples, the same on every rank: drawn from seed + epoch)
-      -> rank r takes its K micro-batches of B          (dpteach.data.rank_microbatches)
+      -> rank r takes its K micro-batches of B          (dpteach.replica.data.rank_microbatches)
       -> for each micro-batch: forward, loss / K, backward   (sync decided before forward)
       -> strategy.finish(): every .grad is the mean over ranks
       -> optimizer.step()
@@ -24,15 +24,17 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from . import context, validate
-from .buckets import check_bucket_sizes
-from .data import sample_batch, split_for_rank
-from .network import Link
-from .models import DEFAULT_BUCKET_MB, check_model_name, default_batch_per_rank
-from .precision import PRECISIONS, Precision
-from .replica import OPTIMIZERS, build_replica, make_optimizer, step_batches, summarise
-from .sync import STRATEGIES, make_strategy, strategy_class
-from .timeline import Timeline, start_together
+from .. import validate
+
+from ..ranks import context
+from ..replica.buckets import check_bucket_sizes
+from ..replica.data import sample_batch, split_for_rank
+from ..network.link import Link
+from ..replica.models import DEFAULT_BUCKET_MB, check_model_name, default_batch_per_rank
+from ..replica.precision import PRECISIONS, Precision
+from ..replica.build import OPTIMIZERS, build_replica, make_optimizer, step_batches, summarise
+from ..sync import STRATEGIES, make_strategy, strategy_class
+from ..replica.timeline import Timeline, start_together
 
 ALL_REDUCE_CHOICES = ("builtin", "ring", "tree")  # torch's own, or the course's (dpteach/collectives)
 
@@ -46,7 +48,7 @@ class TrainConfig:
     steps: int = 20
     batch_per_rank: int | None = None  # None: the model's own (GPU-sized models), else 32
     accum_steps: int = 1
-    bucket_mb: float | None = None  # None: the model's default (dpteach.models.DEFAULT_BUCKET_MB)
+    bucket_mb: float | None = None  # None: the model's default (dpteach.replica.models.DEFAULT_BUCKET_MB)
     first_bucket_mb: float | None = None
     optimizer: str = "sgd"
     lr: float | None = None
@@ -57,9 +59,9 @@ class TrainConfig:
     slow_rank: int | None = None  # a straggler: this rank sleeps slow_ms per step (async: per update)
     slow_ms: float = 0.0
     timing_warmup: int = 2  # steps left out of the median step time
-    link: Link | None = None  # an emulated network (dpteach/link.py); None: this machine's own transfers
+    link: Link | None = None  # an emulated network (dpteach/network/emulated.py); None: this machine's own transfers
     all_reduce: str = "builtin"  # or the course's own "ring" / "tree" (dpteach/collectives), where a strategy takes it
-    # Mixed precision (dpteach/precision.py): the forward pass in "bf16" or "fp16" (fp16 with a dynamic loss
+    # Mixed precision (dpteach/replica/precision.py): the forward pass in "bf16" or "fp16" (fp16 with a dynamic loss
     # scale starting at init_scale, growing after growth_interval clean steps), clipping, and the dtype DDP's
     # gradients travel in ("grad_comm", a communication hook). unscale_before_clip=False is a mistake, on purpose.
     precision: str = "fp32"

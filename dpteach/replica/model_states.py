@@ -24,7 +24,7 @@ with it (``experiments.sharding.sharding_payoff``); both read it here, so neithe
 """
 from __future__ import annotations
 
-from . import validate
+from .. import validate
 
 OPTIMIZERS = ("sgd", "sgd_momentum", "adam")
 PRECISIONS = ("fp32", "mixed")
