@@ -13,7 +13,8 @@ from ..ranks.world import PEERS
 
 COLUMNS = ("strategy", "all_reduce", "step_time_s", "exposed_comm_s", "exposed_how", "overhead_s", "overhead_parts",
            "bytes_per_step", "final_loss", "max_abs_diff_vs_single", "exact", "replicas_identical",
-           "state_bytes_per_rank", "peak_bytes_per_rank", "allocator_peak_bytes_per_rank", "link_report")
+           "state_bytes_per_rank", "peak_bytes_per_rank", "allocator_peak_bytes_per_rank", "link_report",
+           "comm_s_per_rank")
 
 
 def add_arguments(parser) -> None:
@@ -49,6 +50,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--sequential", action="store_true",
                         help="run the strategies one after another instead of step by step side by side")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--trace", default=None, metavar="FILE",
+                        help="also write every rank's timeline of every strategy to FILE, a trace that "
+                             "ui.perfetto.dev and chrome://tracing open (one process per rank)")
 
 
 def _link(args):
@@ -66,7 +70,7 @@ def run(args) -> int:
     report = compare_strategies(args.world_size, model=args.model, steps=args.steps, accum_steps=args.accum,
                                 bucket_mb=args.bucket_mb, strategies=strategies, optimizer=args.optimizer,
                                 backend=args.backend, batch_per_rank=args.batch, interleave=not args.sequential,
-                                link=_link(args), all_reduce=args.all_reduce, peers=args.peers)
+                                link=_link(args), all_reduce=args.all_reduce, peers=args.peers, trace=args.trace)
     if context.rank() != 0:
         return 0  # under torchrun every rank ran the experiment; one of them reports it
     rows = [{k: row[k] for k in COLUMNS} for row in report["rows"]]

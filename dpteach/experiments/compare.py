@@ -18,11 +18,13 @@ import statistics
 from dataclasses import replace
 
 from .. import validate
-from ..training.accounting import link_report, step_costs
+from ..ranks import context
+from ..training.accounting import comm_time, link_report, step_costs
 from ..ranks.launcher import launch
 from ..network.link import resolve_link
 from ..training.reference import exact_tolerance, reference_device, train_single_process
 from ..replica.sizing import RunLoad, check_model, choose_model, run_facts
+from ..replica.trace import run_origins, run_spans, write_trace
 from ..sync import STRATEGIES, strategy_class
 from ..training.train import ALL_REDUCE_CHOICES, TrainConfig, train_each_on_rank, train_on_rank
 from ..ranks.world import World, resolve_world
@@ -40,6 +42,7 @@ def _row(name: str, ranks: list[dict], reference: dict, local_step: float | None
         "replicas_identical": all(r["replica_spread"] == 0.0 for r in ranks),
         "allocator_peak_bytes_per_rank": max((r.get("allocator_peak_bytes") or 0 for r in ranks), default=0) or None,
         "exact": strategy_class(name).exact, "link_report": link_report(ranks),
+        "comm_s_per_rank": [comm_time(r["spans"]) for r in ranks],  # the whole run's, as its trace shows it
         # what the worst rank holds when its optimizer steps, and at most at once (sync/sharding.py)
         "state_bytes_per_rank": max(r.get("state_bytes", 0) for r in ranks),
         "peak_bytes_per_rank": max(r.get("peak_bytes", 0) for r in ranks),
@@ -49,7 +52,8 @@ def _row(name: str, ranks: list[dict], reference: dict, local_step: float | None
 def compare_strategies(world_size: int | World | None = None, model: str = "auto", steps: int = 20, accum_steps: int = 1,
                        bucket_mb: float | None = None, strategies=DEFAULT_STRATEGIES, optimizer: str = "sgd",
                        backend: str = "auto", device: str = "auto", timeout: float = 600.0, interleave: bool = False,
-                       link=None, all_reduce: str = "builtin", peers: str | None = None, **options) -> dict:
+                       link=None, all_reduce: str = "builtin", peers: str | None = None, trace=None,
+                       **options) -> dict:
     """Train every strategy for ``steps`` steps on ``world_size`` ranks; return a table and the raw runs.
 
     ``interleave=True`` runs the synchronous strategies step by step side by side (fair timing
@@ -64,6 +68,8 @@ def compare_strategies(world_size: int | World | None = None, model: str = "auto
     ``peers="emulated"``: one real rank, its exchange timed on ``link`` as among ``world_size`` ranks
     (``dpteach.ranks.world``); the rows then show no exactness (``max_abs_diff_vs_single`` is None), and the
     strategies that cannot stand for W ranks (async, fsdp) are left out.
+    ``trace``: a file to write every rank's timeline of every strategy to, in the Trace Event Format that
+    Perfetto and ``chrome://tracing`` open (``dpteach/replica/trace.py``).
     """
     check_model(model)
     validate.integer("steps", steps, low=1)
@@ -100,6 +106,10 @@ def compare_strategies(world_size: int | World | None = None, model: str = "auto
     local_step = statistics.mean(r["median_step_s"] for r in runs["local"]) if "local" in runs else None
     rows = [{**_row(s, runs[s], references.get(workers[s]), local_step), "all_reduce": c.all_reduce}
             for s, c in zip(strategies, configs)]
+    if trace is not None and context.rank() == 0:  # under torchrun every rank ran this: one writes
+        write_trace(trace, run_spans(runs), run_origins(runs), world.device_type,
+                    about={**run_facts(world, choice), "link": None if link is None else link.as_dict(),
+                           "steps": steps, "interleaved": interleave})
     return {**run_facts(world, choice), "steps": steps, "accum_steps": accum_steps, "bucket_mb": base.bucket_mb,
             "batch_per_rank": base.batch_per_rank, "optimizer": optimizer,
             "link": None if link is None else link.as_dict(), "all_reduce": all_reduce,

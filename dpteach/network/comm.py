@@ -34,7 +34,7 @@ here, once, rather than in every strategy:
 """
 from __future__ import annotations
 
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 
 import torch
 import torch.distributed as dist
@@ -100,6 +100,7 @@ class Comm:
         self.algorithm = all_reduce
         self.sent = 0  # bytes this rank put on the wire since new_step()
         self.total_sent = 0  # and since it was made
+        self.last_bytes = 0  # what the last collective put on the wire
         if link is None:
             self.emulator = None
         elif self.device.type == "cuda":
@@ -113,12 +114,18 @@ class Comm:
         self.step, self.sent = step, 0
 
     # -- the timeline: where each collective shows ------------------------------------------------
+    @contextmanager
     def exchange(self, name: str = "comm", **ids):
         """Around a blocking exchange (one or more calls, and the arithmetic they need): one span on the
-        communication lane, ``blocking`` - the compute stands still for all of it (``timeline.exposed_time``)."""
+        communication lane, ``blocking`` - the compute stands still for all of it (``timeline.exposed_time``) -
+        that says how many bytes this rank put on the wire inside it."""
         if self.timeline is None:
-            return nullcontext()
-        return self.timeline.span(self.step, name, lane="comm", blocking=True, **ids)
+            yield
+            return
+        start, sent = self.timeline.event(), self.sent
+        yield
+        self.timeline.add(self.step, name, start, self.timeline.event(), lane="comm", blocking=True,
+                          bytes=self.sent - sent, **ids)
 
     def waiting(self):
         """Around waiting for collectives launched earlier: the time the compute stood still for them."""
@@ -132,17 +139,17 @@ class Comm:
         wait: a span ends at the first moment it was seen finished, a little after the fact, never before.
         (gloo's reduce-scatter reports itself completed only once waited for: its spans end at the wait.)"""
         if self.timeline is not None:
-            self.open.append((work, self.step, name, self.timeline.event()))
+            self.open.append((work, self.step, name, self.timeline.event(), self.last_bytes))
             self.poll()
 
     def poll(self, done=None) -> None:
         """Close the spans of the collectives seen finished (``done``: one just waited for)."""
         still = []
-        for work, step, name, start in self.open:
+        for work, step, name, start, nbytes in self.open:
             if work is done or work.is_completed():
-                self.timeline.add(step, name, start, self.timeline.event(), lane="comm")
+                self.timeline.add(step, name, start, self.timeline.event(), lane="comm", bytes=nbytes)
             else:
-                still.append((work, step, name, start))
+                still.append((work, step, name, start, nbytes))
         self.open = still
 
     def wait(self, work) -> None:
@@ -153,9 +160,10 @@ class Comm:
         """Add what a ring puts on this rank's wire for a ``kind`` collective of ``nbytes`` in all - also for
         collectives torch runs without passing here (FSDP2's own)."""
         if kind == "all_reduce":
-            self.sent += int(nbytes * busbw_factor(self.world_size))
+            self.last_bytes = int(nbytes * busbw_factor(self.world_size))
         else:  # an integer times (W-1), then divided: exact wherever W divides it, as the buffers here are cut
-            self.sent += int(nbytes * (self.world_size - 1) / self.world_size)
+            self.last_bytes = int(nbytes * (self.world_size - 1) / self.world_size)
+        self.sent += self.last_bytes
 
     def _run(self, kind: str, nbytes: int, start_real, async_op: bool, algorithm: str = "ring", counted=False):
         if not counted:  # the course's own collectives counted what they sent (``_course``)
@@ -198,7 +206,8 @@ class Comm:
         if output is not None:
             output.copy_(result.reshape(output.shape))
         me = self.rank
-        self.sent += sum(t["elements"] for t in trace if t["src"] == me) * result.element_size()
+        self.last_bytes = sum(t["elements"] for t in trace if t["src"] == me) * result.element_size()
+        self.sent += self.last_bytes
         return _Finished([result], self.device)
 
     def all_gather(self, outputs: list, tensor: torch.Tensor, async_op: bool = False):

@@ -87,7 +87,7 @@ def summarise(config, model, losses, step_times, wire_bytes, timeline, hook_call
         "median_step_s": statistics.median(timed) if timed else 0.0,
         "median_exposed_s": accounting["exposed_s"], "median_overhead_s": accounting["overhead_s"],
         "wire_bytes_per_step": statistics.mean(wire_bytes) if wire_bytes else 0.0,
-        "replica_spread": spread, "spans": timeline.spans, "hook_calls": hook_calls,
+        "replica_spread": spread, "spans": timeline.spans, "clock_origin_s": timeline.origin, "hook_calls": hook_calls,
         "params": flat if rank == 0 else None,
     }
 

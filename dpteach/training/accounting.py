@@ -66,6 +66,12 @@ def link_report(ranks: list[dict]) -> dict | None:
             "emulation_error": max((r.get("emulation_error") or 0.0 for r in reports), default=0.0)}
 
 
+def comm_time(spans: list[dict]) -> float:
+    """The time this rank's collectives were in flight, summed over the collectives (two buckets on the wire
+    at once count twice): what the communication threads of its trace add up to (``replica/trace.py``)."""
+    return sum(s["end"] - s["start"] for s in spans if s["lane"] == "comm")
+
+
 def _intervals(spans, lane=None, names=None):
     return sorted((s["start"], s["end"]) for s in spans
                   if (lane is None or s["lane"] == lane) and (names is None or s["name"] in names))
