@@ -90,3 +90,25 @@ def test_the_trace_of_a_compare_run_matches_what_the_run_reports(tmp_path):
     assert abs(first[0] - first[1]) < 1000  # microseconds
     runs = json.loads(trace.read_text())["otherData"]["runs"]
     assert runs == [row["strategy"] for row in report["rows"]]
+
+
+def test_a_panel_that_shows_a_timeline_writes_its_trace_and_links_it(tmp_path, monkeypatch):
+    import ipywidgets as widgets
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from dpteach.experiments import sharding_timeline
+    from dpteach.widgets.panel import ExperimentPanel
+    InteractiveShell.instance()
+    monkeypatch.chdir(tmp_path)  # a notebook's panel writes beside the notebook
+    panel = ExperimentPanel("ZeRO-3: one step", experiment=sharding_timeline, render=lambda result: None,
+                            controls={"steps": widgets.IntSlider(value=2, min=2, max=3)},
+                            fixed={"world_size": 2, "model": "mlp", "backend": "gloo", "device": "cpu"})
+    result = panel.run()
+    assert panel.error is None, panel.error
+    assert result["trace"] == "traces/zero-3-one-step.json" and "trace" not in panel.history[-1]["values"]
+    link = panel.output.outputs[-1]["data"]["text/html"]
+    assert "href='traces/zero-3-one-step.json'" in link and "ui.perfetto.dev" in link
+    df = _hta(tmp_path / result["trace"])
+    assert sorted(df["pid"].unique()) == [0, 1]
+    names = set(df["name"])
+    assert {"forward", "backward", "all_gather", "reduce_scatter"} <= names, names

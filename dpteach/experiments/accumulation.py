@@ -37,6 +37,7 @@ from ..ranks.launcher import launch
 from ..network.link import resolve_link
 from ..replica.models import SPECS, build_model
 from ..training.reference import exact_tolerance, reference_device, train_single_process
+from ..replica.trace import save_trace
 from ..replica.sizing import RunLoad, check_model, choose_model, run_facts
 from ..training.train import TrainConfig, train_each_on_rank
 from ..ranks.world import World, resolve_world
@@ -129,7 +130,7 @@ BUG_BATCH = 16  # the bug demonstrations are about correctness: a laptop model a
 def accumulation_sweep(world_size: int | World | None = None, accum_steps_list=(1, 2, 4), model: str = "auto",
                        steps: int = 6, batch_per_rank: int | None = None, strategy: str = "bucketed",
                        bucket_mb: float | None = None, seed: int = 0, link=None, backend: str = "auto",
-                       device: str = "auto", timeout: float = 600.0, peers: str | None = None) -> dict:
+                       device: str = "auto", timeout: float = 600.0, peers: str | None = None, trace=None) -> dict:
     """Train with each K in ``accum_steps_list``; measure communication, time and equivalence; show the bugs.
 
     ``link``: an emulated network for the training runs' collectives (``dpteach.network.emulated``); the two bug
@@ -139,10 +140,11 @@ def accumulation_sweep(world_size: int | World | None = None, accum_steps_list=(
     ``batch_per_rank=None``: 16 for a laptop model, the model's own for a GPU-sized one.
     ``peers="emulated"``: one real rank, its exchange timed as among ``world_size`` (``dpteach.ranks.world``);
     equivalence is then not shown and the bug demonstrations, which need real ranks, do not run (None).
+    ``trace``: a file to write every run's whole timeline to, for Perfetto (``dpteach/replica/trace.py``).
 
     Returns ``{"world_size", "backend", "device", "model", "model_choice", "peers", "strategy", "link",
     "batch_per_rank", "steps", "tolerance", "rows": [one per K], "timelines": {K: {rank: spans of one
-    typical step}}, "no_sync": {...}, "loss_not_divided": {...}}`` - see the notebook for each field in use.
+    typical step}}, "trace": the file written or None, "no_sync": {...}, "loss_not_divided": {...}}`` - see the notebook for each field in use.
     """
     check_model(model)
     world = resolve_world(world_size, backend, device, peers, emulated_peers_ok=True)
@@ -170,7 +172,7 @@ def accumulation_sweep(world_size: int | World | None = None, accum_steps_list=(
     per_rank = launch(_on_rank, world, args=(configs, bug_model if real else None, bug_k, BUG_BATCH, seed),
                       timeout=timeout)
     timed = range(min(base.timing_warmup, steps - 1), steps)
-    rows, timelines = [], {}
+    rows, timelines, traced = [], {}, {}
     for i, k in enumerate(ks):
         floor = [per_rank[r]["runs"][2 * i] for r in range(world.size)]
         runs = [per_rank[r]["runs"][2 * i + 1] for r in range(world.size)]
@@ -192,9 +194,10 @@ def accumulation_sweep(world_size: int | World | None = None, accum_steps_list=(
         })
         shown = typical_step(runs[0]["step_times"], timed)
         timelines[k] = {r: [s for s in runs[r]["spans"] if s["step"] == shown] for r in range(world.size)}
+        traced.update({f"local K={k}": floor, f"{strategy} K={k}": runs})
     facts = {**run_facts(world, choice), "strategy": strategy, "link": None if emulated is None else emulated.as_dict(),
              "batch_per_rank": batch_per_rank, "steps": steps, "tolerance": exact_tolerance(base), "rows": rows,
-             "timelines": timelines}
+             "timelines": timelines, "trace": save_trace(trace, traced, world.device_type, run_facts(world, choice))}
     if not real:
         return {**facts, "no_sync": None, "loss_not_divided": None}
     bugs = per_rank[0]["bugs"]

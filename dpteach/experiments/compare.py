@@ -18,13 +18,12 @@ import statistics
 from dataclasses import replace
 
 from .. import validate
-from ..ranks import context
 from ..training.accounting import comm_time, link_report, step_costs
 from ..ranks.launcher import launch
 from ..network.link import resolve_link
 from ..training.reference import exact_tolerance, reference_device, train_single_process
 from ..replica.sizing import RunLoad, check_model, choose_model, run_facts
-from ..replica.trace import run_origins, run_spans, write_trace
+from ..replica.trace import save_trace
 from ..sync import STRATEGIES, strategy_class
 from ..training.train import ALL_REDUCE_CHOICES, TrainConfig, train_each_on_rank, train_on_rank
 from ..ranks.world import World, resolve_world
@@ -106,15 +105,13 @@ def compare_strategies(world_size: int | World | None = None, model: str = "auto
     local_step = statistics.mean(r["median_step_s"] for r in runs["local"]) if "local" in runs else None
     rows = [{**_row(s, runs[s], references.get(workers[s]), local_step), "all_reduce": c.all_reduce}
             for s, c in zip(strategies, configs)]
-    if trace is not None and context.rank() == 0:  # under torchrun every rank ran this: one writes
-        write_trace(trace, run_spans(runs), run_origins(runs), world.device_type,
-                    about={**run_facts(world, choice), "link": None if link is None else link.as_dict(),
-                           "steps": steps, "interleaved": interleave})
+    written = save_trace(trace, runs, world.device_type, about={**run_facts(world, choice), "steps": steps,
+                                                                "link": None if link is None else link.as_dict()})
     return {**run_facts(world, choice), "steps": steps, "accum_steps": accum_steps, "bucket_mb": base.bucket_mb,
             "batch_per_rank": base.batch_per_rank, "optimizer": optimizer,
             "link": None if link is None else link.as_dict(), "all_reduce": all_reduce,
             "tolerance": exact_tolerance(base), "rows": rows, "runs": runs, "left_out": left_out,
-            "reference_losses": references[world.size]["losses"] if real else None}
+            "reference_losses": references[world.size]["losses"] if real else None, "trace": written}
 
 
 def run_strategy(world_size: int | World | None, config: TrainConfig, backend: str = "auto", device: str = "auto",

@@ -47,6 +47,7 @@ from ..replica.data import ShardedSampler, loss_fn, make_dataset
 from ..ranks.launcher import launch
 from ..replica.models import build_model
 from ..sync import make_strategy
+from ..replica.trace import save_trace
 from ..replica.timeline import Timeline, start_together
 from ..ranks.world import World, resolve_world
 
@@ -203,7 +204,7 @@ def _train_with_loader(config: dict, model_name: str, steps_per_epoch: int, epoc
     dist.barrier()
     return {"name": config["name"], "waits": waits, "computes": computes, "orders": orders,
             "epoch_first_steps": [e * steps_per_epoch for e in range(epochs)], "pin_memory_effective": pin,
-            "spans": timeline.spans, "children_left": len(multiprocessing.active_children())}
+            "spans": timeline.spans, "clock_origin_s": timeline.origin, "children_left": len(multiprocessing.active_children())}
 
 
 def _on_rank(configs, model_name, steps_per_epoch, epochs, batch, decode_ms, seed, bucket_mb):
@@ -242,13 +243,14 @@ def _summarise(ranks: list[dict], batch: int, decode_ms: float) -> dict:
 def input_pipeline(world_size: int | World | None = None, loader_configs: list[dict] | None = None, steps: int = 16,
                    decode_ms: float = 1.5, num_workers: int = 2, prefetch_factor: int = 2, epochs: int = 2,
                    batch_per_rank: int = 32, model: str = "mlp", seed: int = 0, bucket_mb: float = 25.0,
-                   backend: str = "auto", device: str = "auto", timeout: float = 600.0) -> dict:
+                   backend: str = "auto", device: str = "auto", timeout: float = 600.0, trace=None) -> dict:
     """Train about ``steps`` steps (over ``epochs`` epochs) behind each loader configuration; return measurements.
 
     ``loader_configs``: dicts with keys name, num_workers, prefetch_factor, pin_memory, thread_prefetch,
     set_epoch; default ``standard_loader_configs(num_workers, prefetch_factor)``. Returns
     ``{"world_size", "backend", "device", "model", "decode_ms", "batch_per_rank", "steps_per_epoch", "epochs",
-    "rows": [one per configuration], "spans": {name: {rank: spans}}}``; times in seconds.
+    "rows": [one per configuration], "spans": {name: {rank: spans}}, "trace"}``; times in seconds. ``trace``: a
+    file to write every configuration's timeline to, for Perfetto (``dpteach/replica/trace.py``).
     """
     world = resolve_world(world_size, backend, device)
     configs = [check_loader_config(c) for c in (loader_configs if loader_configs is not None
@@ -267,4 +269,7 @@ def input_pipeline(world_size: int | World | None = None, loader_configs: list[d
         spans[config["name"]] = {r: ranks[r]["spans"] for r in range(world.size)}
     return {"world_size": world.size, "backend": world.backend, "device": world.device_type,
             "model": model, "decode_ms": float(decode_ms), "batch_per_rank": batch_per_rank,
-            "steps_per_epoch": steps_per_epoch, "epochs": epochs, "rows": rows, "spans": spans}
+            "steps_per_epoch": steps_per_epoch, "epochs": epochs, "rows": rows, "spans": spans,
+            "trace": save_trace(trace, {config["name"]: [per_rank[r][i] for r in range(world.size)]
+                                        for i, config in enumerate(configs)}, world.device_type,
+                                {"model": model, "world_size": world.size, "backend": world.backend})}

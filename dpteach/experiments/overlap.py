@@ -41,6 +41,7 @@ from ..ranks.launcher import launch
 from ..network.link import resolve_link
 from ..training.reference import exact_tolerance, reference_device, train_single_process
 from ..replica.sizing import RunLoad, check_model, choose_model, run_facts
+from ..replica.trace import save_trace
 from ..sync import EXACT
 from ..training.train import TrainConfig, train_each_on_rank
 from ..ranks.world import World, resolve_world
@@ -60,18 +61,19 @@ CANDIDATES = (
 
 def overlap_timeline(world_size: int | World | None = None, model: str = "auto", bucket_mb: float | None = None,
                      steps: int = 8, batch_per_rank: int | None = None, seed: int = 0, link=None, backend: str = "auto",
-                     device: str = "auto", timeout: float = 600.0, peers: str | None = None) -> dict:
+                     device: str = "auto", timeout: float = 600.0, peers: str | None = None, trace=None) -> dict:
     """Run the exact strategies and the question's candidate answers in one world; return plain data.
 
     ``link``: an emulated network for every collective (``dpteach.network.emulated``: a preset name, a ``Link`` or
     ``{"alpha_s", "beta_s_per_byte"}``); None is this machine's own transfers. ``model="auto"``: the tiny
     transformer on CPU ranks, a GPU-sized one on GPU ranks (``dpteach.replica.sizing``); ``batch_per_rank=None``:
     32 for a laptop model, the model's own for a GPU-sized one. ``peers="emulated"``: see the module note.
+    ``trace``: a file to write every run's whole timeline to, for Perfetto (``dpteach/replica/trace.py``).
 
     Returns ``{"world_size", "backend", "device", "model", "model_choice", "peers", "peers_note",
     "bucket_mb", "link", "steps", "batch_per_rank", "tolerance", "timed_steps", "shown_steps": {strategy:
     step}, "strategies": [row per strategy], "timelines": {strategy: {rank: [spans of its typical step]}},
-    "candidates": [row per answer], "reference_losses"}``. Times are seconds; ``exposed_comm_s`` is the
+    "candidates": [row per answer], "reference_losses", "trace": the file written or None}``. Times are seconds; ``exposed_comm_s`` is the
     communication the ranks waited for, ``overhead_s`` the rest of the step above its compute floor.
     """
     check_model(model)
@@ -139,4 +141,5 @@ def overlap_timeline(world_size: int | World | None = None, model: str = "auto",
             "link": None if emulated is None else emulated.as_dict(), "steps": steps, "batch_per_rank": batch_per_rank,
             "tolerance": tolerance, "timed_steps": list(timed), "shown_steps": shown,
             "strategies": strategies, "timelines": timelines, "candidates": candidates,
-            "reference_losses": reference["losses"] if exact_shown else None}
+            "reference_losses": reference["losses"] if exact_shown else None,
+            "trace": save_trace(trace, results, world.device_type, about=run_facts(world, choice))}

@@ -20,6 +20,7 @@ from ..network.link import resolve_link
 from ..replica.model_states import model_state_bytes
 from ..replica.models import build_model
 from ..replica.build import OPTIMIZERS
+from ..replica.trace import save_trace
 from ..replica.sizing import RunLoad, check_model, choose_model, run_facts
 from ..sync import strategy_class
 from ..sync.fsdp_trace import fsdp_spans, profile_step
@@ -79,7 +80,7 @@ def sharding_memory(world_size: int | World | None = None, model: str = "auto", 
 
 def sharding_timeline(world_size: int | World | None = None, model: str = "auto", steps: int = 3,
                       strategy: str = "zero3", backend: str = "auto", device: str = "auto",
-                      timeout: float = 300.0, link=None, peers: str | None = None) -> dict:
+                      timeout: float = 300.0, link=None, peers: str | None = None, trace=None) -> dict:
     """Every rank's spans of the last step of ``zero3`` or ``fsdp``: forward, backward, and each
     all-gather and reduce-scatter. ``zero3`` draws its own collectives; for ``fsdp`` they are read from
     the ranges FSDP2 records for the profiler (``dpteach/sync/fsdp_trace.py``), the last step profiled.
@@ -91,7 +92,8 @@ def sharding_timeline(world_size: int | World | None = None, model: str = "auto"
     Returns ``{"world_size", "backend", "device", "model", "model_choice", "peers", "strategy", "step",
     "spans": {rank: [span, ...]}, "gathers": {rank: {"prefetched", "on_demand"}}, "exposed_comm_s"}`` -
     the last step's all-gathers, by whether they had been launched before the layer needed them, and
-    the time it waited for communication.
+    the time it waited for communication. ``trace``: a file to write every rank's whole timeline to, for
+    Perfetto (``dpteach/replica/trace.py``); its path is the result's ``"trace"``.
     """
     check_model(model)
     validate.integer("steps", steps, low=2, why=" (prefetching starts once the first step has shown the order)")
@@ -113,7 +115,8 @@ def sharding_timeline(world_size: int | World | None = None, model: str = "auto"
     return {**run_facts(world, choice), "strategy": strategy, "step": last, "spans": spans,
             "link": None if emulated is None else emulated.as_dict(),
             "exposed_comm_s": None if strategy == "fsdp" else sum(exposed) / len(exposed),
-            "gathers": {r: run["notes"] for r, run in enumerate(ranks)}}
+            "gathers": {r: run["notes"] for r, run in enumerate(ranks)},
+            "trace": save_trace(trace, {strategy: ranks}, world.device_type, run_facts(world, choice))}
 
 
 def trace_fsdp_on_rank(config: TrainConfig) -> dict:

@@ -29,6 +29,8 @@ import json
 import os
 import tempfile
 
+from ..ranks import context
+
 LANE_THREADS = {"compute": (1, "compute"), "comm": (10, "communication"), "data": (30, "data loading")}
 GPU_NAMES = {"compute": "compute stream", "comm": "comm stream"}
 GAP_S = 0.01  # between runs laid one after another (no clock origin known)
@@ -130,6 +132,15 @@ def write_trace(path, runs: dict, origins: dict | None = None, device: str = "cp
         os.unlink(temporary)
         raise
     return path
+
+
+def save_trace(path, results: dict, device: str = "cpu", about: dict | None = None) -> str | None:
+    """:func:`write_trace` of per-rank summaries (``{run name: [rank 0's summary, rank 1's, ...]}``, each with
+    ``spans`` and, where the run knows it, ``clock_origin_s``) - by one process only (under torchrun every
+    rank runs the experiment); None when no ``path`` was asked for."""
+    if path is None or context.rank() != 0:
+        return None
+    return write_trace(path, run_spans(results), run_origins(results), device, about)
 
 
 def run_origins(results: dict) -> dict:

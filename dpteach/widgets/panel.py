@@ -8,6 +8,10 @@
     panel.run()      # the same path from code (the notebook's check cells use it)
     panel.result     # the last result, plain data
 
+A panel whose experiment takes ``trace=`` (the ones that draw timelines) writes each run's trace to
+``traces/<panel title>.json`` beside the notebook and shows a link to it under the results: a file that
+ui.perfetto.dev and ``chrome://tracing`` open (``dpteach/replica/trace.py``).
+
 The button and the output carry stable CSS classes (``dpteach-run``, ``dpteach-output``,
 ``dpteach-status``, whose text carries ``data-runs``: the number of finished runs) so that a browser test can
 find them and tell a new result from the last one. What a run prints and displays is written
@@ -17,12 +21,16 @@ breaking the panel, and the button is re-enabled whatever happens.
 """
 from __future__ import annotations
 
+import html
+import inspect
 import itertools
+import os
+import re
 import time
 import weakref
 
 import ipywidgets as widgets
-from IPython.display import display
+from IPython.display import HTML, display
 
 from ..ranks.backend import Placement, visible_gpus
 from ..replica.models import MODELS, parameter_count
@@ -61,6 +69,16 @@ def sharing_note(result) -> str | None:
     return Placement(result.get("backend", "gloo"), "cuda", gpus).describe_sharing(ranks) if gpus else None
 
 
+def trace_link(path: str) -> str:
+    """The line under a panel that shows a timeline: where its trace is, and how to open it."""
+    where = html.escape(path)
+    return (f"<div class='dpteach-trace'>&#128269; This run's trace: <a href='{where}' download>{where}</a> "
+            f"&mdash; open it at <a href='https://ui.perfetto.dev' target='_blank'>ui.perfetto.dev</a> (it runs in "
+            f"your browser: the file is not uploaded) or at <code>chrome://tracing</code>: one process per rank, a "
+            f"thread per stream, each span's step, bucket and bytes under a click.</div>")
+
+
+TRACE_FOLDER = "traces"
 _serials = itertools.count()
 
 
@@ -82,6 +100,9 @@ class ExperimentPanel:
             if hasattr(getattr(control, "style", None), "description_width"):
                 control.style.description_width = "initial"
         self.fixed = dict(fixed or {})
+        takes_trace = "trace" in inspect.signature(experiment).parameters and "trace" not in self.fixed
+        slug = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-") or "run"
+        self.trace_path = os.path.join(TRACE_FOLDER, f"{slug}.json") if takes_trace else None
         self.result = None
         self.history: list[dict] = []  # every run's values and result, in order
         self.runs = 0  # finished runs, failed ones included (the status line carries it as data-runs)
@@ -111,10 +132,13 @@ class ExperimentPanel:
         start = time.perf_counter()
         try:
             with write_into(self.output):  # not `with self.output:` - see capture.py for why
-                self.result = self.experiment(**values)
+                extra = {"trace": self.trace_path} if self.trace_path and "trace" not in values else {}
+                self.result = self.experiment(**values, **extra)
                 self.render(self.result)
                 for note in run_notes(self.result):
                     print(note)
+                if isinstance(self.result, dict) and self.result.get("trace"):
+                    display(HTML(trace_link(self.result["trace"])))
             self.error = None
             self.runs += 1
             self.status.value = f"<span data-runs='{self.runs}'>done in {time.perf_counter() - start:.1f} s</span>"
