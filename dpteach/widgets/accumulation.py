@@ -100,7 +100,7 @@ def render(result: dict) -> None:
     display(bugs_table(result))
 
 
-def sweep_up_to(k_max: int = 4, **options) -> dict:
-    """``accumulation_sweep`` over ``k_values(k_max)``: what the panel's K slider runs."""
+def sweep_up_to(k_max: int = 4, trace=None, **options) -> dict:
+    """``accumulation_sweep`` over ``k_values(k_max)``: what the panel's K slider runs (``trace``: see there)."""
     from ..experiments.accumulation import accumulation_sweep
-    return accumulation_sweep(accum_steps_list=k_values(k_max), **options)
+    return accumulation_sweep(accum_steps_list=k_values(k_max), trace=trace, **options)
