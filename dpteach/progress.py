@@ -1,4 +1,4 @@
-"""The learner's progress through the course: quiz answers and exercise grades, in one JSON file.
+"""The learner's progress through the course: quiz answers, exercise grades and predictions, in one JSON file.
 
 Quizzes (``dpteach.quiz``) and the exercise grader (``dpteach.grading``) both write here, often from
 two processes at once (a notebook kernel and a terminal), so the file is handled with care:
@@ -12,7 +12,8 @@ two processes at once (a notebook kernel and a terminal), so the file is handled
 
 Location: ``$DPTEACH_PROGRESS`` if set, else ``~/.dpteach/progress.json``.
 
-API: ``ProgressStore(path=None)`` with ``record_quiz``, ``record_exercise``, ``load`` and ``summary``.
+API: ``ProgressStore(path=None)`` with ``record_quiz``, ``record_exercise``, ``record_prediction``, ``load``
+and ``summary``.
 """
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ def _now() -> str:
 
 
 def _empty() -> dict:
-    return {"version": FORMAT_VERSION, "quiz": {}, "exercises": {}}
+    return {"version": FORMAT_VERSION, "quiz": {}, "exercises": {}, "predictions": {}}
 
 
 class ProgressStore:
@@ -101,6 +102,28 @@ class ProgressStore:
 
         return self._update(change)
 
+    def record_prediction(self, key: str, lesson: str, predicted: float, measured: float, unit: str) -> dict:
+        """Record one prediction checked against a run (``key`` names the question); returns its entry, whose
+        ``last_error`` is (predicted - measured) / measured and ``best_error`` the smallest in size so far."""
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"key={key!r} is not allowed: give a non-empty string")
+        for name, value in (("predicted", predicted), ("measured", measured)):
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
+                raise ValueError(f"{name}={value!r} is not allowed: it must be a number")
+        if measured == 0:
+            raise ValueError("measured=0 is not allowed: a relative error needs a measured value other than 0")
+        error = (predicted - measured) / measured
+
+        def change(data):
+            now = _now()
+            entry = data["predictions"].setdefault(key, {"attempts": 0, "best_error": error, "first_attempt": now})
+            best = min(entry["best_error"], error, key=abs)
+            entry.update(lesson=lesson, unit=unit, attempts=entry["attempts"] + 1, last_predicted=predicted,
+                         last_measured=measured, last_error=error, best_error=best, last_attempt=now)
+            return entry
+
+        return self._update(change)
+
     def load(self) -> dict:
         """The whole store: ``{"version", "quiz": {item id: entry}, "exercises": {name: entry}}``."""
         with self._locked():
@@ -108,7 +131,8 @@ class ProgressStore:
 
     def summary(self) -> dict:
         """Per topic: items answered and items answered correctly at least once (plus attempts);
-        per exercise: best score, max score, attempts and last status."""
+        per exercise: best score, max score, attempts and last status; per prediction: its lesson, attempts,
+        and the last and best relative errors."""
         data = self.load()
         topics: dict[str, dict] = {}
         for entry in data["quiz"].values():
@@ -119,7 +143,11 @@ class ProgressStore:
         exercises = {name: {"best": entry.get("best_score"), "max": entry.get("max_score"),
                             "attempts": entry.get("attempts", 0), "status": entry.get("last_status")}
                      for name, entry in data["exercises"].items()}
-        return {"quiz": dict(sorted(topics.items())), "exercises": dict(sorted(exercises.items()))}
+        predictions = {key: {"lesson": entry.get("lesson"), "attempts": entry.get("attempts", 0),
+                             "last_error": entry.get("last_error"), "best_error": entry.get("best_error")}
+                       for key, entry in data["predictions"].items()}
+        return {"quiz": dict(sorted(topics.items())), "exercises": dict(sorted(exercises.items())),
+                "predictions": dict(sorted(predictions.items()))}
 
     # -- file handling ------------------------------------------------------------------------
 
@@ -152,7 +180,7 @@ class ProgressStore:
             data = json.loads(text)
             if not isinstance(data, dict):
                 raise ValueError(f"top level is a {type(data).__name__}, not an object")
-            for section in ("quiz", "exercises"):
+            for section in ("quiz", "exercises", "predictions"):
                 if not isinstance(data.setdefault(section, {}), dict):
                     raise ValueError(f"'{section}' is not an object")
         except ValueError as exc:  # json.JSONDecodeError is a ValueError too

@@ -9,6 +9,8 @@ For each notebook the test checks what a learner would see:
   figures from the button path that held a title and nothing else; ``widgets/capture.py``);
 * every panel's Run button runs again with the changed control and ends "done", and the panel then
   says that the cells below describe the earlier run (``.dpteach-stale``);
+* in every panel that asks for a prediction, text that is not a number is refused with a message and runs
+  nothing, and a number typed into the box is scored under the run;
 
 and keeps a screenshot per notebook (``test-output/browser/``, or ``$DPTEACH_TEST_OUTPUT/browser``).
 """
@@ -137,6 +139,16 @@ def test_a_learner_runs_the_notebook_then_every_panel_again(lab, notebook):
             panel = panels.nth(index)
             panel.scroll_into_view_if_needed()
             runs_before = page.evaluate(PANEL_STATE, index)["runs"]
+            box = panel.locator(".dpteach-prediction input")
+            if box.count():  # a learner who types words first, then a number
+                box.fill("about ten")
+                panel.locator(".dpteach-run").click()
+                page.wait_for_function(f"() => ({PANEL_STATE})({index}).runs > {runs_before}", timeout=60_000)
+                state = page.evaluate(PANEL_STATE, index)
+                assert state["status"].startswith("failed"), f"{notebook}, panel {index}: {state['status']}"
+                assert "is not allowed: type a number" in panel.inner_text(), f"{notebook}, panel {index}"
+                runs_before = state["runs"]
+                box.fill("1.5")
             changed = change_a_control(panel)
             panel.locator(".dpteach-run").click()
             page.wait_for_function(f"() => ({PANEL_STATE})({index}).runs > {runs_before}", timeout=300_000)
@@ -148,6 +160,9 @@ def test_a_learner_runs_the_notebook_then_every_panel_again(lab, notebook):
             text = panel.inner_text()
             assert "Traceback" not in text and "Error displaying widget" not in text, f"{where} shows an error"
             check_figures(page, where)
+            if box.count():
+                score = panel.locator(".dpteach-prediction-score")
+                assert score.count() == 1 and "You predicted 1.5" in score.inner_text(), f"{where}: no score"
     finally:
         page.screenshot(path=str(OUTPUT / f"{Path(notebook).stem}.png"), full_page=False)
         page.close()

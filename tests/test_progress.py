@@ -45,12 +45,29 @@ def test_quiz_and_exercise_round_trip(path):
         "quiz": {"memory": {"answered": 1, "correct": 0, "attempts": 1},
                  "scaling": {"answered": 1, "correct": 1, "attempts": 2}},
         "exercises": {"ring_allreduce": {"best": 10, "max": 10, "attempts": 3, "status": "failed"}},
+        "predictions": {},
     }
 
 
+def test_predictions_keep_the_last_and_the_best_relative_error(path):
+    store = ProgressStore()
+    first = store.record_prediction("02-ring-largest", "02", 12.0, 10.0, "ms")
+    assert first["last_error"] == pytest.approx(0.2) and first["attempts"] == 1
+    second = store.record_prediction("02-ring-largest", "02", 9.5, 10.0, "ms")
+    assert second["last_error"] == pytest.approx(-0.05) and second["best_error"] == pytest.approx(-0.05)
+    third = store.record_prediction("02-ring-largest", "02", 20.0, 10.0, "ms")
+    assert third["best_error"] == pytest.approx(-0.05) and third["attempts"] == 3
+    assert store.summary()["predictions"]["02-ring-largest"]["last_error"] == pytest.approx(1.0)
+    for bad, message in (({"predicted": "12"}, "predicted="), ({"measured": float("nan")}, "measured="),
+                         ({"measured": 0.0}, "measured=0 is not allowed"), ({"key": ""}, "key=")):
+        arguments = {"key": "k", "lesson": "02", "predicted": 1.0, "measured": 2.0, "unit": "ms", **bad}
+        with pytest.raises(ValueError, match=message):
+            store.record_prediction(**arguments)
+
+
 def test_empty_store(path):
-    assert ProgressStore().load() == {"version": 1, "quiz": {}, "exercises": {}}
-    assert ProgressStore().summary() == {"quiz": {}, "exercises": {}}
+    assert ProgressStore().load() == {"version": 1, "quiz": {}, "exercises": {}, "predictions": {}}
+    assert ProgressStore().summary() == {"quiz": {}, "exercises": {}, "predictions": {}}
 
 
 def test_writes_leave_no_temporary_files(path, monkeypatch):

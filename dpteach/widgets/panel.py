@@ -36,6 +36,7 @@ from ..ranks.backend import Placement, visible_gpus
 from ..replica.models import MODELS, parameter_count
 from ..replica.sizing import describe_choice
 from .capture import write_into
+from .prediction import Prediction, PredictionBox
 from .record import record_run
 
 
@@ -91,7 +92,7 @@ class ExperimentPanel:
         return sorted(cls._built, key=lambda panel: panel.serial)
 
     def __init__(self, title: str, experiment, render, controls: dict | None = None, fixed: dict | None = None,
-                 run_label: str = "Run"):
+                 run_label: str = "Run", prediction: Prediction | None = None):
         self.serial = next(_serials)
         ExperimentPanel._built.add(self)
         self.title, self.experiment, self.render = title, experiment, render
@@ -117,7 +118,9 @@ class ExperimentPanel:
         self.stale.add_class("dpteach-stale")
         self.button.on_click(lambda _: self.run())
         header = widgets.HTML(f"<b>{title}</b>")
-        self.widget = widgets.VBox([header, *self.controls.values(),
+        self.prediction = PredictionBox(prediction) if prediction is not None else None
+        asked = [self.prediction.widget] if self.prediction else []
+        self.widget = widgets.VBox([header, *self.controls.values(), *asked,
                                     widgets.HBox([self.button, self.status]), self.stale, self.output])
         self.widget.add_class("dpteach-panel")
 
@@ -131,6 +134,7 @@ class ExperimentPanel:
         self.status.value = "running..."
         start = time.perf_counter()
         try:
+            predicted = self.prediction.read() if self.prediction else None  # a non-number: refused, nothing runs
             with write_into(self.output):  # not `with self.output:` - see capture.py for why
                 extra = {"trace": self.trace_path} if self.trace_path and "trace" not in values else {}
                 self.result = self.experiment(**values, **extra)
@@ -139,6 +143,9 @@ class ExperimentPanel:
                     print(note)
                 if isinstance(self.result, dict) and self.result.get("trace"):
                     display(HTML(trace_link(self.result["trace"])))
+                scored = self.prediction.score(predicted, self.result) if self.prediction else None
+                if scored:
+                    display(HTML(scored))
             self.error = None
             self.runs += 1
             self.status.value = f"<span data-runs='{self.runs}'>done in {time.perf_counter() - start:.1f} s</span>"
