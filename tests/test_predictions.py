@@ -90,3 +90,27 @@ def test_lesson_predictions_are_answered_from_real_runs(progress):
     box, html = _scored(BF16_SAVING, precision, 50.0)
     assert box.last["measured"] == pytest.approx(50.0, abs=0.5) and "2 bytes instead of 4" in html
     assert sorted(progress.load()["predictions"]) == sorted(p.key for p in (ALLREDUCE_TIME, ZERO2_STATE, BF16_SAVING))
+
+
+@pytest.mark.slow
+def test_the_timing_lessons_predictions_are_answered_from_real_runs(progress):
+    from dpteach.experiments import accumulation_sweep, bucket_assignment, overlap_timeline, scaling_simulation
+    from dpteach.widgets.predictions import (ACCUMULATION_PER_SAMPLE, BUCKET_COUNT, OVERLAP_EXPOSED,
+                                             SCALING_EFFICIENCY)
+    plan = bucket_assignment("mlp", bucket_mb=0.05)
+    box, html = _scored(BUCKET_COUNT, plan, 3)
+    assert box.last["measured"] == len(plan["buckets"]) > 1 and "last layer first" in html
+    overlap = overlap_timeline(2, model="mlp", steps=4, link="1gbe", backend="gloo", device="cpu")
+    rows = {row["strategy"]: row for row in overlap["strategies"]}
+    box, html = _scored(OVERLAP_EXPOSED, overlap, 0.5)
+    assert box.last["measured"] == pytest.approx(rows["overlap"]["exposed_comm_s"] / rows["naive"]["exposed_comm_s"])
+    assert "naive sent" in html
+    sweep = accumulation_sweep(2, accum_steps_list=(1, 4), model="mlp", steps=4, link="1gbe", backend="gloo",
+                               device="cpu")
+    box, html = _scored(ACCUMULATION_PER_SAMPLE, sweep, 0.25)
+    assert box.last["measured"] > 0 and "exactly 1/K" in html and "fell to 0.25 of K=1's" in html
+    simulated = scaling_simulation(max_world_size=64, links=("nvlink", "ib_8nics"))
+    box, html = _scored(SCALING_EFFICIENCY, simulated, 90.0)
+    assert box.last["measured"] == pytest.approx(100 * simulated["curves"][list(simulated["curves"])[1]][-1]["efficiency"])
+    assert "At W=64" in html
+    assert len(progress.load()["predictions"]) == 4

@@ -81,3 +81,106 @@ BF16_SAVING = Prediction(
     question=("What share of the bytes that fp32 gradients put on the wire each step does <b>sending them in "
               "bf16</b> save, in percent?"),
     measure=_bf16_saving_percent, explain=_explain_bf16)
+
+
+# -- lesson 03: how many buckets -----------------------------------------------------------------------
+
+def _bucket_count(result: dict) -> float | None:
+    return len(result.get("buckets", [])) or None
+
+
+def _explain_buckets(result: dict, predicted: float) -> str:
+    largest = max(result["buckets"], key=lambda b: b["bytes"])
+    return (f"The {result['model']}'s {result['num_tensors']} gradient tensors hold {human_bytes(result['grad_bytes'])}. "
+            f"The rule walks them last layer first and closes a bucket when the next tensor would take it past the "
+            f"cap ({human_bytes(result['bucket_mb'] * 2**20)}; the first bucket's own cap "
+            f"{human_bytes(result['first_bucket_mb'] * 2**20)}), so a tensor larger than the cap makes a bucket of its "
+            f"own - the largest here holds {human_bytes(largest['bytes'])}. Dividing the total by the cap counts too "
+            f"few whenever tensors do not fill their buckets exactly.")
+
+
+BUCKET_COUNT = Prediction(
+    key="03-bucket-count", lesson="03", unit="buckets",
+    question=("How many <b>buckets</b> will the rule make of the chosen model's gradients with the slider's cap? "
+              "(Lesson 01 lists each layer's size.)"),
+    measure=_bucket_count, explain=_explain_buckets)
+
+
+# -- lesson 04: what overlap hides ---------------------------------------------------------------------
+
+def _rows(result: dict) -> dict:
+    return {row["strategy"]: row for row in result.get("strategies", [])}
+
+
+def _overlap_vs_naive(result: dict) -> float | None:
+    rows = _rows(result)
+    if not {"naive", "overlap"} <= set(rows) or not rows["naive"]["exposed_comm_s"]:
+        return None
+    return rows["overlap"]["exposed_comm_s"] / rows["naive"]["exposed_comm_s"]
+
+
+def _explain_overlap(result: dict, predicted: float) -> str:
+    rows = _rows(result)
+    naive, overlap = rows["naive"], rows["overlap"]
+    return (f"naive sent {naive['messages']:.0f} messages per step, all after backward, and its ranks waited "
+            f"{naive['exposed_comm_s'] * 1e3:.3g} ms for them; overlap sent {overlap['messages']:.0f} buckets, the "
+            f"first while backward was still computing, and waited {overlap['exposed_comm_s'] * 1e3:.3g} ms - only "
+            f"for what was still on the wire when backward ended. Fewer messages save latency (alpha per message); "
+            f"starting early hides bandwidth time behind backward, up to as long as backward lasts.")
+
+
+OVERLAP_EXPOSED = Prediction(
+    key="04-overlap-exposed-vs-naive", lesson="04", unit="x naive's",
+    question=("What will <b>overlap's exposed communication</b> per step be, as a fraction of <b>naive's</b> (1 = no "
+              "better, 0 = all hidden)? Think of the number of messages each sends and of how long backward lasts."),
+    measure=_overlap_vs_naive, explain=_explain_overlap)
+
+
+# -- lesson 05: communication per sample ----------------------------------------------------------------
+
+def _per_sample_at_largest_k(result: dict) -> float | None:
+    rows = sorted(result.get("rows", []), key=lambda row: row["accum_steps"])
+    if len(rows) < 2 or rows[0]["accum_steps"] != 1 or not rows[0]["exposed_comm_per_sample_s"]:
+        return None
+    return rows[-1]["exposed_comm_per_sample_s"] / rows[0]["exposed_comm_per_sample_s"]
+
+
+def _explain_accumulation(result: dict, predicted: float) -> str:
+    rows = sorted(result["rows"], key=lambda row: row["accum_steps"])
+    one, most = rows[0], rows[-1]
+    return (f"With K={most['accum_steps']} a step sends the same bytes as with K=1 but trains on K times the samples: "
+            f"bytes per sample fell to {most['bytes_per_sample'] / one['bytes_per_sample']:.3g} of K=1's, exactly "
+            f"1/K. The waiting per sample follows only as far as each step's exchange costs the same: it was "
+            f"{one['exposed_comm_s'] * 1e3:.3g} ms per step at K=1 and {most['exposed_comm_s'] * 1e3:.3g} ms at "
+            f"K={most['accum_steps']} (noise on a shared machine, and a longer backward to hide behind).")
+
+
+ACCUMULATION_PER_SAMPLE = Prediction(
+    key="05-exposed-per-sample-largest-k", lesson="05", unit="x K=1's",
+    question=("At the <b>largest K</b> of the sweep, what will the communication the ranks wait for <b>per sample</b> "
+              "be, as a fraction of K=1's?"),
+    measure=_per_sample_at_largest_k, explain=_explain_accumulation)
+
+
+# -- lesson 09: efficiency at scale ---------------------------------------------------------------------
+
+def _efficiency_at_largest_w(result: dict) -> float | None:
+    curves = dict(zip(result.get("names", []), result.get("curves", {}).values()))
+    rows = curves.get("ib_8nics")
+    return 100 * rows[-1]["efficiency"] if rows else None
+
+
+def _explain_efficiency(result: dict, predicted: float) -> str:
+    curves = dict(zip(result["names"], result["curves"].values()))
+    last = curves["ib_8nics"][-1]
+    return (f"At W={last['world_size']} one step computes for {last['compute_s'] * 1e3:.3g} ms and communicates for "
+            f"{last['comm_s'] * 1e3:.3g} ms in {last['messages']} messages; {result['overlap']:.0%} of the compute can "
+            f"hide it, so {last['exposed_s'] * 1e3:.3g} ms stays exposed. The ring's bandwidth term hardly grows with "
+            f"W, but its 2(W-1) latencies per message do: at large W they, not the bytes, set the step.")
+
+
+SCALING_EFFICIENCY = Prediction(
+    key="09-efficiency-largest-w", lesson="09", unit="%",
+    question=("With the panel's workload, what <b>efficiency</b> will the model give at the largest W over "
+              "<b>InfiniBand with 8 NICs per node</b> (100% = perfect scaling)?"),
+    measure=_efficiency_at_largest_w, explain=_explain_efficiency)
