@@ -22,7 +22,7 @@ import jsonschema
 import yaml
 
 from .catalog import EXPERIMENTS, NOTEBOOKS, default_bank_dir, topic_header, topic_order  # noqa: F401 (default_bank_dir: here too)
-from ..course import LESSONS
+from ..course import LESSONS, experiment_homes
 
 SCHEMA_PATH = Path(__file__).with_name("schema.json")
 
@@ -49,6 +49,7 @@ class Item:
     section: str | None  # ... or, for what no run here can show, the notebook section that explains it
     mirrors: str | None
     source: str  # the bank file it came from, for messages
+    figure: dict | None = None  # a figure drawn from a real run's trace: image and trace paths (absolute), the run
 
     @property
     def demonstrated(self) -> bool:
@@ -111,7 +112,7 @@ def _schema() -> dict:
     schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
     schema["$defs"]["lesson"]["enum"] = [lesson.number for lesson in LESSONS]
     schema["$defs"]["notebook"]["enum"] = list(NOTEBOOKS)
-    schema["$defs"]["experiment"]["enum"] = list(EXPERIMENTS)
+    schema["$defs"]["experiment"]["enum"], schema["$defs"]["runnable"]["enum"] = list(EXPERIMENTS), list(experiment_homes())
     return schema
 
 
@@ -183,6 +184,10 @@ def _check_semantics(data: dict, file: str, topic: str) -> list[Problem]:
                 complain(f"'select' is {entry['select']} but {n_correct} options are marked correct")
             if entry["select"] >= len(entry["options"]):
                 complain(f"'select' is {entry['select']} but there are only {len(entry['options'])} options")
+        for key in ("image", "trace") if "figure" in entry else ():
+            if not (Path(file).parent / entry["figure"][key]).is_file():
+                complain(f"its figure's {key} {entry['figure'][key]!r} is not in the bank's folder "
+                         f"(scripts/quiz_figures.py makes it)")
         texts = [option["text"].strip().lower() for option in entry["options"]]
         if len(set(texts)) != len(texts):
             complain("two options have the same text (answers are matched by text, so each must differ)")
@@ -197,8 +202,15 @@ def _to_item(entry: dict, file: str, title: str) -> Item:
         options=tuple(Option(o["text"].strip(), o["correct"], o["explanation"].strip()) for o in entry["options"]),
         trap=entry["trap"].strip(), notebook=(shown or explained)["notebook"],
         experiment=shown["experiment"] if shown else None, section=explained["section"].strip() if explained else None,
-        mirrors=entry.get("mirrors"), source=file,
+        mirrors=entry.get("mirrors"), source=file, figure=_figure(entry, file),
     )
+
+
+def _figure(entry: dict, file: str) -> dict | None:
+    """The item's figure with its files' paths made absolute (they are relative to the bank's folder)."""
+    figure, folder = entry.get("figure"), Path(file).parent
+    return None if figure is None else {**figure, "image": str(folder / figure["image"]),
+                                        "trace": str(folder / figure["trace"])}
 
 
 def read_bank_file(path: Path) -> tuple[list[Item], list[Problem]]:

@@ -42,6 +42,9 @@ def _ask(item: Item, number: int, total: int, shown: list[int], stdin: TextIO, s
         print("\n".join(f"  {line}".rstrip() for line in item.stem.splitlines()), file=stdout)
     else:
         print(_wrap(item.stem, "  "), file=stdout)
+    if item.figure:  # a terminal cannot show it: say where it is, and what it was drawn from
+        print(_wrap(f"Figure: {item.figure['image']} (drawn from the trace {item.figure['trace']}, written by a "
+                    f"real run of dpteach.experiments.{item.figure['run']['experiment']})", "  "), file=stdout)
     print(file=stdout)
     for position, index in enumerate(shown, 1):
         print(_wrap(f"{position}) {item.options[index].text}", "  ", "     "), file=stdout)

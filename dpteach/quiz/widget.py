@@ -66,6 +66,23 @@ def feedback_html(item: Item, shown_order: list[int], chosen: list[str]) -> str:
     return "\n".join(lines)
 
 
+def run_call(run: dict) -> str:
+    """``experiment(argument=value, ...)``: the call that wrote a figure's trace."""
+    arguments = ", ".join(f"{name}={value!r}" for name, value in run["arguments"].items())
+    return f"dpteach.experiments.{run['experiment']}({arguments})"
+
+
+def figure_widgets(figure: dict) -> list:
+    """The figure an item asks about, and where it comes from: the real run, and its trace to open."""
+    with open(figure["image"], "rb") as f:
+        image = widgets.Image(value=f.read(), format="png", layout=widgets.Layout(max_width="900px"))
+    image.add_class("dpteach-quiz-figure")
+    source = widgets.HTML(f"<div style='font-size:90%;color:#555'>Drawn from the trace of a real run, "
+                          f"<code>{escape(run_call(figure['run']))}</code>; the trace itself, to open at "
+                          f"ui.perfetto.dev: <code>{escape(figure['trace'])}</code></div>")
+    return [image, source]
+
+
 class QuizItemView:
     """One question: its choice widgets, a Submit button, and the feedback shown after submitting."""
 
@@ -82,6 +99,7 @@ class QuizItemView:
         # pre-wrap keeps the line breaks of stems that contain code and still wraps long prose lines
         stem = widgets.HTML(f'<div style="white-space: pre-wrap; line-height: 1.4">{escape(item.stem)}</div>')
         stem.add_class("dpteach-quiz-stem")
+        shown_with = [stem, *figure_widgets(item.figure)] if item.figure else [stem]
         if item.type == "single":
             self._radio = widgets.RadioButtons(options=[(text, text) for text in shown], value=None,
                                                layout=widgets.Layout(width="100%"))
@@ -103,7 +121,7 @@ class QuizItemView:
         self.retry_button.on_click(lambda _button: self.try_again())
         self.message = widgets.HTML("").add_class("dpteach-quiz-message")
         self.feedback = widgets.HTML("").add_class("dpteach-quiz-feedback")
-        self.widget = widgets.VBox([header, stem, choices, widgets.HBox([self.submit_button, self.retry_button]),
+        self.widget = widgets.VBox([header, *shown_with, choices, widgets.HBox([self.submit_button, self.retry_button]),
                                     self.message, self.feedback])
         self.widget.add_class("dpteach-quiz-item")
 
