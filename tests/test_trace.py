@@ -48,6 +48,15 @@ def test_events_nest_on_their_threads_and_overlapping_collectives_get_threads_of
         by_thread[e["tid"]].append(e)
 
 
+def test_waiting_for_data_gets_the_data_loading_thread():
+    spans = [_span("data", 0.0, 0.004), _span("forward", 0.004, 0.006), _span("data", 0.006, 0.007, step=1)]
+    events = trace_events({"workers=0": {0: spans}})
+    threads = {e["tid"]: e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    data = [e for e in events if e["ph"] == "X" and e["name"] == "data"]
+    assert {threads[e["tid"]] for e in data} == {"data loading"} and data[0]["cat"] == "data"
+    assert threads[next(e["tid"] for e in events if e["name"] == "forward")] == "compute"
+
+
 def test_runs_are_placed_by_their_clocks_or_one_after_another():
     runs = {"naive": {0: [_span("forward", 0.0, 0.5)]}, "overlap": {0: [_span("forward", 0.0, 0.5)]}}
     placed = trace_events(runs, origins={"naive": {0: 100.0}, "overlap": {0: 103.0}})

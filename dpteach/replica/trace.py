@@ -4,8 +4,9 @@ The format is Chrome's Trace Event Format (a JSON object whose ``traceEvents`` l
 Google's "Trace Event Format" document), the one ``torch.profiler`` exports too. What this module writes:
 
 * one **process per rank** (``pid`` = rank, named ``rank 0``, ``rank 1``, ...), sorted by rank;
-* one **thread per stream**: ``compute`` and ``communication`` (on GPU ranks ``compute stream`` and
-  ``comm stream``: the stream the collectives ran on, NCCL's or the emulated link's). Collectives that
+* one **thread per stream**: ``compute``, ``communication`` and ``data loading`` (the time a rank waited for
+  its next batch, lesson 08) - on GPU ranks ``compute stream`` and ``comm stream``: the stream the collectives
+  ran on, NCCL's or the emulated link's. Collectives that
   are in flight at the same time (a bucket launched while the one before it is still on the wire) get a
   thread each - ``communication 2``, ... - because the format draws the events of one thread as a stack,
   and two that overlap without nesting would be drawn wrongly;
@@ -82,7 +83,8 @@ def trace_events(runs: dict, origins: dict | None = None, device: str = "cpu") -
         for name, timelines in runs.items():
             for span in timelines.get(rank, []):
                 shift = offsets[name][rank]
-                lanes.setdefault(span["lane"], []).append({**span, "run": name, "start": span["start"] + shift,
+                lane = "data" if span["name"] == "data" else span["lane"]  # waiting for a batch: the loader's thread
+                lanes.setdefault(lane, []).append({**span, "run": name, "start": span["start"] + shift,
                                                            "end": span["end"] + shift})
         for lane, spans in lanes.items():
             spans.sort(key=lambda s: (s["start"], -s["end"]))
