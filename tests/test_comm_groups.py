@@ -42,6 +42,7 @@ def _comm_on_a_group():
             "size": comm.size, "sender": sender, "got": got.item(), "refusals": refusals}
 
 
+@pytest.mark.slow
 def test_a_comm_on_a_group_reduces_counts_and_numbers_ranks_within_it():
     out = dpteach.launch(_comm_on_a_group, 4, timeout=120, backend="gloo", device="cpu", show_output=False)
     for rank, r in enumerate(out):

@@ -65,6 +65,7 @@ def test_bucketed_sends_nothing_while_backward_runs():
             assert min(s["start"] for s in mine if s["lane"] == "comm") >= backward_end, (rank, step)
 
 
+@pytest.mark.slow
 def test_the_pictures_are_drawn_from_the_traces_alone(tmp_path):
     out = subprocess.run([sys.executable, str(REPO / "scripts" / "quiz_figures.py"), "--draw", "--into", str(tmp_path)],
                          capture_output=True, text=True, timeout=300)

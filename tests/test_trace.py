@@ -101,6 +101,7 @@ def test_the_trace_of_a_compare_run_matches_what_the_run_reports(tmp_path):
     assert runs == [row["strategy"] for row in report["rows"]]
 
 
+@pytest.mark.slow
 def test_a_panel_that_shows_a_timeline_writes_its_trace_and_links_it(tmp_path, monkeypatch):
     import ipywidgets as widgets
     from IPython.core.interactiveshell import InteractiveShell

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import json
 
-from ..ranks import context
-from ..network.costmodel import busbw_factor
 from ..experiments.bench import ALGORITHMS, allreduce_benchmark, parse_size
+from ..network.costmodel import busbw_factor
+from ..ranks import context
 
 
 def add_arguments(parser) -> None:

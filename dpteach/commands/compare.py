@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import json
 
-from ..ranks import context
 from ..experiments.compare import DEFAULT_STRATEGIES, compare_strategies
 from ..network.link import PRESETS
+from ..ranks import context
+from ..ranks.world import PEERS
 from ..replica.models import model_names
 from ..replica.sizing import describe_choice
 from ..training.train import ALL_REDUCE_CHOICES
-from ..ranks.world import PEERS
 
 COLUMNS = ("strategy", "all_reduce", "step_time_s", "exposed_comm_s", "exposed_how", "overhead_s", "overhead_parts",
            "bytes_per_step", "final_loss", "max_abs_diff_vs_single", "exact", "replicas_identical",

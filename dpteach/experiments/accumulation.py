@@ -30,17 +30,17 @@ from torch.nn.utils import parameters_to_vector
 
 from .. import validate
 
-from ..ranks import context
-from ..training.accounting import summarise_run, typical_step
-from ..replica.data import global_batches, loss_fn, make_dataset, rank_microbatches, sample_batch
-from ..ranks.launcher import launch
 from ..network.link import resolve_link
-from ..replica.models import SPECS, build_model
-from ..training.reference import exact_tolerance, reference_device, train_single_process
-from ..replica.trace import save_trace
-from ..replica.sizing import RunLoad, check_model, choose_model, run_facts
-from ..training.train import TrainConfig, train_each_on_rank
+from ..ranks import context
+from ..ranks.launcher import launch
 from ..ranks.world import World, resolve_world
+from ..replica.data import global_batches, loss_fn, make_dataset, rank_microbatches, sample_batch
+from ..replica.models import SPECS, build_model
+from ..replica.sizing import RunLoad, check_model, choose_model, run_facts
+from ..replica.trace import save_trace
+from ..training.accounting import summarise_run, typical_step
+from ..training.reference import exact_tolerance, reference_device, train_single_process
+from ..training.train import TrainConfig, train_each_on_rank
 
 # Two float32 gradients computed in different summation orders agree to about 1e-7 relative per
 # addition; over a few hundred samples a relative 1e-5 of the largest entry leaves ample room while

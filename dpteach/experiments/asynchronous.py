@@ -35,11 +35,11 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from .. import validate
 
 from ..ranks import context
-from ..replica.data import loss_fn, make_dataset
 from ..ranks.launcher import launch
+from ..ranks.world import World, resolve_world
+from ..replica.data import loss_fn, make_dataset
 from ..replica.models import build_model
 from ..training.train import TrainConfig, train_on_rank
-from ..ranks.world import World, resolve_world
 
 EVAL_SAMPLES = 256
 EVAL_SEED_OFFSET = 1000  # a held-out sample of the same task (dpteach.replica.data: the seed picks samples, not the task)

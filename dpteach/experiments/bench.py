@@ -34,8 +34,8 @@ from .. import validate
 
 from ..ranks import context
 
-from ..network import costmodel
 from ..collectives import ALL_REDUCE
+from ..network import costmodel
 from ..ranks.world import World, resolve_world
 
 ALGORITHMS = ("builtin", "ring", "naive", "tree")

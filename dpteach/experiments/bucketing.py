@@ -26,14 +26,14 @@ from .. import validate
 from ..ranks import context
 
 from ..network import costmodel
-from ..replica.buckets import assign_buckets
-from ..ranks.launcher import launch
 from ..network.link import resolve_link
-from ..training.accounting import link_report, step_costs
+from ..ranks.launcher import launch
+from ..ranks.world import World, resolve_world
+from ..replica.buckets import assign_buckets
 from ..replica.models import build_model, check_model_name
 from ..replica.sizing import RunLoad, check_model, choose_model, run_facts
+from ..training.accounting import link_report, step_costs
 from ..training.train import TrainConfig, train_interleaved_on_rank
-from ..ranks.world import World, resolve_world
 from .bench import link_on_rank
 
 DEFAULT_SIZES_MB = (0.01, 0.25, 1.0, 4.0, 32.0)

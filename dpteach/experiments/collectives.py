@@ -25,11 +25,11 @@ from .. import validate
 
 from ..ranks import context
 
-from ..network import costmodel
-from ..ranks.backend import backend_for
 from ..collectives import ALL_REDUCE, chunk_bounds
-from ..ranks.launcher import launch
+from ..network import costmodel
 from ..network.link import resolve_link
+from ..ranks.backend import backend_for
+from ..ranks.launcher import launch
 from ..ranks.world import World, resolve_world
 from .bench import allreduce_benchmark, parse_size
 

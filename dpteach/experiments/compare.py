@@ -18,15 +18,15 @@ import statistics
 from dataclasses import replace
 
 from .. import validate
-from ..training.accounting import comm_time, link_report, step_costs
-from ..ranks.launcher import launch
 from ..network.link import resolve_link
-from ..training.reference import exact_tolerance, reference_device, train_single_process
+from ..ranks.launcher import launch
+from ..ranks.world import World, resolve_world
 from ..replica.sizing import RunLoad, check_model, choose_model, run_facts
 from ..replica.trace import save_trace
 from ..sync import STRATEGIES, strategy_class
+from ..training.accounting import comm_time, link_report, step_costs
+from ..training.reference import exact_tolerance, reference_device, train_single_process
 from ..training.train import ALL_REDUCE_CHOICES, TrainConfig, train_each_on_rank, train_on_rank
-from ..ranks.world import World, resolve_world
 
 DEFAULT_STRATEGIES = ("local", "naive", "bucketed", "overlap", "ddp", "int8", "int8_ef", "fp16", "async")
 

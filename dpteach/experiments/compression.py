@@ -29,21 +29,21 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from .. import validate
 
-from ..ranks import context
-from ..training.accounting import link_report, step_costs
-from ..ranks.backend import plain_fp32
-from ..replica.buckets import build_buckets
 from ..network.costmodel import busbw_factor
-from ..ranks.launcher import launch
 from ..network.link import resolve_link
+from ..ranks import context
+from ..ranks.backend import plain_fp32
+from ..ranks.launcher import launch
 from ..ranks.rank_output import progress_bar
-from ..replica.models import SPECS, build_model
-from ..training.reference import exact_tolerance, reference_device, train_single_process
-from ..replica.sizing import RunLoad, check_model, choose_model, run_facts
-from ..sync import make_strategy, strategy_class
-from ..replica.timeline import Timeline
-from ..training.train import TrainConfig, train_interleaved_on_rank, train_on_rank
 from ..ranks.world import World, resolve_world
+from ..replica.buckets import build_buckets
+from ..replica.models import SPECS, build_model
+from ..replica.sizing import RunLoad, check_model, choose_model, run_facts
+from ..replica.timeline import Timeline
+from ..sync import make_strategy, strategy_class
+from ..training.accounting import link_report, step_costs
+from ..training.reference import exact_tolerance, reference_device, train_single_process
+from ..training.train import TrainConfig, train_interleaved_on_rank, train_on_rank
 
 COMPRESSED = ("bucketed", "fp16", "bf16", "int8", "int8_ef")
 CHUNK = 1024  # elements per int8 scale, as in dpteach/sync/compressed.py

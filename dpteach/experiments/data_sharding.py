@@ -37,12 +37,12 @@ from torch.utils.data import DataLoader, DistributedSampler
 from .. import validate
 
 from ..ranks import context
-from ..replica.data import loss_fn, make_dataset, sample_batch
 from ..ranks.launcher import RankError, launch
-from ..replica.models import build_model, check_model_name
-from ..replica.build import flat_weights, replica_spread
-from ..sync.ddp import wrap_ddp
 from ..ranks.world import World, resolve_world
+from ..replica.build import flat_weights, replica_spread
+from ..replica.data import loss_fn, make_dataset, sample_batch
+from ..replica.models import build_model, check_model_name
+from ..sync.ddp import wrap_ddp
 
 
 def _check_positive(**values) -> None:

@@ -32,13 +32,13 @@ import torch.distributed as dist
 from .. import validate
 
 from ..ranks import context
-from ..training.accounting import profiled
+from ..ranks.launcher import launch
+from ..ranks.world import World, resolve_world
 from ..replica.buckets import MB, assign_buckets
 from ..replica.data import loss_fn, make_dataset, sample_batch
-from ..ranks.launcher import launch
 from ..replica.models import build_model, check_model_name
 from ..sync.ddp import wrap_ddp
-from ..ranks.world import World, resolve_world
+from ..training.accounting import profiled
 
 DEFAULT_CAP_MB = 25.0  # DDP's bucket_cap_mb default
 DEFAULT_FIRST_CAP_BYTES = getattr(dist, "_DEFAULT_FIRST_BUCKET_BYTES", 1024 * 1024)

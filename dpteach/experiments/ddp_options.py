@@ -33,13 +33,13 @@ from torch import nn
 from .. import validate
 
 from ..ranks import context
-from ..training.accounting import profiled
-from ..replica.data import loss_fn, make_dataset, sample_batch
 from ..ranks.launcher import launch
-from ..replica.models import NUM_CLASSES, build_model, check_model_name
-from ..replica.build import flat_weights, replica_spread
-from ..sync.ddp import wrap_ddp
 from ..ranks.world import World, resolve_world
+from ..replica.build import flat_weights, replica_spread
+from ..replica.data import loss_fn, make_dataset, sample_batch
+from ..replica.models import NUM_CLASSES, build_model, check_model_name
+from ..sync.ddp import wrap_ddp
+from ..training.accounting import profiled
 
 UNUSED_SETTINGS = ("default", "find_unused_parameters", "static_graph")
 

@@ -29,11 +29,11 @@ import torch.distributed as dist
 
 from ..ranks import context
 from ..ranks.launcher import launch
-from ..training.reference import exact_tolerance, train_single_process
-from ..sync import EXACT
-from ..training.train import TrainConfig, train_on_rank
 from ..ranks.torchrun import under_torchrun
 from ..ranks.world import World, resolve_world
+from ..sync import EXACT
+from ..training.reference import exact_tolerance, train_single_process
+from ..training.train import TrainConfig, train_on_rank
 
 REFERENCES = {"global batch": False, "fixed order": True}  # name -> fixed_order
 

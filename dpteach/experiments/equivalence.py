@@ -23,10 +23,10 @@ from torch.nn.utils import parameters_to_vector
 from .. import validate
 
 from ..ranks import context
-from ..replica.data import global_batches, loss_fn, make_dataset, rank_microbatches, sample_batch
 from ..ranks.launcher import launch
-from ..replica.models import build_model, check_model_name
 from ..ranks.world import World, resolve_world
+from ..replica.data import global_batches, loss_fn, make_dataset, rank_microbatches, sample_batch
+from ..replica.models import build_model, check_model_name
 
 # float32 sums in a different order agree to ~1e-7 relative; 1e-5 leaves room for deeper models.
 GRAD_REL_TOLERANCE = 1e-5

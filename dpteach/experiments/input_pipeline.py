@@ -43,13 +43,13 @@ from torch.utils.data import DataLoader, Dataset
 from .. import validate
 
 from ..ranks import context
-from ..replica.data import ShardedSampler, loss_fn, make_dataset
 from ..ranks.launcher import launch
-from ..replica.models import build_model
-from ..sync import make_strategy
-from ..replica.trace import save_trace
-from ..replica.timeline import Timeline, start_together
 from ..ranks.world import World, resolve_world
+from ..replica.data import ShardedSampler, loss_fn, make_dataset
+from ..replica.models import build_model
+from ..replica.timeline import Timeline, start_together
+from ..replica.trace import save_trace
+from ..sync import make_strategy
 
 
 def standard_loader_configs(num_workers: int = 2, prefetch_factor: int = 2, thread_prefetch: int = 2) -> list[dict]:

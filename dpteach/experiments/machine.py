@@ -22,8 +22,8 @@ import torch
 from .. import validate
 
 from ..network import costmodel
-from ..ranks.backend import gloo_available, nccl_available, visible_gpus
 from ..network.link import resolve_link
+from ..ranks.backend import gloo_available, nccl_available, visible_gpus
 from ..ranks.world import World, resolve_world
 from .bench import allreduce_benchmark, parse_size
 

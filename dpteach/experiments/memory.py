@@ -33,8 +33,8 @@ from __future__ import annotations
 import torch
 
 from .. import validate
-from ..replica.data import loss_fn, make_dataset, sample_batch
 from ..ranks.backend import plain_fp32, visible_gpus
+from ..replica.data import loss_fn, make_dataset, sample_batch
 from ..replica.model_states import BYTES_PER_PARAM, OPTIMIZERS, model_state_bytes
 from ..replica.models import SPECS, build_model, model_names
 

@@ -20,15 +20,15 @@ from torch.nn.utils import parameters_to_vector
 
 from .. import validate
 from ..ranks.backend import plain_fp32
-from ..replica.data import loss_fn, make_dataset, sample_batch
 from ..ranks.launcher import launch
+from ..ranks.world import World, resolve_world
+from ..replica.build import OPTIMIZERS
+from ..replica.data import loss_fn, make_dataset, sample_batch
 from ..replica.models import build_model
 from ..replica.precision import PRECISIONS, saved_for_backward
-from ..training.reference import exact_tolerance, reference_device, train_single_process
-from ..replica.build import OPTIMIZERS
 from ..replica.sizing import ModelChoice, RunLoad, check_model, choose_model, run_facts
+from ..training.reference import exact_tolerance, reference_device, train_single_process
 from ..training.train import TrainConfig, train_each_on_rank
-from ..ranks.world import World, resolve_world
 
 
 def _choose(model: str, world: World, runs: int, steps: int, optimizer: str, reference: bool) -> ModelChoice:

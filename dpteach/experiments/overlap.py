@@ -36,15 +36,15 @@ import statistics
 from dataclasses import replace
 
 from .. import validate
-from ..training.accounting import summarise_run, typical_step
-from ..ranks.launcher import launch
 from ..network.link import resolve_link
-from ..training.reference import exact_tolerance, reference_device, train_single_process
+from ..ranks.launcher import launch
+from ..ranks.world import World, resolve_world
 from ..replica.sizing import RunLoad, check_model, choose_model, run_facts
 from ..replica.trace import save_trace
 from ..sync import EXACT
+from ..training.accounting import summarise_run, typical_step
+from ..training.reference import exact_tolerance, reference_device, train_single_process
 from ..training.train import TrainConfig, train_each_on_rank
-from ..ranks.world import World, resolve_world
 
 TIMELINE_STRATEGIES = ("naive", "bucketed", "overlap", "ddp")
 

@@ -30,19 +30,19 @@ from dataclasses import replace
 
 import torch
 
-from ..ranks import context
-from ..network import scaling as simulator
 from .. import validate
-from ..training.accounting import link_report
+from ..network import scaling as simulator
+from ..network.link import PRESETS, resolve_link
+from ..ranks import context
 from ..ranks.backend import choose_placement, cores_available
 from ..ranks.launcher import launch
-from ..network.link import PRESETS, resolve_link
+from ..ranks.world import PEERS, World
 from ..replica.models import build_model
 from ..replica.sizing import RunLoad, check_model, choose_model, run_facts
-from ..sync import STRATEGIES, strategy_class
 from ..replica.timeline import busy_time, exposed_time
+from ..sync import STRATEGIES, strategy_class
+from ..training.accounting import link_report
 from ..training.train import TrainConfig, train_interleaved_on_rank
-from ..ranks.world import PEERS, World
 from .bench import link_on_rank
 
 PHASES = ("forward", "backward", "optimizer", "wait")

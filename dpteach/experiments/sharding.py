@@ -15,18 +15,18 @@ from __future__ import annotations
 from .. import validate
 
 from ..network import costmodel
-from ..ranks.launcher import launch
 from ..network.link import resolve_link
+from ..ranks.launcher import launch
+from ..ranks.world import World, resolve_world
+from ..replica.build import OPTIMIZERS
 from ..replica.model_states import model_state_bytes
 from ..replica.models import build_model
-from ..replica.build import OPTIMIZERS
-from ..replica.trace import save_trace
 from ..replica.sizing import RunLoad, check_model, choose_model, run_facts
+from ..replica.timeline import exposed_time, start_together
+from ..replica.trace import save_trace
 from ..sync import strategy_class
 from ..sync.fsdp_trace import fsdp_spans, profile_step
-from ..replica.timeline import exposed_time, start_together
 from ..training.train import SyncTrainer, TrainConfig
-from ..ranks.world import World, resolve_world
 from .compare import compare_strategies, run_strategy
 
 COMPARED = ("ddp", "zero1", "zero2", "zero3", "fsdp")  # the replicated reference, then each stage

@@ -39,8 +39,8 @@ from contextlib import contextmanager, nullcontext
 import torch
 import torch.distributed as dist
 
-from ..ranks import context
 from ..collectives import ALL_REDUCE, ring_all_gather, ring_reduce_scatter
+from ..ranks import context
 from .costmodel import busbw_factor
 from .emulated import EmulatedLink
 from .link import Link

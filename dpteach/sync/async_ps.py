@@ -44,8 +44,8 @@ import torch
 import torch.distributed as dist
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from ..ranks import context
 from ..network.comm import Comm
+from ..ranks import context
 from ..replica.data import sample_batch, split_for_rank
 from ..replica.build import (build_replica, flat_weights, forward_backward, make_optimizer, replica_spread, step_batches,
                        summarise)

@@ -31,8 +31,8 @@ from contextlib import contextmanager
 
 import torch
 
-from ..ranks import context
 from ..network.comm import Comm
+from ..ranks import context
 from ..replica.model_states import held_per_rank
 
 

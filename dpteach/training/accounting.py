@@ -26,8 +26,8 @@ from __future__ import annotations
 import re
 import statistics
 
-from ..sync import strategy_class
 from ..replica.timeline import OVERHEAD_SPANS, busy_time
+from ..sync import strategy_class
 
 
 def step_costs(strategy: str, ranks: list[dict], floor_step_s: float | None) -> dict:

@@ -15,9 +15,9 @@ from __future__ import annotations
 import torch
 
 from ..ranks.backend import plain_fp32
+from ..replica.build import ADAM_LR, flat_weights, make_optimizer, step_batches
 from ..replica.data import loss_fn, make_dataset, sample_batch, split_for_rank
 from ..replica.models import SPECS, build_model
-from ..replica.build import ADAM_LR, flat_weights, make_optimizer, step_batches
 from ..sync.deterministic import flat_gradient, set_gradients, sum_in_rank_order
 
 SGD_TOLERANCE = 1e-5  # max |theta_dp - theta_single| after 20 steps, float32

@@ -26,15 +26,15 @@ import torch.distributed as dist
 
 from .. import validate
 
+from ..network.link import Link
 from ..ranks import context
 from ..replica.buckets import check_bucket_sizes
+from ..replica.build import OPTIMIZERS, build_replica, make_optimizer, step_batches, summarise
 from ..replica.data import sample_batch, split_for_rank
-from ..network.link import Link
 from ..replica.models import DEFAULT_BUCKET_MB, check_model_name, default_batch_per_rank
 from ..replica.precision import PRECISIONS, Precision
-from ..replica.build import OPTIMIZERS, build_replica, make_optimizer, step_batches, summarise
-from ..sync import STRATEGIES, make_strategy, strategy_class
 from ..replica.timeline import Timeline, start_together
+from ..sync import STRATEGIES, make_strategy, strategy_class
 
 ALL_REDUCE_CHOICES = ("builtin", "ring", "tree")  # torch's own, or the course's (dpteach/collectives)
 

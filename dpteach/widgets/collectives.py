@@ -6,8 +6,8 @@ import numpy as np
 from ..network import costmodel
 from ..network.link import resolve_link
 from .capture import write_into
-from .start import ALGO_STYLE
 from .rendering import human_bytes, legend_beside, log_axis, show, size_axis, table
+from .start import ALGO_STYLE
 
 
 def render_basics(result: dict) -> None:

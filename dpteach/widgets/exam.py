@@ -8,8 +8,8 @@ from __future__ import annotations
 from html import escape
 from pathlib import Path
 
-from .rendering import html_table
 from ..quiz.catalog import topic_titles
+from .rendering import html_table
 
 
 def mirror_rows(bank) -> list[dict]:

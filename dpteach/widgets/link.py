@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import ipywidgets as widgets
 
-from ..ranks.backend import visible_gpus
 from ..network.link import PRESETS
+from ..ranks.backend import visible_gpus
 
 LINK_CHOICES = [
     ("emulated 1 Gbit/s Ethernet", "1gbe"),
