@@ -54,10 +54,10 @@ def verdict(error: float) -> str:
     """A word for a relative error, as an engineer would say it of a back-of-the-envelope estimate."""
     size = abs(error)
     if size <= 0.1:
-        return "within 10%: a good model of this run"
+        return "within 10%: your estimate models this run well"
     if size <= 0.5:
         return "within 50%: the right order of magnitude"
-    return "off by more than half: the model misses something this run does"
+    return "off by more than half: your estimate leaves out something this run does"
 
 
 class PredictionBox:
