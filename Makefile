@@ -36,7 +36,7 @@ test: install browser
 	$(BIN)/python -m pytest -q tests exercises --nbval-lax
 
 # The unit and multi-process tests alone: no notebooks, no browser, nothing marked slow (about 4.5 minutes
-# on 2 cores; `make test` runs everything, these included: about 35).
+# on 2 cores; `make test` runs everything, these included: about 41).
 test-fast: install
 	$(BIN)/python -m pytest -q tests -m "not slow and not browser"
 
