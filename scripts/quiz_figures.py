@@ -53,7 +53,7 @@ def spans_from_trace(path: Path) -> dict:
     return runs
 
 
-def draw(figure: dict, into: Path = BANK) -> None:
+def draw(figure: dict, into: Path = BANK / "figures") -> None:
     runs = spans_from_trace(BANK / figure["trace"])
     shown = figure["run"]["shown"]
     fig, axes = plt.subplots(len(shown["runs"]), 1, figsize=(10, 2.4 * len(shown["runs"]) + 0.4), squeeze=False)
@@ -61,7 +61,7 @@ def draw(figure: dict, into: Path = BANK) -> None:
         steps = ", ".join(map(str, shown["steps"]))
         plot_gantt(runs[name], steps=set(shown["steps"]), ax=ax, title=f"{name}: step {steps}")
     fig.tight_layout()
-    fig.savefig(into / Path(figure["image"]).name if into != BANK else BANK / figure["image"], dpi=90)
+    fig.savefig(into / Path(figure["image"]).name, dpi=90)
     plt.close(fig)
     print(f"{figure['id']}: drew {figure['image']} from {figure['trace']}")
 
@@ -75,7 +75,8 @@ def run(figure: dict) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--draw", action="store_true", help="only draw again, from the traces already written")
-    parser.add_argument("--into", type=Path, default=BANK, help="folder for the pictures (default: the bank's)")
+    parser.add_argument("--into", type=Path, default=BANK / "figures",
+                        help="folder for the pictures (default: the bank's figures/)")
     args = parser.parse_args()
     done = set()
     for figure in figures():

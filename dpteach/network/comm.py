@@ -2,13 +2,13 @@
 
 Every strategy calls ``self.comm.all_reduce(...)`` (or ``all_gather``, ``reduce_scatter``, ...) with the
 arguments of its ``torch.distributed`` namesake plus ``async_op``, and gets a work handle (``wait()``,
-``get_future()``, ``is_completed()``) when asynchronous, ``None`` when blocking. Three things are decided
-here, once, rather than in every strategy:
+``get_future()``, ``is_completed()``) when asynchronous, ``None`` when blocking. These are decided here,
+once, rather than in every strategy:
 
 * **Which all-reduce runs**: torch's (``"builtin"``, whatever algorithm the backend picks) or one the
   course builds from send and receive (``"ring"``, ``"tree"``: ``dpteach/collectives``), so that a learner
   can train with the ring they just read. Those block until done and count the bytes this rank sent
-  from their own trace (``sent_bytes``).
+  from their own trace.
 * **Whether anything is sent at all.** In a world of one rank a collective is the identity: the sum of
   one tensor is itself, the gather of one shard is that shard. No message leaves the process, so none
   is started - torch would still queue one and wait for it, and a W=1 run would report that wait as
@@ -21,9 +21,9 @@ here, once, rather than in every strategy:
   compute standing still (``exchange``); a collective launched without waiting is drawn from launch to
   completion (``launched``, ``poll``, ``wait``), and the time the compute then waits for it is a span of
   its own (``waiting``). Strategies open no communication span themselves.
-* **The link.** With an emulated network (``link.py``) each collective completes no earlier than that
-  link would deliver it - on the host's clock on CPU ranks (``link.EmulatedLink``), on the GPU's clock
-  on GPU ranks (``gpu_link.StreamLink``). The link carries a world of ``world_size`` ranks, which may be
+* **The link.** With an emulated network (``emulated.py``) each collective completes no earlier than that
+  link would deliver it - on the host's clock on CPU ranks (``emulated.EmulatedLink``), on the GPU's clock
+  on GPU ranks (``emulated_gpu.StreamLink``). The link carries a world of ``world_size`` ranks, which may be
   larger than the real one: with *emulated peers* one real rank trains and the link times each exchange
   as W ranks would (``dpteach.ranks.world``, ``peers="emulated"``); byte counts follow the same W.
 * **Among whom.** A ``Comm`` speaks to one process group: the whole world by default, or the ``group``

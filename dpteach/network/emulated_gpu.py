@@ -1,6 +1,6 @@
 """The emulated link on a GPU: each collective's link time is spent on a CUDA stream, on the GPU's clock.
 
-Why not the host clock, as on CPU ranks (``link.py``)? A GPU rank's host runs ahead of its GPU: autograd
+Why not the host clock, as on CPU ranks (``emulated.py``)? A GPU rank's host runs ahead of its GPU: autograd
 *enqueues* backward's kernels and a bucket's all-reduce long before the GPU runs them. A deadline taken
 from the host clock would start the link's time when the host enqueued a bucket, not when the GPU had
 computed it, and overlap would look better than it is. So here the link is a stream of its own:
