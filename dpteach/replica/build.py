@@ -36,13 +36,16 @@ def make_optimizer(config, params):
     return torch.optim.Adam(params, lr=config.lr or ADAM_LR)
 
 
-def step_batches(config, dataset, world_size: int):
-    """The global batch of every step, epoch after epoch (each epoch reshuffled from seed + epoch)."""
-    epoch = 0
+def step_batches(config, dataset, world_size: int, start: int = 0):
+    """The global batch of every step, epoch after epoch (each epoch reshuffled from seed + epoch), from
+    the ``start``-th on: a run resumed after ``start`` steps draws exactly what it would have drawn next."""
+    epoch, drawn = 0, 0
     while True:
         for batch in global_batches(dataset, config.batch_per_rank, world_size, config.accum_steps,
                                     config.seed, epoch):
-            yield batch
+            if drawn >= start:
+                yield batch
+            drawn += 1
         epoch += 1
 
 

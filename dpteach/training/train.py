@@ -70,6 +70,10 @@ class TrainConfig:
     growth_interval: int = 2000
     unscale_before_clip: bool = True
     grad_comm: str = "fp32"
+    # Data augmentation that draws random numbers: Gaussian noise of this standard deviation added to every
+    # input, drawn from the rank's own torch generator (seeded seed + rank). The course's models have no
+    # dropout (replica/models.py says why); this is what makes the generators' state part of a checkpoint.
+    input_noise: float = 0.0
 
     def __post_init__(self):
         if self.bucket_mb is None:
@@ -99,6 +103,10 @@ class TrainConfig:
         validate.number("init_scale", self.init_scale, above=0)
         validate.integer("growth_interval", self.growth_interval, low=1)
         validate.choice("grad_comm", self.grad_comm, PRECISIONS)
+        validate.number("input_noise", self.input_noise, low=0)
+        if self.input_noise and self.model == "transformer":
+            raise ValueError(f"input_noise={self.input_noise!r} is not allowed with model='transformer': its inputs "
+                             f"are token ids, which noise cannot be added to; use 0.0, or the mlp or cnn")
         strategy_class(self.strategy).check(self, world_size)
         if getattr(world, "emulated_size", None) is not None:
             self._check_emulated_peers(world)
@@ -141,6 +149,8 @@ class SyncTrainer:
         self.module = self.strategy.wrap()
         self.optimizer = self.strategy.make_optimizer(lambda params: make_optimizer(config, params))
         self.batches = step_batches(config, self.dataset, self.world)
+        if config.input_noise:
+            torch.manual_seed(config.seed + self.rank)  # each rank its own stream, as augmentation would draw
         self.losses, self.step_times, self.wire_bytes = [], [], []
         self.memory.built()
 
@@ -156,6 +166,8 @@ class SyncTrainer:
         step_loss = torch.zeros((), dtype=torch.float64, device=device)  # read once per step: no sync per micro-batch
         for k, indices in enumerate(micro_batches):
             x, y = (t.to(device) for t in sample_batch(self.dataset, indices))
+            if config.input_noise:
+                x = x + config.input_noise * torch.randn(x.shape).to(device)
             with strategy.micro_batch(sync=(k == len(micro_batches) - 1)):  # decided before forward
                 with timeline.span(step, "forward"), self.precision.autocast():
                     loss = self.criterion(self.module(x), y) / config.accum_steps
