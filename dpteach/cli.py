@@ -15,6 +15,7 @@ COMMANDS = {
     "bench": ("dpteach.commands.bench", "measure collectives on this machine (algbw, busbw)"),
     "doctor": ("dpteach.commands.doctor", "what this machine offers and which backend the course uses"),
     "compare": ("dpteach.commands.compare", "train with every gradient-sync strategy and compare them"),
+    "train": ("dpteach.commands.train", "train one strategy with checkpoints; resume from the newest after a crash"),
     "quiz": ("dpteach.commands.quiz", "practice-exam quizzes in the terminal; check or list the quiz bank"),
     "progress": ("dpteach.commands.progress", "your course progress: quiz answers per topic, exercise grades"),
     "grade": ("dpteach.commands.grade", "grade an exercise notebook on real ranks (exit 0 only on full marks)"),
