@@ -84,6 +84,12 @@ LESSONS = (
            "What do bf16 and fp16 change in training on W ranks - what stays fp32, why fp16 needs a loss scale "
            "and every rank must skip the same steps, what 16-bit gradients on the wire save and cost?",
            ("mixed_precision.precision_drift", "mixed_precision.loss_scaling", "mixed_precision.comm_precision")),
+    Lesson("13", "failures", "When ranks fail",
+           "What do the other ranks see when one crashes or hangs, how does a job restart and resume without "
+           "losing a step, and how often should it checkpoint?",
+           ("failures.fault_detection", "failures.restart_run", "checkpoints.resume_equivalence",
+            "checkpoints.checkpoint_cost", "checkpoints.checkpoint_interval"),
+           ("10",)),
 )
 
 # Experiments that no lesson's notebook calls but the command line does (`dpteach compare`).

@@ -16,7 +16,9 @@ shows what each one is for: the resumed run then differs from the uninterrupted 
 **Written by every rank, once.** ``torch.distributed.checkpoint`` (DCP) has each rank write its own file
 (``__<rank>_0.distcp``); rank 0 adds the ``.metadata`` that says which rank wrote which piece of which
 tensor. A tensor every rank holds alike (DDP's weights) is written once, not W times: DCP's default save
-planner drops the duplicates (``dedup_save_plans`` in ``torch/distributed/checkpoint/_dedup_save_plans.py``).
+planner keeps each duplicate in one rank's plan only, the plan with the fewest bytes so far, so the ranks
+share the writing (``dedup_save_plans`` in ``torch/distributed/checkpoint/_dedup_save_plans.py``; with
+``DefaultSavePlanner(dedup_save_to_lowest_rank=True)`` the lowest rank takes them all).
 A sharded tensor is described as a ``DTensor``, whole shape plus this rank's piece; loading it into the
 DTensors of a run with another W reads each rank's new piece from whichever files hold it: DCP reshards.
 
@@ -78,7 +80,7 @@ def latest_checkpoint(directory) -> tuple[int, Path] | None:
 def _flat_dtensor(local: torch.Tensor, numel: int, mesh):
     """A flat group's shard as the DTensor of its unpadded length: ``local`` is shard r, padding included."""
     from torch.distributed.tensor import DTensor, Shard
-    rank, world = dist.get_rank(), dist.get_world_size()
+    rank = dist.get_rank()
     chunk = local.numel()
     start, end = min(rank * chunk, numel), min((rank + 1) * chunk, numel)
     return DTensor.from_local(local[:end - start], mesh, [Shard(0)], run_check=False, shape=(numel,), stride=(1,))
