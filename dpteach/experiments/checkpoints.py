@@ -39,14 +39,19 @@ def _fresh_copy(source: Path, target: Path) -> str:
     return str(target)
 
 
-def _runs_on_rank(config: TrainConfig, stop_at: int, leave_out: tuple, folder: str) -> dict:
-    """Every variant at this W, in one world: untouched, interrupted and resumed (whole, then without each piece)."""
+def _runs_on_rank(config: TrainConfig, stop_at: int, leave_out: tuple, folder: str, plain: TrainConfig | None) -> dict:
+    """Every variant at this W, in one world: untouched, interrupted and resumed (whole, then without each piece);
+    with ``plain``, also that config untouched and interrupted (its checkpoint is resumed at another W)."""
     root = Path(folder)
     untouched = train_resumable_on_rank(config, Checkpointing(str(root / "untouched"), every=config.steps))
     interrupted = train_resumable_on_rank(config, Checkpointing(str(root / "interrupted"), every=stop_at),
                                           stop_after=stop_at)
     saved = root / "interrupted"
     runs = {"untouched": untouched}
+    if plain is not None:
+        runs["untouched, plain"] = train_resumable_on_rank(plain, Checkpointing(str(root / "plain-untouched"),
+                                                                                every=plain.steps))
+        train_resumable_on_rank(plain, Checkpointing(str(root / "plain-interrupted"), every=stop_at), stop_after=stop_at)
     for missing in [()] + [(piece,) for piece in leave_out]:
         name = "resumed" if not missing else f"without {missing[0]}"
         directory = _fresh_copy(saved, root / name.replace(" ", "-"))
@@ -64,16 +69,19 @@ def _resume_elsewhere_on_rank(config: TrainConfig, saved: str, folder: str) -> d
 
 def resume_equivalence(strategy: str = "ddp", world_size: int | None = 2, steps: int = 12, stop_at: int = 6,
                        resume_world_size: int | None = None, leave_out=PIECES, optimizer: str = "sgd",
-                       precision: str = "fp16", input_noise: float = 0.1, init_scale: float = 2.0**20,
+                       precision: str | None = None, input_noise: float = 0.1, init_scale: float = 2.0**20,
                        growth_interval: int = 3, backend: str = "auto", device: str = "auto",
                        timeout: float = 300.0) -> dict:
     """Untouched against interrupted-and-resumed, on the mlp, at ``world_size`` ranks (and resumed at
-    ``resume_world_size`` too, with the same global batch). fp16 with a small ``growth_interval`` and input
-    noise make every piece of the state matter, so that leaving any one out shows.
+    ``resume_world_size`` too, with the same global batch). Input noise and, where the strategy takes it
+    (``precision=None``: the replicated ones), fp16 with a small ``growth_interval`` make every piece of the
+    state matter, so that leaving any one out shows; the sharded strategies run in fp32, without a scaler.
 
     Returns ``{"strategy", "world_size", "steps", "stop_at", "tolerance", "runs": {name: {"losses",
     "max_abs_diff", "equal", "resumed_from", "restored"}}, "checkpoint": {"bytes", "seconds"}}``: ``equal``
-    is bit for bit at the same W and within the strategy's ``tolerance`` at another W.
+    is bit for bit at the same W and within the strategy's ``tolerance`` at another W (where the run compared is
+    the same one in fp32 without input noise: a rank's noise stream cannot follow a change of W). ``loss_gap``:
+    each step's loss after the resume minus the untouched run's.
     """
     validate.choice("strategy", strategy, RESUMABLE)
     validate.integer("steps", steps, low=2, high=200)
@@ -84,33 +92,48 @@ def resume_equivalence(strategy: str = "ddp", world_size: int | None = 2, steps:
     world = resolve_world(world_size, backend, device)
     global_batch = 32 * world.size
     config = TrainConfig(strategy=strategy, model="mlp", steps=steps, batch_per_rank=32, optimizer=optimizer,
-                         precision=precision, input_noise=input_noise, init_scale=init_scale,
-                         growth_interval=growth_interval, timing_warmup=0).check(world)
+                         precision=precision or "fp16", input_noise=input_noise, init_scale=init_scale,
+                         growth_interval=growth_interval, timing_warmup=0)
+    if precision is None:  # fp16 where the strategy takes it (its loss scaler is then state too), else fp32
+        try:
+            config.check(world)
+        except ValueError:
+            config = replace(config, precision="fp32")
+    config.check(world)
+    if config.precision != "fp16":
+        leave_out = tuple(piece for piece in leave_out if piece != "scaler")  # no scaler to leave out
+    plain = None
     if resume_world_size is not None:
         validate.integer("resume_world_size", resume_world_size, low=1, high=8)
         if global_batch % resume_world_size:
             raise ValueError(f"resume_world_size={resume_world_size!r} is not allowed: the global batch of "
                              f"{global_batch} samples must split evenly over the new ranks; choose a divisor of it")
-        elsewhere = replace(config, batch_per_rank=global_batch // resume_world_size).check(resume_world_size)
+        # Per-rank noise streams cannot follow a change of W, and fp16's skips could flip on a rounding: the
+        # resume at another W is compared on the same run in fp32 without noise.
+        plain = replace(config, input_noise=0.0, precision="fp32").check(world)
+        elsewhere = replace(plain, batch_per_rank=global_batch // resume_world_size).check(resume_world_size)
     with tempfile.TemporaryDirectory(prefix="dpteach-resume-") as folder:
-        here = launch(_runs_on_rank, world, args=(config, stop_at, leave_out, folder), timeout=timeout)[0]
+        here = launch(_runs_on_rank, world, args=(config, stop_at, leave_out, folder, plain), timeout=timeout)[0]
         runs = here["runs"]
         if resume_world_size is not None:
-            saved = str(Path(folder) / "interrupted")
+            saved = str(Path(folder) / "plain-interrupted")
             moved = launch(_resume_elsewhere_on_rank, resume_world_size, args=(elsewhere, saved, folder),
                            backend=backend, device=device, timeout=timeout)[0]
             runs[f"resumed at W={resume_world_size}"] = moved
-    base = runs["untouched"]["params"]
-    tolerance = exact_tolerance(config)
+    plain_base = runs.pop("untouched, plain", None)
+    tolerance = exact_tolerance(plain or config)
     rows = {}
     for name, run in runs.items():
-        diff = (run["params"] - base).abs().max().item()
         elsewhere_run = name.startswith("resumed at W=")
-        rows[name] = {"losses": run["losses"], "max_abs_diff": diff, "resumed_from": run["resumed_from"],
+        base = plain_base if elsewhere_run else runs["untouched"]
+        diff = (run["params"] - base["params"]).abs().max().item()
+        start = run["resumed_from"]
+        gap = [a - b for a, b in zip(run["losses"], base["losses"][start:])]
+        rows[name] = {"losses": run["losses"], "loss_gap": gap, "max_abs_diff": diff, "resumed_from": run["resumed_from"],
                       "restored": run["restored"], "equal": diff <= tolerance if elsewhere_run else diff == 0.0,
                       "skipped_steps": sum((run.get("precision") or {}).get("skipped") or [])}
     return {"strategy": strategy, "world_size": world.size, "resume_world_size": resume_world_size, "steps": steps,
-            "stop_at": stop_at, "precision": precision, "input_noise": input_noise, "tolerance": tolerance,
+            "stop_at": stop_at, "precision": config.precision, "input_noise": input_noise, "tolerance": tolerance,
             "runs": rows, "checkpoint": {k: here["checkpoint"][k] for k in ("bytes", "seconds")}}
 
 

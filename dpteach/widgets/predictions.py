@@ -184,3 +184,24 @@ SCALING_EFFICIENCY = Prediction(
     question=("With the panel's workload, what <b>efficiency</b> will the model give at the largest W over "
               "<b>InfiniBand with 8 NICs per node</b> (100% = perfect scaling)?"),
     measure=_efficiency_at_largest_w, explain=_explain_efficiency)
+
+
+# -- lesson 13: how often to checkpoint -------------------------------------------------------------------
+
+def _young_minutes(result: dict) -> float | None:
+    return result["young_s"] / 60 if "young_s" in result else None
+
+
+def _explain_interval(result: dict, predicted: float) -> str:
+    return (f"The job fails every {result['job_mtbf_s'] / 60:.0f} minutes on average (one GPU's MTBF divided by "
+            f"{result['gpus']:,} GPUs), and sqrt(2 x {result['checkpoint_s']:g} s x {result['job_mtbf_s']:.0f} s) = "
+            f"{result['young_s'] / 60:.1f} minutes. The curve is flat near its bottom: an interval off by a factor of "
+            f"two costs a few points of time, while one off by ten costs many more; and the interval grows only as the "
+            f"square root of the checkpoint's cost.")
+
+
+CHECKPOINT_INTERVAL = Prediction(
+    key="13-young-interval", lesson="13", unit="min",
+    question=("With the panel's GPUs, failure rate and checkpoint cost, how many <b>minutes of work between "
+              "checkpoints</b> lose the least time, by Young's rule?"),
+    measure=_young_minutes, explain=_explain_interval)

@@ -1,0 +1,144 @@
+"""Tables and plots for lesson 13: what the peers of a failed rank saw, a restart, resumes, checkpoint costs
+and the checkpoint interval."""
+from __future__ import annotations
+
+from .rendering import human_bytes, legend_below, show, table
+
+
+def _ms(seconds) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:,.0f}"
+
+
+def fault_name(row: dict) -> str:
+    return row["kind"] + (" + DETAIL" if row["debug_detail"] else "")
+
+
+def render_fault_detection(result: dict) -> None:
+    """One line per fault: how long until the peers knew, what they read, and how torchrun ended the job."""
+    rows = []
+    for row in result["rows"]:
+        peer = next(r for r in row["ranks"] if not r["faulty"])
+        rows.append([fault_name(row), _ms(row["peers_knew_after_s"]), _ms(row["job_ended_after_s"]),
+                     row["torchrun_exit_code"], (peer["error"] or "no error")[:150]])
+    table(["fault (rank 1)", "peers knew after, ms", "job over after, ms", "torchrun exit", "what rank 0 read"], rows)
+    show(plot_fault_detection(result))
+
+
+def plot_fault_detection(result: dict):
+    import matplotlib.pyplot as plt
+    rows = result["rows"]
+    fig, ax = plt.subplots(figsize=(10, 0.6 * len(rows) + 1.4))
+    names = [fault_name(r) for r in rows]
+    knew = [max(r["peers_knew_after_s"] or 0, 1e-4) * 1e3 for r in rows]
+    over = [r["job_ended_after_s"] * 1e3 for r in rows]
+    y = range(len(rows))
+    ax.barh([i + 0.2 for i in y], knew, height=0.4, color="#C44E52", label="until every peer's collective failed")
+    ax.barh([i - 0.2 for i in y], over, height=0.4, color="#8C8C8C", label="until torchrun had ended the job")
+    ax.axvline(rows[0]["timeout_s"] * 1e3, color="black", linestyle=":", label="the process group's timeout")
+    ax.set_yticks(list(y), names)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("ms after the fault struck (log scale)")
+    ax.set_title(f"{result['world_size']} gloo ranks under torchrun, rank 1 failing", fontsize="medium")
+    ax.grid(axis="x", alpha=0.3)
+    legend_below(ax, ncol=3)
+    fig.tight_layout()
+    return fig
+
+
+def render_restart(result: dict) -> None:
+    print(f"{result['strategy']} on {result['world_size']} ranks, {result['steps']} steps, a checkpoint every "
+          f"{result['every']}; rank 1 killed before step {result['fault_step']}, torchrun --max-restarts "
+          f"{result['max_restarts']}:")
+    table(["restarts", "resumed from step", "steps done twice", "max |dθ| vs untouched run", "seconds (killed run)",
+           "seconds (untouched)"],
+          [[result["restarts"], result["resumed_from"], result["steps_redone"], f"{result['max_abs_diff']:.1e}",
+            f"{result['seconds_killed']:.1f}", f"{result['seconds_untouched']:.1f}"]])
+    show(plot_restart(result))
+
+
+def plot_restart(result: dict):
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(9, 3.4))
+    steps = result["steps"]
+    ax.plot(range(1, steps + 1), result["losses_untouched"], color="#4C72B0", linewidth=3, alpha=0.5,
+            label="untouched run")
+    start = result["resumed_from"]
+    ax.plot(range(start + 1, steps + 1), result["losses_killed"], color="#C44E52", marker=".",
+            label=f"after the restart (resumed from step {start})")
+    ax.axvspan(start + 0.5, result["fault_step"] + 0.5, color="#DD8452", alpha=0.25, label="steps done twice")
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
+def render_resume(result: dict) -> None:
+    where = f"W={result['world_size']}"
+    print(f"{result['strategy']} at {where}, {result['precision']}, input noise {result['input_noise']:g}; "
+          f"interrupted after step {result['stop_at']} of {result['steps']}; a checkpoint is "
+          f"{human_bytes(result['checkpoint']['bytes'])} and took {result['checkpoint']['seconds'] * 1e3:.0f} ms")
+    table(["run", "restored", "max |dθ| vs untouched", "equal", "steps fp16 skipped"],
+          [[name, ", ".join(run["restored"]) or "-", f"{run['max_abs_diff']:.1e}", "yes" if run["equal"] else "NO",
+            run["skipped_steps"]] for name, run in result["runs"].items()])
+    show(plot_resume(result))
+
+
+def plot_resume(result: dict):
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(9, 3.6))
+    for name, run in result["runs"].items():
+        if name == "untouched":
+            continue
+        start, gap = run["resumed_from"], run["loss_gap"]
+        ax.plot(range(start + 1, start + len(gap) + 1), gap, marker=".", label=name)
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss minus the untouched run's")
+    ax.set_title("after the resume: a line on zero is a run that went on as if never stopped", fontsize="medium")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small", ncol=2)
+    fig.tight_layout()
+    return fig
+
+
+def render_cost(result: dict) -> None:
+    table(["strategy", "dcp.save, ms", "async_save blocks, ms", "async_save done, ms", "written per rank",
+           "checkpoint in all"],
+          [[r["strategy"], _ms(r["sync_s"]), _ms(r["async_blocked_s"]), _ms(r["async_total_s"]),
+            " + ".join(human_bytes(b) for b in r["rank_bytes"]), human_bytes(r["total_bytes"])]
+           for r in result["rows"]])
+
+
+def render_interval(result: dict) -> None:
+    hours = result["job_mtbf_s"] / 3600
+    print(f"{result['gpus']:,} GPUs, each failing every {result['gpu_mtbf_hours']:,.0f} h on average: the job fails "
+          f"every {hours:.2f} h. Checkpoint {result['checkpoint_s']:g} s, restart {result['restart_s']:g} s.")
+    table(["rule", "interval, minutes", "time lost (Daly's expectation)"],
+          [["Young 1974", f"{result['young_s'] / 60:.1f}", f"{result['lost_at_young']:.1%}"],
+           ["Daly 2006", f"{result['daly_s'] / 60:.1f}", f"{result['lost_at_daly']:.1%}"],
+           ["best of the simulated sweep", f"{result['simulated_best_s'] / 60:.1f}",
+            f"{min(r['simulated'] for r in result['rows']):.1%} (simulated)"]])
+    show(plot_interval(result))
+
+
+def plot_interval(result: dict):
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(9, 3.8))
+    rows = result["rows"]
+    minutes = [r["interval_s"] / 60 for r in rows]
+    ax.plot(minutes, [r["expected"] * 100 for r in rows], color="#4C72B0", label="Daly's expectation")
+    ax.plot(minutes, [r["first_order"] * 100 for r in rows], color="#8C8C8C", linestyle="--",
+            label="first order: C/τ + τ/2M + R/M")
+    ax.scatter(minutes, [r["simulated"] * 100 for r in rows], color="#C44E52", zorder=3,
+               label=f"simulated job (~{sum(r['failures'] for r in rows) // len(rows)} failures per point)")
+    ax.axvline(result["young_s"] / 60, color="#55A868", linestyle=":", label="Young's interval")
+    ax.set_xscale("log")
+    ax.set_xlabel("checkpoint interval τ, minutes of work (log scale)")
+    ax.set_ylabel("% of wall time lost")
+    ax.grid(alpha=0.3)
+    legend_below(ax, ncol=2)
+    fig.tight_layout()
+    return fig
