@@ -1,4 +1,5 @@
-"""Every lesson under nbclient - the client behind ``jupyter execute`` and papermill - with a CPU hog beside it.
+"""Every lesson under nbclient - the client behind ``jupyter execute`` and papermill - with a CPU hog beside it;
+then, in the same kernel, every option of every panel it built.
 
 nbval (the ``notebooks --nbval-lax`` run) drives the kernel with a blocking client, which never showed the
 stall that learners met under ``jupyter execute``: a cell finished in seconds and its reply then sat
@@ -15,11 +16,19 @@ whole time, and asks two things of every cell:
 
 The check cells' own statements about timing are what the hog tests too: none may assert what a busy
 machine can overturn.
+
+Then every choice of every dropdown and checkbox of the lesson's panels runs, with the sliders at their
+cheapest (``dpteach/widgets/options.py``), in the kernel that just ran the lesson, with the hog paused: a
+refusal the course makes on purpose would show as an error too, so the rounds only combine choices that
+make sense together; anything else that fails is a dead end a learner would find. (One run of the lesson
+serves both checks: running every lesson twice cost the suite minutes.)
 """
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -36,6 +45,13 @@ pytestmark = pytest.mark.slow  # every lesson, top to bottom: minutes (not in `m
 STALL_S = 20.0
 SEED_FILE_ID = re.compile(r"\d{3}_[0-9a-f]{16}\.txt")  # the practice material's file names: not for learners
 CELL_TIMEOUT_S = 300
+SWEEP_TIMEOUT_S = 900
+SWEEP = """
+import json
+from dpteach.widgets import ExperimentPanel
+from dpteach.widgets.options import run_every_option
+print("OPTIONS" + json.dumps(run_every_option(ExperimentPanel.every_panel())))
+"""
 
 
 @pytest.fixture(scope="module")
@@ -47,12 +63,14 @@ def cpu_hog():
     hog.wait()
 
 
+@pytest.mark.timeout(CELL_TIMEOUT_S + SWEEP_TIMEOUT_S)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_the_notebook_runs_under_nbclient_beside_a_cpu_hog_without_a_stall(path, cpu_hog):
+def test_the_notebook_runs_under_nbclient_beside_a_cpu_hog_then_every_panel_option_runs(path, cpu_hog):
     notebook = nbformat.read(path, as_version=4)
     client = NotebookClient(notebook, timeout=CELL_TIMEOUT_S, kernel_name="python3", record_timing=True,
                             resources={"metadata": {"path": str(NOTEBOOK_DIR)}})
     late = []
+    sweep = nbformat.v4.new_code_cell(SWEEP)
     with client.setup_kernel():
         for index, cell in enumerate(notebook.cells):
             if cell.cell_type != "code":
@@ -62,8 +80,24 @@ def test_the_notebook_runs_under_nbclient_beside_a_cpu_hog_without_a_stall(path,
             replied = datetime.fromisoformat(cell.metadata["execution"]["shell.execute_reply"]).timestamp()
             if seen - replied > STALL_S:
                 late.append(f"cell {index}: the kernel replied, and the client saw it {seen - replied:.0f} s later")
-    assert cpu_hog.poll() is None, "the CPU hog stopped early: this run was not under load"
+        assert cpu_hog.poll() is None, "the CPU hog stopped early: this run was not under load"
+        shown = json.dumps([cell.get("outputs", []) for cell in notebook.cells]) + json.dumps(
+            notebook.metadata.get("widgets", {}))
+        if "ExperimentPanel(" in path.read_text():
+            os.kill(cpu_hog.pid, signal.SIGSTOP)  # the options run unloaded: they test choices, not load
+            try:
+                client.timeout = SWEEP_TIMEOUT_S
+                notebook.cells.append(sweep)
+                client.execute_cell(sweep, len(notebook.cells) - 1)
+            finally:
+                os.kill(cpu_hog.pid, signal.SIGCONT)
     assert not late, f"{path.name} stalled under nbclient:\n" + "\n".join(late)
-    shown = json.dumps([cell.get("outputs", []) for cell in notebook.cells]) + json.dumps(
-        notebook.metadata.get("widgets", {}))
     assert not SEED_FILE_ID.search(shown), f"{path.name} shows an internal file id to learners"
+    if sweep.get("outputs") is not None and "ExperimentPanel(" in path.read_text():
+        text = "".join(o.get("text", "") for o in sweep.outputs if o.get("output_type") == "stream")
+        report = json.loads(text[text.index("OPTIONS") + len("OPTIONS"):].splitlines()[0])
+        assert report["errors"] == [], json.dumps(report["errors"], indent=1)
+        for panel, controls in report["offered"].items():
+            for name, values in controls.items():
+                assert sorted(report["covered"][panel][name]) == sorted(values), (panel, name)
+        assert report["runs"] > 0 or not any(report["offered"].values())

@@ -9,7 +9,8 @@ combination the course refuses by design is not a dead end, and the rounds avoid
 emulated peers with no link to time them (that round takes real ranks, and emulated peers get a round
 with a link).
 
-The test suite runs it at the end of every lesson (``tests/test_panel_options.py``).
+The test suite runs it at the end of every lesson, in the kernel that ran the lesson
+(``tests/test_notebook_clients.py``).
 """
 from __future__ import annotations
 
