@@ -33,7 +33,7 @@ browser:
 	  else echo "Chromium not found and not installable here: the browser test will be skipped"; fi; }
 
 test: install browser
-	$(BIN)/python -m pytest -q tests exercises --nbval-lax
+	$(BIN)/python -m pytest -q tests exercises --nbval-lax --durations=25
 
 # The unit and multi-process tests alone: no notebooks, no browser, nothing marked slow (about 4.5 minutes
 # on 2 cores; `make test` runs everything, these included: about 41).
