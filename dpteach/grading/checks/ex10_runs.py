@@ -1,0 +1,292 @@
+"""Exercise 10's training run: what a rank holds at step s, the loop that calls the learner's save and load,
+and the three runs a check compares - uninterrupted, killed, resumed.
+
+The loop is ``SyncTrainer.step``'s (``dpteach/training/train.py``) with the course's ``zero1`` strategy
+(``dpteach/sync/zero1.py``): each rank takes its B = 24 / W samples of the global batch, adds input noise
+drawn from its own torch generator (seeded seed + rank, as ``TrainConfig(input_noise=...)`` does), runs
+forward and backward, reduce-scatters the gradients, steps SGD with momentum on its own shard and
+all-gathers the weights. Only the model is smaller - 38 thousand parameters instead of the MLP's million -
+so that a grading of eight checks, three worlds each, takes seconds.
+
+What a checkpoint must hold is exactly what a fresh run does not have (``dpteach/training/checkpoint.py``
+says it at length): the weights, each rank's momentum shard, each rank's generator, the sampler's place
+in the data, and the step. :meth:`Trainer.snapshot` reads those from a rank, so that the check can compare
+a resumed run, right after ``load_checkpoint``, with the uninterrupted run at the same step.
+"""
+from __future__ import annotations
+
+import inspect
+import sys
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from ... import validate
+from ...ranks.faults import Fault
+from ...replica.data import epoch_permutation, make_dataset, sample_batch, split_for_rank
+from ...replica.timeline import Timeline
+from ...sync import make_strategy
+from ..spec import Fail
+
+WIDTHS = (64, 192, 128, 10)  # the course's mlp data: 64 features, 10 classes
+GLOBAL_BATCH = 24            # B x W for W = 1, 2, 3, 4
+EPOCH = 3                    # global batches per epoch: step 4 is epoch 1, batch 1
+LR, MOMENTUM, BUCKET_MB = 0.05, 0.9, 0.1  # 0.1 MB buckets: two flat groups
+
+
+# The course's modules the runs train with. The seal pictures the grader's own modules and torch's (seal.py),
+# not these; so they are pictured here, when the grader is imported, before any learner code runs. (torch.optim
+# is left out: torch wraps an optimizer's step itself on first use.)
+TRAINS_WITH = ("dpteach.sync.zero1", "dpteach.sync.sharding", "dpteach.sync.base", "dpteach.network.comm",
+               "dpteach.replica.data", "dpteach.replica.buckets", "dpteach.replica.timeline", "dpteach.ranks.faults")
+
+
+def _picture() -> dict:
+    found = {}
+    for name in TRAINS_WITH:
+        members = vars(sys.modules[name])
+        found[name] = dict(members)
+        found.update({f"{name}.{value.__qualname__}": dict(vars(value)) for value in list(members.values())
+                      if inspect.isclass(value) and value.__module__ == name})
+    return found
+
+
+_TRAINING = _picture()
+
+
+def training_changed() -> list:
+    """What of the modules the runs train with is not what it was before the learner's code was loaded."""
+    now = _picture()
+    return sorted(f"{space}.{key}" for space, before in _TRAINING.items()
+                  for key in before.keys() | now.get(space, {}).keys() if key != "__warningregistry__"
+                  and before.get(key, before) is not now.get(space, {}).get(key, before))
+
+
+def build_model(seed: int) -> nn.Module:
+    torch.manual_seed(seed)  # the same weights on every rank, as build_model in dpteach.replica.models
+    layers = []
+    for a, b in zip(WIDTHS[:-1], WIDTHS[1:]):
+        layers += [nn.Linear(a, b), nn.GELU()]
+    return nn.Sequential(*layers[:-1])
+
+
+class Sampler:
+    """Where a run is in its data: epoch after epoch of ``EPOCH`` global batches, each epoch reshuffled from
+    seed + epoch (``replica.data.epoch_permutation``). A fresh sampler starts at epoch 0, batch 0."""
+
+    def __init__(self, seed: int):
+        self.seed, self.epoch, self.batch = seed, 0, 0
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "batch": self.batch}
+
+    def load_state_dict(self, state) -> None:
+        if not isinstance(state, dict) or set(state) != {"epoch", "batch"}:
+            raise validate.refusal("state", state, "give what state_dict() returned: a dict with 'epoch' and 'batch'")
+        whole = {k: v.item() if isinstance(v, torch.Tensor) and v.numel() == 1 else v for k, v in state.items()}
+        self.epoch = validate.integer("state['epoch']", whole["epoch"], low=0)
+        self.batch = validate.integer("state['batch']", whole["batch"], low=0, high=EPOCH - 1)
+
+    def next_batch(self) -> list:
+        order = epoch_permutation(GLOBAL_BATCH * EPOCH, self.seed, self.epoch)
+        batch = order[self.batch * GLOBAL_BATCH:(self.batch + 1) * GLOBAL_BATCH]
+        self.epoch, self.batch = (self.epoch + 1, 0) if self.batch + 1 == EPOCH else (self.epoch, self.batch + 1)
+        return batch
+
+
+class Run:
+    """What ``save_checkpoint`` and ``load_checkpoint`` are given: this rank's live run (the stub says what
+    each attribute is)."""
+
+    def __init__(self, model, optimizer, groups, sampler, rank: int, world: int):
+        self.model, self.optimizer, self.groups, self.sampler = model, optimizer, groups, sampler
+        self.rank, self.world = rank, world
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A run of ``steps`` steps on ``before`` ranks, checkpointing every ``every`` steps, whose rank ``victim`` is
+    killed just before step ``kill``, and resumed on ``after`` ranks with the same global batch."""
+
+    before: int
+    after: int
+    every: int
+    kill: int
+    steps: int
+    noise: float = 0.0
+    seed: int = 0
+    victim: int = 1
+
+    def check(self) -> "Scenario":
+        for name in ("before", "after"):
+            validate.integer(name, getattr(self, name), low=1, high=4)
+            if GLOBAL_BATCH % getattr(self, name):
+                raise validate.refusal(name, getattr(self, name), f"W must divide the global batch of {GLOBAL_BATCH}")
+        validate.integer("steps", self.steps, low=2)
+        validate.integer("every", self.every, low=1, high=self.steps - 1)
+        validate.integer("kill", self.kill, low=self.every, high=self.steps - 1,
+                         why=" (at least one checkpoint before it, and a step after it)")
+        if self.kill % self.every == 0:
+            raise validate.refusal("kill", self.kill, f"kill between two checkpoints, not on one (every={self.every}): "
+                                                      f"a rank killed as its peers still write would leave half a one")
+        validate.number("noise", self.noise, low=0)
+        validate.integer("victim", self.victim, low=0, high=self.before - 1)
+        if self.noise and self.before != self.after:
+            raise validate.refusal("noise", self.noise, "use 0.0 when W changes: rank r's noise stream exists only "
+                                                        "if rank r does, so no resume at another W could match")
+        return self
+
+    @property
+    def resume_at(self) -> int:
+        """The newest checkpoint before the kill: where the resumed run must start."""
+        return self.kill // self.every * self.every
+
+
+class Trainer:
+    """One rank's run: the model in ZeRO-1's flat groups, SGD over this rank's shards, the sampler, the noise."""
+
+    def __init__(self, spec: Scenario):
+        rank, world = dist.get_rank(), dist.get_world_size()
+        model = build_model(spec.seed)
+        self.strategy = make_strategy("zero1", model, Timeline("cpu"), BUCKET_MB)
+        optimizer = self.strategy.make_optimizer(lambda params: torch.optim.SGD(params, lr=LR, momentum=MOMENTUM))
+        self.dataset, self.noise = make_dataset("mlp", GLOBAL_BATCH * EPOCH, seed=spec.seed), spec.noise
+        torch.manual_seed(spec.seed + rank)  # each rank its own stream of noise
+        self.run = Run(model, optimizer, self.strategy.groups, Sampler(spec.seed), rank, world)
+
+    def step(self, step: int) -> None:
+        run = self.run
+        indices = split_for_rank(run.sampler.next_batch(), run.rank, run.world, GLOBAL_BATCH // run.world, 1)[0]
+        x, y = sample_batch(self.dataset, indices)
+        if self.noise:
+            x = x + self.noise * torch.randn(x.shape)
+        self.strategy.start_step(step)
+        with self.strategy.micro_batch(sync=True):
+            F.cross_entropy(run.model(x), y).backward()
+        self.strategy.finish(step)
+        self.strategy.step_optimizer(run.optimizer)
+
+    def weights(self) -> torch.Tensor:
+        return torch.cat([p.detach().reshape(-1) for p in self.run.model.parameters()]).clone()
+
+    def snapshot(self) -> dict:
+        """What this rank holds now: the weights, the unpadded part of its momentum shard of each group (or what
+        is wrong with it), its generator, its sampler's place, and whether the weights still live in the groups."""
+        run, rank, problems, momentum = self.run, dist.get_rank(), [], []
+        for index, group in enumerate(self.strategy.groups):
+            n = group.shard_numel
+            buffer = getattr(run.optimizer, "state", {}).get(group.shard, {}).get("momentum_buffer")
+            if buffer is None:  # none yet: the next step starts it from zero, as a fresh optimizer does
+                momentum.append(None)
+            elif not isinstance(buffer, torch.Tensor) or buffer.shape != group.shard.shape or buffer.dtype != group.shard.dtype:
+                problems.append(f"group {index}'s momentum is {_described(buffer)}, not a float32 tensor of the shard's "
+                                f"shape ({n},)")
+                momentum.append(None)
+            else:
+                momentum.append(buffer.detach()[:_own(group, rank)].clone())
+        flat = {group.flat.untyped_storage().data_ptr() for group in self.strategy.groups}
+        in_place = all(p.untyped_storage().data_ptr() in flat for p in run.model.parameters())
+        sampler = run.sampler.state_dict() if isinstance(run.sampler, Sampler) else None
+        return {"weights": self.weights(), "momentum": momentum, "problems": problems, "rng": torch.get_rng_state(),
+                "sampler": None if sampler is None else [sampler["epoch"], sampler["batch"]], "in_place": in_place}
+
+
+def _own(group, rank: int) -> int:
+    """How many of this rank's shard's elements are parameters, not padding."""
+    numel, n = sum(p.numel() for p in group.params), group.shard_numel
+    return max(0, min(n, numel - rank * n))
+
+
+def _described(value) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a {str(value.dtype).replace('torch.', '')} tensor of shape {tuple(value.shape)}"
+    return f"a {type(value).__name__}"
+
+
+def _step_from(value, steps: int, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= steps:
+        raise Fail(f"load_checkpoint returned {value!r} {what}: return the step of the checkpoint it loaded, "
+                   f"an int (0 when the folder holds none)")
+    return value
+
+
+# --- the three runs: each is the body of one world's ranks (``ex10_worlds.run_world``), send first ----------
+
+def plain(send, spec: Scenario) -> dict:
+    """The uninterrupted run, all grader: what each rank holds at the resume step, and the final weights."""
+    trainer = Trainer(spec)
+    at = None
+    for step in range(spec.steps):
+        trainer.step(step)
+        if step + 1 == spec.resume_at:
+            at = trainer.snapshot()
+    dist.barrier()
+    return {"at": at, "final": trainer.weights()}
+
+
+def killed(send, spec: Scenario, directory: str, save, load) -> None:
+    """The run that dies: it loads (an empty folder: step 0), saves every ``every`` steps, and its victim is
+    killed just before step ``kill``; its peers never get past that step."""
+    trainer = Trainer(spec)
+    _step_from(load(trainer.run, directory), 0, "on an empty folder, for a run that had never saved")
+    fault = Fault("kill", rank=spec.victim, step=spec.kill)
+    for step in range(spec.steps):
+        if fault.due(step, trainer.run.rank):
+            send("strike")
+            fault.strike()
+        trainer.step(step)
+        if (step + 1) % spec.every == 0:
+            wrote = save(trainer.run, directory, step + 1)
+            send("saved", {"step": step + 1, "bytes": wrote, "model": trainer.weights().numel() * 4,
+                           "shard": sum(_own(g, trainer.run.rank) for g in trainer.strategy.groups) * 4})
+
+
+def resumed(send, spec: Scenario, directory: str, load) -> dict:
+    """A fresh run on ``after`` ranks: load, what it holds right after, and - if every rank resumed from the
+    same step and holds a usable state - the steps that were left."""
+    trainer = Trainer(spec)
+    start = _step_from(load(trainer.run, directory), spec.steps, "")
+    loaded = trainer.snapshot()
+    mine = torch.tensor([start, int(not loaded["problems"])])
+    every = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(every, mine)  # all ranks go on, or none: a lone rank would wait for the others forever
+    final = None
+    if all(int(t[0]) == spec.resume_at and int(t[1]) for t in every):
+        try:
+            for step in range(start, spec.steps):
+                trainer.step(step)
+        except Exception as exc:  # noqa: BLE001 - what the loaded state broke is the learner's to see
+            raise Fail(f"after load_checkpoint returned, the run could not go on: {type(exc).__name__}: "
+                       f"{str(exc).splitlines()[0][:200]}") from None
+        final = trainer.weights()
+    dist.barrier()
+    return {"from": start, "loaded": loaded, "final": final}
+
+
+def reference(spec: Scenario) -> torch.Tensor:
+    """The uninterrupted run's final weights, in one process: every rank's noise from its own generator, the
+    gradients averaged, SGD with momentum written out (as torch.optim.SGD does it)."""
+    world = spec.before
+    model = build_model(spec.seed)
+    params = list(model.parameters())
+    dataset, sampler = make_dataset("mlp", GLOBAL_BATCH * EPOCH, seed=spec.seed), Sampler(spec.seed)
+    generators = [torch.Generator().manual_seed(spec.seed + rank) for rank in range(world)]
+    buffers = [torch.zeros_like(p) for p in params]
+    for _ in range(spec.steps):
+        batch, grads = sampler.next_batch(), [torch.zeros_like(p) for p in params]
+        for rank in range(world):
+            x, y = sample_batch(dataset, split_for_rank(batch, rank, world, GLOBAL_BATCH // world, 1)[0])
+            if spec.noise:
+                x = x + spec.noise * torch.randn(x.shape, generator=generators[rank])
+            model.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            for grad, p in zip(grads, params):
+                grad += p.grad / world
+        with torch.no_grad():
+            for p, buffer, grad in zip(params, buffers, grads):
+                buffer.mul_(MOMENTUM).add_(grad)
+                p.sub_(LR * buffer)
+    return torch.cat([p.detach().reshape(-1) for p in params])
