@@ -321,6 +321,55 @@ class Zero2SGD:
 '''
 
 
+SOLUTIONS["10"] = '''\
+import os
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor, Shard
+
+
+def _state(run, step):
+    """What the run needs, as DCP saves and loads it: the weights (written once: every rank holds the same),
+    the sampler, this rank's generator, and each momentum shard as a DTensor of its group's true length,
+    so that a run on another W reads its own new piece from whichever files hold it."""
+    mesh = DeviceMesh.from_group(dist.group.WORLD, "cpu")
+    state = {"step": step, "model": run.model.state_dict()}
+    state["sampler"] = run.sampler                              # where the data stream is
+    state[f"rng/{run.rank}"] = torch.get_rng_state()            # this rank's input noise
+    for i, group in enumerate(run.groups):                      # this rank's momentum shards
+        numel, n = sum(p.numel() for p in group.params), group.shard_numel
+        start, end = min(run.rank * n, numel), min((run.rank + 1) * n, numel)
+        buffers = run.optimizer.state[group.shard]
+        if "momentum_buffer" not in buffers:                    # a fresh optimizer: load into zeros
+            buffers["momentum_buffer"] = torch.zeros_like(group.shard)
+        local = buffers["momentum_buffer"][:end - start]        # the padding is not saved
+        state[f"momentum/{i}"] = DTensor.from_local(local, mesh, [Shard(0)], run_check=False,
+                                                    shape=(numel,), stride=(1,))
+    return state
+
+
+def save_checkpoint(run, directory, step):
+    dcp.save(_state(run, step), checkpoint_id=os.path.join(directory, f"step-{step:06d}"))
+
+
+def load_checkpoint(run, directory):
+    whole = [name for name in os.listdir(directory)           # rank 0 writes .metadata last
+             if name.startswith("step-") and os.path.exists(os.path.join(directory, name, ".metadata"))]
+    if not whole:
+        return 0
+    path = os.path.join(directory, max(whole))
+    saved = dcp.FileSystemReader(path).read_metadata().state_dict_metadata
+    state = {key: value for key, value in _state(run, 0).items()  # what was saved (a new rank has no rng)
+             if any(name == key or name.startswith(key + ".") for name in saved)}
+    dcp.load(state, checkpoint_id=path)
+    if f"rng/{run.rank}" in state:
+        torch.set_rng_state(state[f"rng/{run.rank}"])
+    return state["step"]
+'''
+
+
 def solution(exercise: str) -> str:
     """The reference solution cell of an exercise (by id, stem or notebook name)."""
     return SOLUTIONS[get_exercise(exercise).id]

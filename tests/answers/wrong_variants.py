@@ -60,6 +60,41 @@ def ring_all_reduce(tensor):
     return tensor
 '''
 
+GATHER_TO_RANK_0 = '''\
+def save_checkpoint(run, directory, step):
+    """The mistake: every momentum shard gathered to rank 0, which writes the whole run into one file."""
+    gathered = []
+    for group in run.groups:
+        pieces = [torch.empty_like(group.shard) for _ in range(run.world)] if run.rank == 0 else None
+        dist.gather(run.optimizer.state[group.shard]["momentum_buffer"], pieces, dst=0)
+        if run.rank == 0:
+            gathered.append(torch.cat(pieces)[:sum(p.numel() for p in group.params)])
+    generators = [None] * run.world
+    dist.all_gather_object(generators, torch.get_rng_state())
+    if run.rank == 0:
+        torch.save({"step": step, "model": run.model.state_dict(), "momentum": gathered, "rng": generators,
+                    "sampler": run.sampler.state_dict()}, os.path.join(directory, f"step-{step:06d}.pt"))
+    dist.barrier()
+
+
+def load_checkpoint(run, directory):
+    names = sorted(name for name in os.listdir(directory) if name.endswith(".pt"))
+    if not names:
+        return 0
+    saved = torch.load(os.path.join(directory, names[-1]), weights_only=False)
+    run.model.load_state_dict(saved["model"])
+    for group, whole in zip(run.groups, saved["momentum"]):
+        n = group.shard_numel
+        padded = torch.zeros(n * run.world)
+        padded[:whole.numel()] = whole
+        run.optimizer.state[group.shard]["momentum_buffer"] = padded[run.rank * n:(run.rank + 1) * n].clone()
+    if run.rank < len(saved["rng"]):
+        torch.set_rng_state(saved["rng"][run.rank])
+    run.sampler.load_state_dict(saved["sampler"])
+    return saved["step"]
+'''
+_CHECKPOINT = solution("10")
+
 VARIANTS = (
     Variant("01", "off-by-one chunk index in reduce-scatter",
             (("bounds[(rank - step - 1) % world]\n        r0, r1 = bounds[(rank - step - 2) % world]\n        "
@@ -165,4 +200,16 @@ VARIANTS = (
             (("self.grad = ring_reduce_scatter(flat) / self.world",
               "self.grad = ring_all_gather(flat).view(self.world, -1)[:, self.start:self.stop].sum(0) / self.world"),),
             ("no more traffic",), "sent more elements"),
+    Variant("10", "no optimizer state saved: the momentum is lost",
+            ((_CHECKPOINT[_CHECKPOINT.index("    for i, group in"):_CHECKPOINT.index("    return state")], ""),),
+            ("momentum shard comes back",), "no momentum"),
+    Variant("10", "no RNG state saved: each rank's input noise starts over",
+            (("    state[f\"rng/{run.rank}\"] = torch.get_rng_state()            # this rank's input noise\n", ""),),
+            ("random generator comes back",), "random generator"),
+    Variant("10", "the sampler's place not saved: the data restarts at epoch 0",
+            (("    state[\"sampler\"] = run.sampler                              # where the data stream is\n", ""),),
+            ("goes on where it stopped",), "epoch 0, batch 0"),
+    Variant("10", "rank 0 gathers the optimizer shards and writes everything",
+            ((_CHECKPOINT[_CHECKPOINT.index("def save_checkpoint"):], GATHER_TO_RANK_0),),
+            ("writes its own shard",), "gathered to it"),
 )
