@@ -12,7 +12,8 @@ the runs train with are compared with their picture (``ex10_runs.training_change
 kernel counts what the rank wrote to files and what reached it through its sockets (:func:`bytes_out`):
 
 **Bytes written.** ``/proc/self/io``'s ``wchar`` counts every byte a process hands to ``write()`` - to
-files, pipes and sockets alike, gloo's included. So what a rank wrote to disk during a save is the growth
+files, pipes and sockets alike, gloo's included (gloo writes its sockets with ``writev``; a ``send`` is not
+counted there). So what a rank wrote to disk during a save is the growth
 of ``wchar`` less what it put on its sockets meanwhile: the kernel's count, ``TCP_INFO``'s bytes acked
 plus what still waits in the send queue. The same count of what reached its sockets (``traffic.py`` reads
 it for the other exercises) says whether a rank gathered its peers' shards during its save. Where there is

@@ -1,0 +1,143 @@
+"""Exercise 10 (checkpoint and resume): each known mistake fails the check written for it, with its hint, and
+no check it has no business failing; a right answer without DCP scores full marks; and the pieces the
+checks stand on - the sampler, the scenarios, the count of what a process writes and receives, the picture
+of the modules the runs train with - do what they say.
+
+The graded cases share one launch (``grade_sources``: starting ranks is what grading spends its time on);
+each check forks its own ranks from it (``ex10_worlds.py``). The reference answer's full marks are held by
+``test_grading_solutions.py``, through the command line, like every exercise's.
+"""
+import os
+import socket
+import threading
+
+import pytest
+
+from dpteach.grading import get_exercise, grade_sources
+from dpteach.grading.checks import ex10_checkpoint as ex10
+from dpteach.grading.checks.ex10_runs import EPOCH, Sampler, Scenario, training_changed
+from dpteach.grading.checks.ex10_story import bytes_out, since
+from answers.solutions import solution
+from answers.wrong_variants import VARIANTS
+from learners.checkpoint import DCP_GATHERED, OWN_FILE_ONLY, PER_RANK_FILES
+
+CHECKS = [check.name for check in get_exercise("10").checks]
+END_SAME, MOMENTUM, RNG, SAMPLER, END_FEWER, WRITES, END_MORE, EVERY_PIECE = range(8)
+MISTAKES = {v.name: v.source() for v in VARIANTS if v.exercise == "10"}
+
+# What each solution must fail, and the hint its own check gives. A forgotten piece also fails the
+# end-to-end checks it changes (their message names the piece, their hint is the piece's); nothing else.
+EXPECTED = {
+    "no optimizer state saved: the momentum is lost":
+        ({END_SAME, MOMENTUM, END_FEWER, END_MORE, EVERY_PIECE}, MOMENTUM, ex10.HINT_MOMENTUM),
+    "no RNG state saved: each rank's input noise starts over": ({END_SAME, RNG, EVERY_PIECE}, RNG, ex10.HINT_RNG),
+    "the sampler's place not saved: the data restarts at epoch 0":
+        ({END_SAME, SAMPLER, END_FEWER, END_MORE, EVERY_PIECE}, SAMPLER, ex10.HINT_SAMPLER),
+    "rank 0 gathers the optimizer shards and writes everything": ({WRITES}, WRITES, ex10.HINT_WRITES),
+    "DCP after a gather to rank 0": ({WRITES}, WRITES, ex10.HINT_WRITES),
+    "reads back only its own old file": ({END_FEWER, END_MORE}, END_FEWER, ex10.HINT_RESHARD),
+    "one torch.save file per rank": (set(), None, None),
+}
+SOURCES = {**MISTAKES, "DCP after a gather to rank 0": DCP_GATHERED, "reads back only its own old file": OWN_FILE_ONLY,
+           "one torch.save file per rank": PER_RANK_FILES}
+
+
+@pytest.fixture(scope="module")
+def reports():
+    names = sorted(EXPECTED)
+    return dict(zip(names, grade_sources("10", [(SOURCES[name], None) for name in names])))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_each_solution_fails_exactly_the_checks_meant_for_it_with_its_hint(reports, name):
+    failing, own, hint = EXPECTED[name]
+    report = reports[name]
+    lost = {i for i, row in enumerate(report.checks) if not row.passed}
+    assert lost == failing, (name, [CHECKS[i] for i in sorted(lost)], report.text())
+    assert all(report.checks[i].outcome == "failed" for i in lost), report.text()
+    if own is not None:
+        assert report.checks[own].hint == hint, report.checks[own]
+        # an end-to-end failure names the piece that differed right after loading, and gives that piece's hint
+        for i in lost & {END_SAME, EVERY_PIECE}:
+            assert report.checks[i].hint == hint, report.checks[i]
+    else:
+        assert report.score == report.max_score, report.text()
+
+
+@pytest.mark.slow
+def test_the_reference_answer_at_another_w_ends_within_the_tolerance_and_a_kill_is_real():
+    """What the try cell prints: a run killed for real on 2 ranks, resumed on 1."""
+    namespace = {}
+    exec(solution("10"), namespace)
+    from dpteach.grading.checks.ex10_story import try_resume
+    gap = try_resume(namespace["save_checkpoint"], namespace["load_checkpoint"], before=2, after=1)
+    assert 0.0 <= gap <= 1e-5
+
+
+def test_the_sampler_gives_its_place_and_takes_it_back_and_refuses_what_is_not_one():
+    sampler = Sampler(3)
+    first = [sampler.next_batch() for _ in range(EPOCH + 1)]
+    assert sampler.state_dict() == {"epoch": 1, "batch": 1}
+    fresh = Sampler(3)
+    fresh.load_state_dict({"epoch": 1, "batch": 0})
+    assert fresh.next_batch() == first[EPOCH] and fresh.state_dict() == {"epoch": 1, "batch": 1}
+    with pytest.raises(ValueError, match=r"state=\[1, 1\] is not allowed: give what state_dict\(\) returned"):
+        fresh.load_state_dict([1, 1])
+    with pytest.raises(ValueError, match=r"state\['batch'\]=3 is not allowed: it must be an integer in 0..2"):
+        fresh.load_state_dict({"epoch": 0, "batch": 3})
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"kill": 4}, "kill=4 is not allowed: kill between two checkpoints"),
+    ({"after": 1, "noise": 0.5}, "noise=0.5 is not allowed: use 0.0 when W changes"),
+    ({"before": 5}, "before=5 is not allowed: it must be an integer in 1..4"),
+    ({"kill": 1}, "kill=1 is not allowed: it must be an integer in 2..7"),
+    ({"victim": 2}, "victim=2 is not allowed: it must be an integer in 0..1"),
+])
+def test_a_scenario_that_cannot_be_told_is_refused_with_its_reason(changes, message):
+    spec = dict(before=2, after=2, every=2, kill=5, steps=8)
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        Scenario(**{**spec, **changes}).check()
+
+
+@pytest.mark.skipif(bytes_out() is None, reason="no /proc/self/io here")
+def test_what_a_process_writes_to_files_is_told_apart_from_what_it_sends_and_receives(tmp_path):
+    """gloo writes to its sockets with write(), which /proc/self/io's wchar counts with the files: the socket's
+    share must come off, and what came in is counted apart."""
+    server = socket.create_server(("127.0.0.1", 0))
+    sender = socket.create_connection(server.getsockname())
+    receiver, _ = server.accept()
+    got = []
+
+    def read(size=200_000):
+        while size:
+            size -= len(chunk := receiver.recv(min(size, 1 << 16)))
+            got.append(len(chunk))
+
+    reading = threading.Thread(target=read)
+    reading.start()
+    before = bytes_out()
+    (tmp_path / "file").write_bytes(os.urandom(300_000))
+    data = memoryview(os.urandom(200_000))
+    while data:
+        data = data[os.write(sender.fileno(), data):]
+    reading.join()
+    wrote, received = since(before)
+    assert sum(got) == 200_000
+    assert 300_000 <= wrote < 310_000  # the socket's 200 kB are not counted as written
+    assert received == 200_000
+    for sock in (sender, receiver, server):
+        sock.close()
+
+
+def test_a_change_to_the_modules_the_runs_train_with_is_seen():
+    from dpteach.sync import zero1
+    original = zero1.Zero1.finish
+    assert training_changed() == []
+    zero1.Zero1.finish = lambda self, step: None
+    try:
+        assert training_changed() == ["dpteach.sync.zero1.Zero1.finish"]
+    finally:
+        zero1.Zero1.finish = original
+    assert training_changed() == []
