@@ -19,7 +19,8 @@ from dpteach.grading.checks.ex10_runs import EPOCH, Sampler, Scenario, training_
 from dpteach.grading.checks.ex10_story import bytes_out, since
 from answers.solutions import solution
 from answers.wrong_variants import VARIANTS
-from learners.checkpoint import DCP_GATHERED, OWN_FILE_ONLY, PER_RANK_FILES
+from learners.checkpoint import (COURSE_SAVE_BY_NAME, DCP_GATHERED, OWN_FILE_ONLY, PATCHES_TRAINING, PER_RANK_FILES,
+                                 WRITES_ELSEWHERE)
 
 CHECKS = [check.name for check in get_exercise("10").checks]
 END_SAME, MOMENTUM, RNG, SAMPLER, END_FEWER, WRITES, END_MORE, EVERY_PIECE = range(8)
@@ -40,12 +41,19 @@ EXPECTED = {
 }
 SOURCES = {**MISTAKES, "DCP after a gather to rank 0": DCP_GATHERED, "reads back only its own old file": OWN_FILE_ONLY,
            "one torch.save file per rank": PER_RANK_FILES}
+# Solutions that score 0, and what the report must say about them.
+ZERO = {"the course's own save, called by a name built at run time":
+            (COURSE_SAVE_BY_NAME, "dpteach.training.checkpoint.save_checkpoint (called while your code ran)"),
+        "checkpoints written outside the rank's scratch folder": (WRITES_ELSEWHERE, "outside this rank's own scratch"),
+        "the course's ZeRO-1 replaced in the resumed run":
+            (PATCHES_TRAINING, "replaced dpteach.sync.zero1.Zero1.step_optimizer, which the grader trains with")}
 
 
 @pytest.fixture(scope="module")
 def reports():
-    names = sorted(EXPECTED)
-    return dict(zip(names, grade_sources("10", [(SOURCES[name], None) for name in names])))
+    sources = {**SOURCES, **{name: source for name, (source, _) in ZERO.items()}}
+    names = sorted(sources)
+    return dict(zip(names, grade_sources("10", [(sources[name], None) for name in names])))
 
 
 @pytest.mark.slow
@@ -63,6 +71,14 @@ def test_each_solution_fails_exactly_the_checks_meant_for_it_with_its_hint(repor
             assert report.checks[i].hint == hint, report.checks[i]
     else:
         assert report.score == report.max_score, report.text()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(ZERO))
+def test_a_forbidden_call_or_tampering_inside_the_forked_ranks_scores_zero_and_is_named(reports, name):
+    report, said = reports[name], ZERO[name][1]
+    assert report.score == 0, report.text()
+    assert any(said in text for text in report.forbidden + report.tampered), report.text()
 
 
 @pytest.mark.slow

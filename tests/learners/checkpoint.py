@@ -8,6 +8,10 @@
 * ``DCP_GATHERED`` - DCP, with every momentum shard first gathered to rank 0. DCP then spreads the model's
   tensors over the other ranks, so each rank writes about as many bytes as an honest one: only what reached
   rank 0 through the process group during the save gives it away.
+* ``COURSE_SAVE_BY_NAME`` - the course's own save (``dpteach/training/checkpoint.py``), reached by a name
+  built at run time so that no reading of the code finds it: the guard, in the rank that calls it, does.
+* ``WRITES_ELSEWHERE`` and ``PATCHES_TRAINING`` - tampering from inside a forked rank: checkpoints written
+  outside the rank's scratch folder, and the course's ZeRO-1 replaced in the resumed run.
 """
 
 PER_RANK_FILES = '''\
@@ -101,3 +105,20 @@ def load_checkpoint(run, directory):
         torch.set_rng_state(state[f"rng/{run.rank}"])
     return state["step"]
 '''
+
+COURSE_SAVE_BY_NAME = PER_RANK_FILES.replace('''def save_checkpoint(run, directory, step):
+''', '''def save_checkpoint(run, directory, step):
+    import importlib
+    course = importlib.import_module("dpteach.training." + "check" + "point")   # read, then called: forbidden
+    getattr(course, "save_" + "checkpoint")(run, directory, step)
+''')
+
+# Tampering, from inside the ranks the grader forks: each scores 0, and the report says what it did.
+WRITES_ELSEWHERE = PER_RANK_FILES.replace('''    folder = os.path.join(directory, f"step-{step:06d}")''',
+                                          '''    folder = os.path.join("/tmp", f"dpteach-ex10-elsewhere-{step:06d}")   # past the scratch folder''')
+
+PATCHES_TRAINING = PER_RANK_FILES.replace('''def load_checkpoint(run, directory):
+''', '''def load_checkpoint(run, directory):
+    import dpteach.sync.zero1
+    dpteach.sync.zero1.Zero1.step_optimizer = lambda self, optimizer: None   # no step after the resume
+''')

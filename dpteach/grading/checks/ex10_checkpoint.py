@@ -263,6 +263,14 @@ CHECKS = (
            ("weights", "momentum", "sampler", "rng", "end"), THREE, HINT_RESUME, hidden=True),
 )
 
+# The course's own checkpoint (its DCP state, its save and load, its resumable loop): read it, do not call it.
+COURSE_CHECKPOINT = ("dpteach.training.checkpoint", "dpteach.training.resumable")
+
 EXERCISE = Exercise(
     id="10", stem="10_checkpoint", title="Checkpoint and resume: a ZeRO-1 run that survives a kill",
-    names=USES, stub=STUB, checks=CHECKS, warmup=_warmup)
+    names=USES, stub=STUB, checks=CHECKS, warmup=_warmup,
+    forbidden=tuple(f"dpteach.training.checkpoint.{name}" for name in (
+        "save_checkpoint", "load_checkpoint", "training_state", "_sharded_state", "_flat_dtensor")),
+    forbidden_modules=COURSE_CHECKPOINT,
+    rule="this exercise asks you to write the checkpoint yourself, and your code calls the course's own "
+         "(dpteach/training/checkpoint.py, which you may read)")

@@ -30,6 +30,7 @@ import signal
 import socket
 import struct
 import tempfile
+from contextlib import contextmanager
 
 try:
     import fcntl
@@ -39,6 +40,7 @@ except ImportError:  # not on Windows; the course's ranks need fork anyway
 import torch
 import torch.distributed as dist
 
+from ..guard import ForbiddenCall
 from ..learner import Tampered
 from ..spec import observes
 from .ex10_runs import Sampler, Scenario, killed, plain, resumed, training_changed
@@ -75,13 +77,23 @@ def observed(ctx, spec: Scenario, resume: bool = True) -> dict:
 
     directory = tempfile.mkdtemp(prefix="checkpoints-")  # in this rank's scratch folder: tampering.py
     try:
-        with check_world_set_aside() as address:
+        with check_world_set_aside() as address, _forbidden_calls_noted(ctx):
             first = run_world(address, spec.before, plain, spec) if resume else None
             died = run_world(address, spec.before, killed, spec, directory, saving, loading, victim=spec.victim)
             back = run_world(address, spec.after, resumed, spec, directory, loading) if resume else None
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     return _summary(first, died, back)
+
+
+@contextmanager
+def _forbidden_calls_noted(ctx):
+    """A forbidden call in a child was noted by the child's copy of the guard; the report reads this rank's."""
+    try:
+        yield
+    except ForbiddenCall as call:
+        ctx.guard.calls.append(str(call).split(" is not allowed")[0])
+        raise
 
 
 def _joined(snapshots) -> torch.Tensor | None:
