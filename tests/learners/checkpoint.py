@@ -114,8 +114,9 @@ COURSE_SAVE_BY_NAME = PER_RANK_FILES.replace('''def save_checkpoint(run, directo
 ''')
 
 # Tampering, from inside the ranks the grader forks: each scores 0, and the report says what it did.
-WRITES_ELSEWHERE = PER_RANK_FILES.replace('''    folder = os.path.join(directory, f"step-{step:06d}")''',
-                                          '''    folder = os.path.join("/tmp", f"dpteach-ex10-elsewhere-{step:06d}")   # past the scratch folder''')
+WRITES_ELSEWHERE = PER_RANK_FILES.replace(
+    '''    folder = os.path.join(directory, f"step-{step:06d}")''',
+    '''    folder = os.path.join("/tmp", f"dpteach-ex10-elsewhere-{step:06d}")   # past the scratch folder''')
 
 PATCHES_TRAINING = PER_RANK_FILES.replace('''def load_checkpoint(run, directory):
 ''', '''def load_checkpoint(run, directory):

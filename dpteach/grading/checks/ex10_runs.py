@@ -181,9 +181,10 @@ class Trainer:
             buffer = getattr(run.optimizer, "state", {}).get(group.shard, {}).get("momentum_buffer")
             if buffer is None:  # none yet: the next step starts it from zero, as a fresh optimizer does
                 momentum.append(None)
-            elif not isinstance(buffer, torch.Tensor) or buffer.shape != group.shard.shape or buffer.dtype != group.shard.dtype:
-                problems.append(f"group {index}'s momentum is {_described(buffer)}, not a float32 tensor of the shard's "
-                                f"shape ({n},)")
+            elif not isinstance(buffer, torch.Tensor) or (buffer.shape, buffer.dtype) != (group.shard.shape,
+                                                                                           group.shard.dtype):
+                problems.append(f"group {index}'s momentum is {_described(buffer)}, not a float32 tensor of the "
+                                f"shard's shape ({n},)")
                 momentum.append(None)
             else:
                 momentum.append(buffer.detach()[:_own(group, rank)].clone())

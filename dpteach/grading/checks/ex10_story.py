@@ -78,9 +78,11 @@ def observed(ctx, spec: Scenario, resume: bool = True) -> dict:
     directory = tempfile.mkdtemp(prefix="checkpoints-")  # in this rank's scratch folder: tampering.py
     try:
         with check_world_set_aside() as address, _forbidden_calls_noted(ctx):
-            first = run_world(address, spec.before, plain, spec) if resume else None
-            died = run_world(address, spec.before, killed, spec, directory, saving, loading, victim=spec.victim)
-            back = run_world(address, spec.after, resumed, spec, directory, loading) if resume else None
+            first = run_world(address, spec.before, plain, spec, name="the uninterrupted run") if resume else None
+            died = run_world(address, spec.before, killed, spec, directory, saving, loading, victim=spec.victim,
+                             name="the run that is killed")
+            back = (run_world(address, spec.after, resumed, spec, directory, loading, name="the resumed run")
+                    if resume else None)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     return _summary(first, died, back)
@@ -214,8 +216,8 @@ def try_resume(save_checkpoint, load_checkpoint, before: int = 2, after: int = 2
           f"step {kill}, leaving: {', '.join(left) or 'nothing'}")
     result = launch(resumed, after, args=(None, spec, os.path.join(directory, "checkpoints"), load_checkpoint),
                     backend="gloo", device="cpu", timeout=120, show_output=False)[0]
-    print(f"resumed on {after} rank{'s' if after > 1 else ''}: load_checkpoint returned step {result['from']} (the newest checkpoint before "
-          f"the kill is step {spec.resume_at})")
+    print(f"resumed on {after} rank{'s' if after > 1 else ''}: load_checkpoint returned step {result['from']} "
+          f"(the newest checkpoint before the kill is step {spec.resume_at})")
     if result["final"] is None:
         print("the resumed run did not go on: some rank returned another step, or its optimizer state is not usable")
         return float("inf")

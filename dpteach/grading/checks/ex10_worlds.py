@@ -75,10 +75,10 @@ def check_world_set_aside():
                                 world_size=1, timeout=CHILD_TIMEOUT)
 
 
-def run_world(address, size: int, body, *args, victim: int | None = None) -> list[dict]:
+def run_world(address, size: int, body, *args, victim: int | None = None, name: str = "the run") -> list[dict]:
     """Fork ``size`` ranks, each running ``body(send, *args)`` in a world of ``size``; per rank, what it sent:
     ``{"result", "saved", "ended"}``. ``victim``: the rank whose planned kill ends this world (its peers are
-    stopped then). Raises what the learner's code raised first, in whichever rank."""
+    stopped then). Raises what the learner's code raised first, in whichever rank; ``name`` says which run."""
     key, prefix = secrets.token_bytes(32), f"ex10/{uuid.uuid4().hex}"
     threads = _thread._count()
     children = {}  # pipe -> (rank, pid)
@@ -90,7 +90,7 @@ def run_world(address, size: int, body, *args, victim: int | None = None) -> lis
             _child(rank, size, prefix, address, key, writer, threads, body, args)
         os.close(writer)
         children[reader] = (rank, pid)
-    return _collect(children, key, size, victim)
+    return _collect(children, key, size, victim, name)
 
 
 def _child(rank, size, prefix, address, key, writer, threads, body, args) -> None:
@@ -141,7 +141,7 @@ def _end_on_tampering(send) -> None:
     sys.addaudithook(hook)
 
 
-def _collect(children: dict, key: bytes, size: int, victim) -> list[dict]:
+def _collect(children: dict, key: bytes, size: int, victim, name: str) -> list[dict]:
     """Read every child's signed messages until all have ended; stop the rest once the victim died or one failed."""
     seen = [{"result": None, "saved": [], "errors": [], "struck": False, "ended": None} for _ in range(size)]
     buffers = {fd: b"" for fd in children}
@@ -171,7 +171,7 @@ def _collect(children: dict, key: bytes, size: int, victim) -> list[dict]:
         _, status = os.waitpid(pid, 0)
         if seen[rank]["ended"] is None:
             seen[rank]["ended"] = _how(status)
-    _raise_first(seen, victim)
+    _raise_first(seen, victim, name)
     return seen
 
 
@@ -209,22 +209,22 @@ def _how(status: int) -> str:
     return f"exit code {os.waitstatus_to_exitcode(status)}"
 
 
-def _raise_first(seen: list, victim) -> None:
+def _raise_first(seen: list, victim, name: str) -> None:
     """The learner's failure first (tampering before all), in the order the ranks met them; a rank that ended
     without a word; then the grader's own - unless the planned kill explains it: a peer of the victim fails
     in its next collective, and that failure is the kill's doing."""
-    errors = sorted((at, rank, e) for rank, s in enumerate(seen) for at, e in s["errors"])
+    errors = sorted(((at, rank, e) for rank, s in enumerate(seen) for at, e in s["errors"]), key=lambda e: e[:2])
     for kinds in (("Tampered",), tuple(LEARNERS)):
         for _, rank, error in errors:
             if error["kind"] in kinds:
                 cls = LEARNERS[error["kind"]]
                 if cls is LearnerError:
-                    raise LearnerError(f"{error['text']}\n(on rank {rank})", error["exc_type"])
+                    raise LearnerError(f"{error['text']}\n(on rank {rank} of {name}, W={len(seen)})", error["exc_type"])
                 raise cls(error["text"], error["hint"]) if cls is Fail else cls(error["text"])
     struck = victim is not None and seen[victim]["struck"]
     for rank, s in enumerate(seen):
         if s["result"] is None and not s["errors"] and not (struck and (rank == victim or s["ended"] == "stopped")):
-            raise LearnerError(f"rank {rank} of {len(seen)} ended its process ({s['ended']}) before it was done, "
-                               f"without an exception: did your code end it?", "SystemExit")
+            raise LearnerError(f"rank {rank} of {name} (W={len(seen)}) ended its process ({s['ended']}) before it "
+                               f"was done, without an exception: did your code end it?", "SystemExit")
     if errors and not struck:
-        raise RuntimeError(f"rank {errors[0][1]} of {len(seen)}: {errors[0][2]['text']}")
+        raise RuntimeError(f"rank {errors[0][1]} of {name} (W={len(seen)}): {errors[0][2]['text']}")
