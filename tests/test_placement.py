@@ -166,12 +166,16 @@ EXPERIMENTS = {  # name -> a call with world_size W that reaches its launch
     "precision_drift": lambda w: ex.precision_drift(w, steps=2),
     "loss_scaling": lambda w: ex.loss_scaling(w, steps=2),
     "comm_precision": lambda w: ex.comm_precision(w, steps=2),
+    "resume_equivalence": lambda w: ex.resume_equivalence(strategy="ddp", world_size=w),
+    "checkpoint_cost": lambda w: ex.checkpoint_cost(strategies=("ddp",), world_size=w),
 }
 
 
 def test_every_experiment_that_launches_is_listed():
     launching = {name for name in ex.__all__} - {"memory_per_replica", "measure_model_memory", "bucket_assignment",
-                                                 "scaling_simulation", "scaling_sweep", "sharding_payoff"}  # no ranks, or its own test
+                                                 "scaling_simulation", "scaling_sweep", "sharding_payoff",  # no ranks, or its own test
+                                                 "checkpoint_interval",  # arithmetic and a simulation, no ranks
+                                                 "fault_detection", "restart_run"}  # child torchrun jobs: their worlds are torchrun's
     assert launching <= set(EXPERIMENTS), sorted(launching - set(EXPERIMENTS))
 
 
