@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from dpteach import launch
-from dpteach.experiments import checkpoint_interval, restart_run, resume_equivalence
+from dpteach.experiments import checkpoint_interval, replica_groups, restart_run, resume_equivalence
 from dpteach.ranks.faults import Fault
 from dpteach.ranks.processes import RankError
 from dpteach.training import interval
@@ -43,6 +43,8 @@ def test_bad_checkpoint_runs_are_refused_before_any_rank_starts(tmp_path):
         TrainConfig(model="transformer", input_noise=0.1).check(2)
     with pytest.raises(ValueError, match="resume_world_size=3"):
         resume_equivalence(resume_world_size=3)  # 64 samples do not split over 3 ranks
+    with pytest.raises(ValueError, match="kill_after=40"):
+        replica_groups(steps=40, kill_after=40)  # refused before a lighthouse or a group starts
 
 
 def test_the_command_refuses_a_bad_fault_with_one_line(tmp_path):

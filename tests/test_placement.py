@@ -175,7 +175,7 @@ def test_every_experiment_that_launches_is_listed():
     launching = {name for name in ex.__all__} - {"memory_per_replica", "measure_model_memory", "bucket_assignment",
                                                  "scaling_simulation", "scaling_sweep", "sharding_payoff",  # no ranks, or its own test
                                                  "checkpoint_interval",  # arithmetic and a simulation, no ranks
-                                                 "fault_detection", "restart_run"}  # child torchrun jobs: their worlds are torchrun's
+                                                 "fault_detection", "restart_run", "replica_groups"}  # child torchrun or torchft jobs: their worlds are torchrun's
     assert launching <= set(EXPERIMENTS), sorted(launching - set(EXPERIMENTS))
 
 

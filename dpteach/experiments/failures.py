@@ -145,3 +145,80 @@ def restart_run(strategy: str = "ddp", world_size: int = 2, steps: int = 12, eve
             "seconds_killed": killed["seconds"], "seconds_untouched": clean["seconds"],
             "checkpoint_seconds": clean["checkpoint_seconds"], "checkpoint_bytes": clean["checkpoint_bytes"],
             "torchrun_said": killed["torchrun_said"]}
+
+
+def torchft_missing() -> str | None:
+    """Why ``replica_groups`` cannot run here (torchft ships wheels for Linux on x86-64 only), or None."""
+    import importlib.util
+    if importlib.util.find_spec("torchft") is None:
+        return ("replica_groups needs torchft, which is not installed here: `pip install torchft` (it has wheels for "
+                "Linux on x86-64; `pip install -e .[dev]` installs it there)")
+    return None
+
+
+def _lighthouse(heartbeat_timeout_ms: int) -> tuple[subprocess.Popen, str]:
+    """torchft's Lighthouse in a child process (its log stays there); returns it and its address."""
+    code = ("import sys, time\nfrom torchft._torchft import LighthouseServer\n"
+            "lighthouse = LighthouseServer(bind='[::]:0', min_replicas=1, join_timeout_ms=100, "
+            f"heartbeat_timeout_ms={heartbeat_timeout_ms})\n"
+            "print(lighthouse.address(), flush=True)\ntime.sleep(3600)\n")
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    return child, child.stdout.readline().strip()
+
+
+def replica_groups(steps: int = 40, kill_after: int = 6, replace_after_s: float = 0.5, timeout_s: float = 5.0,
+                   heartbeat_timeout_ms: int = 1000) -> dict:
+    """Two torchft replica groups of one CPU rank each train together; group 1 is killed with SIGKILL once
+    step ``kill_after`` is committed, and a new group 1 starts ``replace_after_s`` later and recovers live
+    from group 0 (``dpteach/training/fault_tolerant.py``). The Lighthouse counts a group alive until it has not
+    heard its heartbeat for ``heartbeat_timeout_ms`` (torchft's default: 5000, ``src/lighthouse.rs``). Returns each group's steps (number, participants,
+    committed, time), the kill's time, the step at which the replacement first trained with group 0, group 0's
+    steps alone and its longest step, and how far the replacement's final weights are from group 0's."""
+    missing = torchft_missing()
+    if missing:
+        raise ModuleNotFoundError(missing)
+    validate.integer("steps", steps, low=4, high=200)
+    validate.integer("kill_after", kill_after, low=1, high=steps - 2)
+    validate.number("replace_after_s", replace_after_s, low=0, high=60, unit="seconds")
+    validate.number("timeout_s", timeout_s, above=0, high=60, unit="seconds")
+    validate.integer("heartbeat_timeout_ms", heartbeat_timeout_ms, low=100, high=60_000)
+    lighthouse, address = _lighthouse(heartbeat_timeout_ms)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    children = [lighthouse]
+    with tempfile.TemporaryDirectory(prefix="dpteach-ft-") as tmp:
+        folder = Path(tmp)
+
+        def start(group: int, name: str, *extra: str) -> subprocess.Popen:
+            command = [sys.executable, "-m", "dpteach.training.fault_tolerant", "--group", str(group), "--lighthouse",
+                       address, "--steps", str(steps), "--out", str(folder / f"{name}.json"),
+                       "--timeout", str(timeout_s), *extra]
+            with open(folder / f"{name}.log", "w") as log:
+                children.append(subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=log))
+            return children[-1]
+        try:
+            survivor = start(0, "group0")
+            doomed = start(1, "group1", "--die-after", str(kill_after))
+            doomed.wait(timeout=120)
+            time.sleep(replace_after_s)
+            replacement = start(1, "replacement")
+            for child, name in ((survivor, "group0"), (replacement, "replacement")):
+                if child.wait(timeout=180) != 0:
+                    raise RuntimeError(f"{name} failed:\n" + (folder / f"{name}.log").read_text()[-3000:])
+        finally:
+            for child in children:  # nothing left behind, whatever happened
+                if child.poll() is None:
+                    child.kill()
+        runs = {name: json.loads((folder / f"{name}.json").read_text()) for name in ("group0", "group1", "replacement")}
+        weights = {name: torch.load(folder / f"{name}.pt") for name in ("group0", "replacement")}
+    killed_at = runs["group1"]["killed_at"]
+    survivor = runs["group0"]["log"]
+    alone = [r for r in survivor if r["at"] > killed_at and r["participants"] == 1]
+    gaps = [b["at"] - a["at"] for a, b in zip(survivor, survivor[1:])]
+    joined = next((r["step"] for r in runs["replacement"]["log"] if r["participants"] > 1), None)
+    return {"steps": steps, "kill_after": kill_after, "replace_after_s": replace_after_s, "timeout_s": timeout_s,
+            "heartbeat_timeout_s": heartbeat_timeout_ms / 1e3,
+            "logs": {name: run["log"] for name, run in runs.items()}, "killed_at": killed_at,
+            "replacement_started": runs["replacement"]["started"],
+            "replacement_joined_at_step": joined, "group0_steps_alone": len(alone),
+            "group0_longest_step_s": max(gaps), "group0_median_step_s": sorted(gaps)[len(gaps) // 2], "group0_uncommitted": sum(not r["committed"] for r in runs["group0"]["log"]),
+            "max_abs_diff": (weights["group0"] - weights["replacement"]).abs().max().item()}

@@ -142,3 +142,35 @@ def plot_interval(result: dict):
     legend_below(ax, ncol=2)
     fig.tight_layout()
     return fig
+
+
+def render_replica_groups(result: dict) -> None:
+    table(["group 0's steps alone", "group 0's longest step, s", "its median step, s", "replacement joined at step",
+           "steps not committed", "max |dθ| group 0 vs replacement"],
+          [[result["group0_steps_alone"], f"{result['group0_longest_step_s']:.2f}",
+            f"{result['group0_median_step_s']:.2f}", result["replacement_joined_at_step"], result["group0_uncommitted"],
+            f"{result['max_abs_diff']:.1e}"]])
+    show(plot_replica_groups(result))
+
+
+def plot_replica_groups(result: dict):
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(9, 3.6))
+    origin = min(log[0]["at"] for log in result["logs"].values())
+    styles = {"group0": ("#4C72B0", "group 0"), "group1": ("#C44E52", "group 1 (killed)"),
+              "replacement": ("#55A868", "group 1's replacement")}
+    for name, log in result["logs"].items():
+        color, label = styles[name]
+        ax.plot([r["at"] - origin for r in log], [r["step"] for r in log], color=color, alpha=0.6, label=label)
+        alone = [r for r in log if r["participants"] == 1]
+        ax.scatter([r["at"] - origin for r in alone], [r["step"] for r in alone], color=color, marker="o",
+                   facecolors="none", zorder=3)
+    ax.axvline(result["killed_at"] - origin, color="black", linestyle=":", label="SIGKILL")
+    ax.axvline(result["replacement_started"] - origin, color="#55A868", linestyle="--", label="replacement started")
+    ax.set_xlabel("seconds")
+    ax.set_ylabel("the job's step")
+    ax.set_title("torchft, two replica groups of one CPU rank: hollow marks = a step trained alone", fontsize="medium")
+    ax.grid(alpha=0.3)
+    legend_below(ax, ncol=3)
+    fig.tight_layout()
+    return fig
