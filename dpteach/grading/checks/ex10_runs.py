@@ -44,6 +44,11 @@ TRAINS_WITH = ("dpteach.sync.zero1", "dpteach.sync.sharding", "dpteach.sync.base
                "dpteach.replica.data", "dpteach.replica.buckets", "dpteach.replica.timeline", "dpteach.ranks.faults")
 
 
+# What Python itself adds to a module or class in passing: warnings' registry, and the cache copyreg keeps on a
+# class the first time one of its instances is pickled (a Fault sent to a rank, in any earlier run).
+PYTHONS_OWN = ("__warningregistry__", "__slotnames__")
+
+
 def _picture() -> dict:
     found = {}
     for name in TRAINS_WITH:
@@ -61,7 +66,7 @@ def training_changed() -> list:
     """What of the modules the runs train with is not what it was before the learner's code was loaded."""
     now = _picture()
     return sorted(f"{space}.{key}" for space, before in _TRAINING.items()
-                  for key in before.keys() | now.get(space, {}).keys() if key != "__warningregistry__"
+                  for key in before.keys() | now.get(space, {}).keys() if key not in PYTHONS_OWN
                   and before.get(key, before) is not now.get(space, {}).get(key, before))
 
 
