@@ -12,11 +12,10 @@ checkpoint is needed (``dpteach/training/checkpoint.py``).
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
-from ..ranks.faults import FAULT_KINDS, Fault
+from ..ranks.faults import FAULT_KINDS, Fault, write_json
 from ..ranks.launcher import launch
 from ..ranks.torchrun import torchrun_sizes, under_torchrun
 from ..ranks.world import default_world_size
@@ -79,10 +78,10 @@ def run(args) -> int:
         torch.save(first["params"], tmp)
         os.replace(tmp, args.weights)
     if args.json:
-        tmp = Path(args.json).with_suffix(".tmp")
-        tmp.write_text(json.dumps(report, indent=1))
-        os.replace(tmp, args.json)
+        write_json(Path(args.json), report)
+    resumed = (f" (resumed from the checkpoint of step {first['resumed_from']}, restart {first['restarts']})"
+               if first["resumed_from"] else "")
+    final = f"; final loss {first['losses'][-1]:.4f}" if first["losses"] else "; nothing left to train"
     print(f"{config.strategy} on {world_size} ranks: steps {first['resumed_from']}..{config.steps} trained here"
-          + (f" (resumed from the checkpoint of step {first['resumed_from']}, restart {first['restarts']})"
-             if first["resumed_from"] else "") + f"; final loss {first['losses'][-1]:.4f}" if first["losses"] else "")
+          f"{resumed}{final}")
     return 0

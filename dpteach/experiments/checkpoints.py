@@ -15,6 +15,7 @@ one world; a real kill and a real restart are ``failures.restart_run`` and the t
 from __future__ import annotations
 
 import shutil
+import statistics
 import tempfile
 import time
 from dataclasses import replace
@@ -157,10 +158,9 @@ def _cost_on_rank(config: TrainConfig, repeats: int, folder: str) -> dict:
         timings["async_total_s"].append(time.perf_counter() - start)
     dist.barrier()
     files = sorted(Path(f"{folder}/sync-0").glob(f"__{dist.get_rank()}_*"))
-    return {**{k: sorted(v)[len(v) // 2] for k, v in timings.items()},
+    return {**{k: statistics.median_high(v) for k, v in timings.items()},
             "rank_bytes": sum(f.stat().st_size for f in files),
-            "total_bytes": checkpoint_bytes(f"{folder}/sync-0") if dist.get_rank() == 0 else None,
-            "state_bytes": trainer.strategy.state_bytes}
+            "total_bytes": checkpoint_bytes(f"{folder}/sync-0") if dist.get_rank() == 0 else None}
 
 
 def checkpoint_cost(strategies=("ddp", "zero2"), model: str = "mlp", world_size: int | None = 2,
@@ -182,8 +182,7 @@ def checkpoint_cost(strategies=("ddp", "zero2"), model: str = "mlp", world_size:
         rows.append({"strategy": strategy, "sync_s": max(r["sync_s"] for r in per_rank),
                      "async_blocked_s": max(r["async_blocked_s"] for r in per_rank),
                      "async_total_s": max(r["async_total_s"] for r in per_rank),
-                     "rank_bytes": [r["rank_bytes"] for r in per_rank], "total_bytes": per_rank[0]["total_bytes"],
-                     "state_bytes_per_rank": [r["state_bytes"] for r in per_rank]})
+                     "rank_bytes": [r["rank_bytes"] for r in per_rank], "total_bytes": per_rank[0]["total_bytes"]})
     return {"model": model, "optimizer": optimizer, "world_size": world.size, "repeats": repeats, "rows": rows}
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -32,18 +33,24 @@ from ..training.checkpoint import RESUMABLE
 DETECTION_ROWS = (("raise", False), ("kill", False), ("hang", False), ("hang", True), ("mismatch", True))
 
 
+def _child_env(env: dict | None = None) -> dict:
+    """The environment of a child job: this one's, one thread per process, plus ``env``, and never the world of a
+    notebook that itself runs under torchrun (nor its debug setting, unless ``env`` asks for one)."""
+    child_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCH_DISTRIBUTED_DEBUG"):
+        if name not in (env or {}):
+            child_env.pop(name, None)
+    return child_env
+
+
 def _torchrun(world_size: int, module_args: list[str], env: dict | None = None, max_restarts: int = 0,
               timeout: float = 120.0) -> dict:
     """``torchrun --standalone --nproc-per-node W --max-restarts N -m ...`` in a child process."""
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world_size}",
                f"--max-restarts={max_restarts}", "--monitor-interval=0.1", "-m", *module_args]
-    child_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCH_DISTRIBUTED_DEBUG"):
-        if name not in (env or {}):
-            child_env.pop(name, None)  # a notebook under torchrun must not hand its own world to the child job
     started = time.time()
     try:
-        done = subprocess.run(command, env=child_env, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(command, env=_child_env(env), capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as exc:
         raise TimeoutError(f"torchrun did not end within {timeout:g} s: {' '.join(command)}") from exc
     return {"exit_code": done.returncode, "output": done.stdout + done.stderr, "started": started,
@@ -119,7 +126,7 @@ def _train_job(directory: Path, name: str, world_size: int, options: list[str], 
     if job["exit_code"] != 0:
         raise RuntimeError(f"the {name} run failed (torchrun exited {job['exit_code']}):\n{job['output'][-3000:]}")
     return {**json.loads((folder / "result.json").read_text()), "weights": torch.load(folder / "weights.pt"),
-            "seconds": job["ended"] - job["started"], "torchrun_said": _agent_lines(job["output"])}
+            "seconds": job["ended"] - job["started"]}
 
 
 def restart_run(strategy: str = "ddp", world_size: int = 2, steps: int = 12, every: int = 4, fault_step: int = 6,
@@ -142,9 +149,7 @@ def restart_run(strategy: str = "ddp", world_size: int = 2, steps: int = 12, eve
             "steps_redone": fault_step - killed["resumed_from"],
             "max_abs_diff": (killed["weights"] - clean["weights"]).abs().max().item(),
             "losses_killed": killed["losses"], "losses_untouched": clean["losses"],
-            "seconds_killed": killed["seconds"], "seconds_untouched": clean["seconds"],
-            "checkpoint_seconds": clean["checkpoint_seconds"], "checkpoint_bytes": clean["checkpoint_bytes"],
-            "torchrun_said": killed["torchrun_said"]}
+            "seconds_killed": killed["seconds"], "seconds_untouched": clean["seconds"]}
 
 
 def torchft_missing() -> str | None:
@@ -152,18 +157,24 @@ def torchft_missing() -> str | None:
     import importlib.util
     if importlib.util.find_spec("torchft") is None:
         return ("replica_groups needs torchft, which is not installed here: `pip install torchft` (it has wheels for "
-                "Linux on x86-64; `pip install -e .[dev]` installs it there)")
+                "Linux on x86-64, where installing the course installs it too)")
     return None
 
 
 def _lighthouse(heartbeat_timeout_ms: int) -> tuple[subprocess.Popen, str]:
     """torchft's Lighthouse in a child process (its log stays there); returns it and its address."""
-    code = ("import sys, time\nfrom torchft._torchft import LighthouseServer\n"
+    code = ("import time\nfrom torchft._torchft import LighthouseServer\n"
             "lighthouse = LighthouseServer(bind='[::]:0', min_replicas=1, join_timeout_ms=100, "
             f"heartbeat_timeout_ms={heartbeat_timeout_ms})\n"
             "print(lighthouse.address(), flush=True)\ntime.sleep(3600)\n")
-    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    return child, child.stdout.readline().strip()
+    # Its log goes nowhere: a pipe nobody reads would fill up and stop the Lighthouse.
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                             env=_child_env(), text=True)
+    address = child.stdout.readline().strip()  # "" only when the child ended before it could print one
+    if not address:
+        raise RuntimeError(f"torchft's Lighthouse did not start (exit status {child.wait()}): run "
+                           f"`python -c 'import torchft._torchft'` to see why")
+    return child, address
 
 
 def replica_groups(steps: int = 40, kill_after: int = 6, replace_after_s: float = 0.5, timeout_s: float = 5.0,
@@ -171,8 +182,8 @@ def replica_groups(steps: int = 40, kill_after: int = 6, replace_after_s: float 
     """Two torchft replica groups of one CPU rank each train together; group 1 is killed with SIGKILL once
     step ``kill_after`` is committed, and a new group 1 starts ``replace_after_s`` later and recovers live
     from group 0 (``dpteach/training/fault_tolerant.py``). The Lighthouse counts a group alive until it has not
-    heard its heartbeat for ``heartbeat_timeout_ms`` (torchft's default: 5000, ``src/lighthouse.rs``). Returns each group's steps (number, participants,
-    committed, time), the kill's time, the step at which the replacement first trained with group 0, group 0's
+    heard its heartbeat for ``heartbeat_timeout_ms`` (torchft's default: 5000, ``src/lighthouse.rs``). Returns
+    each group's steps (number, participants, committed, time), the kill's time, the step at which the replacement first trained with group 0, group 0's
     steps alone and its longest step, and how far the replacement's final weights are from group 0's."""
     missing = torchft_missing()
     if missing:
@@ -183,7 +194,7 @@ def replica_groups(steps: int = 40, kill_after: int = 6, replace_after_s: float 
     validate.number("timeout_s", timeout_s, above=0, high=60, unit="seconds")
     validate.integer("heartbeat_timeout_ms", heartbeat_timeout_ms, low=100, high=60_000)
     lighthouse, address = _lighthouse(heartbeat_timeout_ms)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = _child_env()
     children = [lighthouse]
     with tempfile.TemporaryDirectory(prefix="dpteach-ft-") as tmp:
         folder = Path(tmp)
@@ -211,14 +222,15 @@ def replica_groups(steps: int = 40, kill_after: int = 6, replace_after_s: float 
         runs = {name: json.loads((folder / f"{name}.json").read_text()) for name in ("group0", "group1", "replacement")}
         weights = {name: torch.load(folder / f"{name}.pt") for name in ("group0", "replacement")}
     killed_at = runs["group1"]["killed_at"]
-    survivor = runs["group0"]["log"]
-    alone = [r for r in survivor if r["at"] > killed_at and r["participants"] == 1]
-    gaps = [b["at"] - a["at"] for a, b in zip(survivor, survivor[1:])]
+    survivor_log = runs["group0"]["log"]
+    alone = [r for r in survivor_log if r["at"] > killed_at and r["participants"] == 1]
+    gaps = [b["at"] - a["at"] for a, b in zip(survivor_log, survivor_log[1:])]
     joined = next((r["step"] for r in runs["replacement"]["log"] if r["participants"] > 1), None)
     return {"steps": steps, "kill_after": kill_after, "replace_after_s": replace_after_s, "timeout_s": timeout_s,
             "heartbeat_timeout_s": heartbeat_timeout_ms / 1e3,
             "logs": {name: run["log"] for name, run in runs.items()}, "killed_at": killed_at,
             "replacement_started": runs["replacement"]["started"],
             "replacement_joined_at_step": joined, "group0_steps_alone": len(alone),
-            "group0_longest_step_s": max(gaps), "group0_median_step_s": sorted(gaps)[len(gaps) // 2], "group0_uncommitted": sum(not r["committed"] for r in runs["group0"]["log"]),
+            "group0_longest_step_s": max(gaps), "group0_median_step_s": statistics.median(gaps),
+            "group0_uncommitted": sum(not r["committed"] for r in survivor_log),
             "max_abs_diff": (weights["group0"] - weights["replacement"]).abs().max().item()}

@@ -29,7 +29,7 @@ class FlatGroup:
 
     def __init__(self, params: list, world: int, rank: int):
         self.params = params
-        numel = sum(p.numel() for p in params)
+        self.numel = numel = sum(p.numel() for p in params)  # the parameters' own length, without the padding
         self.shard_numel = -(-numel // world)  # ceil: every shard the same length
         first = params[0]
         self.flat = torch.zeros(self.shard_numel * world, dtype=first.dtype, device=first.device)

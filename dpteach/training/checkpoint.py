@@ -86,10 +86,6 @@ def _flat_dtensor(local: torch.Tensor, numel: int, mesh):
     return DTensor.from_local(local[:end - start], mesh, [Shard(0)], run_check=False, shape=(numel,), stride=(1,))
 
 
-def _group_numel(group) -> int:
-    return sum(p.numel() for p in group.params)
-
-
 def ensure_optimizer_state(optimizer) -> None:
     """Give every parameter the state its optimizer would create at its first step (zeros, step 0), so
     that DCP has tensors to load into. SGD's momentum starts as the first gradient, ``0.9 * 0 + g``,
@@ -111,7 +107,7 @@ def _sharded_state(trainer, mesh) -> dict:
     state = {}
     if strategy.name == "zero3":
         for i, group in enumerate(strategy.groups):
-            state[f"model/group{i}"] = _flat_dtensor(group.shard.data, _group_numel(group), mesh)
+            state[f"model/group{i}"] = _flat_dtensor(group.shard.data, group.numel, mesh)
     else:
         state.update({f"model/{k}": v for k, v in trainer.module.state_dict().items()})
     ensure_optimizer_state(optimizer)
@@ -120,7 +116,7 @@ def _sharded_state(trainer, mesh) -> dict:
             if value.dim() == 0:  # Adam's step count: the same on every rank
                 state[f"optimizer/group{i}/{key}"] = value
             else:
-                state[f"optimizer/group{i}/{key}"] = _flat_dtensor(value, _group_numel(group), mesh)
+                state[f"optimizer/group{i}/{key}"] = _flat_dtensor(value, group.numel, mesh)
     return state
 
 
@@ -164,8 +160,9 @@ def save_checkpoint(trainer, directory, step: int, keep: int = 2) -> dict:
     if dist.get_rank() == 0:
         shutil.rmtree(partial, ignore_errors=True)
     dist.barrier()
+    # dcp.save returns on every rank only after rank 0 has gathered every rank's write results and written the
+    # metadata (its "finish" step is an all-reduce, state_dict_saver.py): the folder is whole here.
     dcp.save(training_state(trainer, step), checkpoint_id=str(partial))
-    dist.barrier()  # every rank's file is written (dcp.save's own gather guarantees the metadata)
     if dist.get_rank() == 0:
         shutil.rmtree(final, ignore_errors=True)
         os.replace(partial, final)  # from here on the checkpoint exists, whole
@@ -203,7 +200,8 @@ def load_checkpoint(trainer, path, leave_out=()) -> dict:
 
 
 def _restore(trainer, state: dict) -> None:
-    """What DCP did not write in place: torch's helpers, the generators, the scaler, zero1/2's other shards."""
+    """What DCP did not write in place: the model and optimizer through torch's helpers (DDP, FSDP2), the
+    generators and the scaler; an optimizer state left out is dropped, as if it had never been saved."""
     strategy = trainer.strategy
     if strategy.name not in SHARDED_FLAT:
         from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict

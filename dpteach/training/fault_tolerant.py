@@ -24,7 +24,6 @@ TCP store. Run as a module, it is one replica group of lesson 13's ``replica_gro
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import sys
@@ -40,6 +39,7 @@ def train_group(group: int, lighthouse: str, steps: int, out: Path, die_after: i
     from torchft import DistributedDataParallel, Manager, ProcessGroupGloo
     from torchft.checkpointing.pg_transport import PGTransport
 
+    from ..ranks.faults import write_json
     from ..replica.data import loss_fn, make_dataset, sample_batch
     from ..replica.models import build_model
 
@@ -71,18 +71,12 @@ def train_group(group: int, lighthouse: str, steps: int, out: Path, die_after: i
         log.append({"step": step, "committed": committed, "participants": manager.num_participants(),
                     "at": time.time()})
         if die_after is not None and manager.current_step() >= die_after:
-            _write(out, {"group": group, "log": log, "started": started, "killed_at": time.time()})
+            write_json(out, {"group": group, "log": log, "started": started, "killed_at": time.time()})
             os.kill(os.getpid(), signal.SIGKILL)  # no clean-up, no goodbye to the lighthouse
     params = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
     torch.save(params, out.with_suffix(".pt"))
-    _write(out, {"group": group, "log": log, "started": started, "ended": time.time()})
+    write_json(out, {"group": group, "log": log, "started": started, "ended": time.time()})
     manager.shutdown(wait=False)
-
-
-def _write(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
 
 
 def main(argv=None) -> int:

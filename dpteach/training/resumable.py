@@ -22,7 +22,6 @@ W: rank r's stream exists only if rank r did (``checkpoint.load_checkpoint`` say
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 import torch.distributed as dist
@@ -82,7 +81,7 @@ def resume(trainer: SyncTrainer, checkpointing: Checkpointing) -> dict:
 
 
 def train_resumable_on_rank(config: TrainConfig, checkpointing: Checkpointing, fault: Fault | None = None,
-                            stop_after: int | None = None, fault_log: str | None = None) -> dict:
+                            stop_after: int | None = None) -> dict:
     """Train ``config`` on this rank, resuming from and writing to ``checkpointing.directory``.
 
     ``fault`` strikes as planned; ``stop_after`` ends the run quietly after that many steps (an
@@ -93,16 +92,14 @@ def train_resumable_on_rank(config: TrainConfig, checkpointing: Checkpointing, f
     resumed = resume(trainer, checkpointing)
     start_together(trainer.timeline)
     rank, saves = dist.get_rank(), []
-    started = time.perf_counter()
     last = config.steps if stop_after is None else min(config.steps, stop_after)
     for step in range(resumed["resumed_from"], last):
         if fault is not None and fault.due(step, rank):
-            fault.strike(fault_log)
+            fault.strike()
         trainer.step(step)
         done = step + 1
         if done % checkpointing.every == 0 or done == config.steps:
             saves.append(save_checkpoint(trainer, checkpointing.directory, done, checkpointing.keep))
     summary = trainer.summary()
-    summary.update(resumed, restarts=restart_count(), checkpoints=saves, started_at=started, steps_run=last -
-                   resumed["resumed_from"])
+    summary.update(resumed, restarts=restart_count(), checkpoints=saves)
     return summary

@@ -21,6 +21,9 @@ def render_fault_detection(result: dict) -> None:
         rows.append([fault_name(row), _ms(row["peers_knew_after_s"]), _ms(row["job_ended_after_s"]),
                      row["torchrun_exit_code"], (peer["error"] or "no error")[:150]])
     table(["fault (rank 1)", "peers knew after, ms", "job over after, ms", "torchrun exit", "what rank 0 read"], rows)
+    hang = next((row for row in result["rows"] if row["kind"] == "hang" and not row["debug_detail"]), None)
+    if hang and hang["torchrun_said"]:
+        print("What torchrun's agent said after the hang:\n  " + "\n  ".join(hang["torchrun_said"]))
     show(plot_fault_detection(result))
 
 

@@ -202,7 +202,7 @@ class Trainer:
 
 def _own(group, rank: int) -> int:
     """How many of this rank's shard's elements are parameters, not padding."""
-    numel, n = sum(p.numel() for p in group.params), group.shard_numel
+    numel, n = group.numel, group.shard_numel
     return max(0, min(n, numel - rank * n))
 
 
