@@ -11,7 +11,7 @@ from ..replica.models import model_names
 from ..replica.sizing import describe_choice
 from ..training.train import ALL_REDUCE_CHOICES
 
-COLUMNS = ("strategy", "all_reduce", "step_time_s", "exposed_comm_s", "exposed_how", "overhead_s", "overhead_parts",
+COLUMNS = ("strategy", "knobs", "all_reduce", "step_time_s", "mean_step_time_s", "steps_to_target", "time_to_target_s", "exposed_comm_s", "exposed_how", "overhead_s", "overhead_parts",
            "bytes_per_step", "final_loss", "max_abs_diff_vs_single", "exact", "replicas_identical",
            "state_bytes_per_rank", "peak_bytes_per_rank", "allocator_peak_bytes_per_rank", "link_report",
            "comm_s_per_rank")
@@ -35,7 +35,17 @@ def add_arguments(parser) -> None:
                              "as among --world-size ranks (one GPU showing the timing of many; no exactness shown)")
     parser.add_argument("--optimizer", default="sgd", help="sgd or adam")
     parser.add_argument("--strategies", default=",".join(DEFAULT_STRATEGIES),
-                        help="comma-separated strategies (local is the compute floor)")
+                        help="comma-separated strategies (local is the compute floor); NAME@N sets a strategy's "
+                             "main knob: powersgd@16 (rank 16), local_sgd@32 or diloco@32 (32 steps between averages)")
+    parser.add_argument("--powersgd-rank", type=int, default=4, help="PowerSGD's rank (default 4)")
+    parser.add_argument("--powersgd-start", type=int, default=10,
+                        help="the step PowerSGD starts compressing at; plain all-reduce before (default 10)")
+    parser.add_argument("--sync-every", type=int, default=8,
+                        help="local_sgd and diloco: local steps between two averages of the weights (default 8)")
+    parser.add_argument("--outer-lr", type=float, default=0.7, help="diloco's outer learning rate (default 0.7)")
+    parser.add_argument("--target-loss", type=float, default=None,
+                        help="the loss each strategy's time to target is measured to (default: read from the "
+                             "single-process reference's curve; the output states it)")
     parser.add_argument("--backend", default="auto", help="auto, gloo or nccl")
     parser.add_argument("--link", default=None, metavar="NAME",
                         help=f"emulate a network for every collective: {', '.join(PRESETS)} (default: none)")
@@ -70,14 +80,16 @@ def run(args) -> int:
     report = compare_strategies(args.world_size, model=args.model, steps=args.steps, accum_steps=args.accum,
                                 bucket_mb=args.bucket_mb, strategies=strategies, optimizer=args.optimizer,
                                 backend=args.backend, batch_per_rank=args.batch, interleave=not args.sequential,
-                                link=_link(args), all_reduce=args.all_reduce, peers=args.peers, trace=args.trace)
+                                link=_link(args), all_reduce=args.all_reduce, peers=args.peers, trace=args.trace,
+                                target_loss=args.target_loss, powersgd_rank=args.powersgd_rank,
+                                powersgd_start=args.powersgd_start, sync_every=args.sync_every, outer_lr=args.outer_lr)
     if context.rank() != 0:
         return 0  # under torchrun every rank ran the experiment; one of them reports it
     rows = [{k: row[k] for k in COLUMNS} for row in report["rows"]]
     if args.json:
         keys = ("world_size", "real_ranks", "peers", "peers_note", "backend", "device", "model", "model_choice",
                 "steps", "accum_steps", "bucket_mb", "batch_per_rank", "optimizer", "link", "all_reduce", "tolerance",
-                "left_out")
+                "left_out", "target_loss", "target_rule", "target_window")
         print(json.dumps({**{k: report[k] for k in keys}, "rows": rows}, indent=2))
         return 0
     print(f"# {report['model']} on {report['world_size']} ranks ({report['backend']}, {report['device']}), "
@@ -96,11 +108,15 @@ def run(args) -> int:
     if report["all_reduce"] != "builtin":
         print(f"# the course's own {report['all_reduce']} (dpteach/collectives) where a strategy takes it "
               f"(see the all-reduce column); the other strategies with torch's")
+    if report["target_loss"] is not None:
+        print(f"# target loss {report['target_loss']:.4f}: {report['target_rule']}; 'to target' is the time of the "
+              f"measured steps until then ('-': not reached in {report['steps']} steps)")
     width = max(len("strategy"), *(len(r["strategy"]) for r in rows))
     print(f"{'strategy':>{width}} {'all-reduce':>10} {'step ms':>8} {'exposed ms':>10} {'overhead ms':>11} "
           f"{'MB/step':>8} {'final loss':>10} {'max|dθ| vs 1 proc':>17} {'replicas equal':>14} {'state MB':>8} "
-          f"{'peak MB':>8}" + (f" {'set by':>8}" if report["link"] else ""))
+          f"{'peak MB':>8} {'to target':>9}" + (f" {'set by':>8}" if report["link"] else ""))
     ms = lambda seconds: "-" if seconds is None else f"{seconds * 1e3:.1f}"  # noqa: E731
+    to_target = lambda r: "-" if r["time_to_target_s"] is None else f"{r['time_to_target_s']:.2f} s"  # noqa: E731
     for r in rows:
         exposed = ms(r["exposed_comm_s"]) + ("*" if r["exposed_how"] != "measured wait" else "")
         diff = "-" if r["max_abs_diff_vs_single"] is None else f"{r['max_abs_diff_vs_single']:.2e}"
@@ -108,7 +124,7 @@ def run(args) -> int:
         print(f"{r['strategy']:>{width}} {r['all_reduce']:>10} {r['step_time_s'] * 1e3:>8.1f} {exposed:>10} "
               f"{ms(r['overhead_s']):>11} {r['bytes_per_step'] / 2**20:>8.2f} {r['final_loss']:>10.4f} {diff:>17} "
               f"{str(r['replicas_identical']):>14} {r['state_bytes_per_rank'] / 2**20:>8.2f} "
-              f"{r['peak_bytes_per_rank'] / 2**20:>8.2f}" + (f" {set_by:>8}" if set_by else ""))
+              f"{r['peak_bytes_per_rank'] / 2**20:>8.2f} {to_target(r):>9}" + (f" {set_by:>8}" if set_by else ""))
     print("exposed = the time the ranks waited for communication, measured where they waited (* fsdp: step time "
           "minus 'local', FSDP2 waits inside torch); overhead = the rest of the step above 'local' (no "
           "communication): packing and unpacking buckets, compressing, launching, compute slowed by communication")

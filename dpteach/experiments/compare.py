@@ -26,21 +26,49 @@ from ..replica.trace import save_trace
 from ..sync import STRATEGIES, strategy_class
 from ..training.accounting import comm_time, link_report, step_costs
 from ..training.reference import exact_tolerance, reference_device, train_single_process
+from ..training.target import TARGET_RULE, WINDOW, default_target, steps_to_target, time_to_target
 from ..training.train import ALL_REDUCE_CHOICES, TrainConfig, train_each_on_rank, train_on_rank
 
 DEFAULT_STRATEGIES = ("local", "naive", "bucketed", "overlap", "ddp", "int8", "int8_ef", "fp16", "async")
 
 
-def _row(name: str, ranks: list[dict], reference: dict, local_step: float | None) -> dict:
+def parse_variant(spec: str) -> tuple[str, dict]:
+    """``"powersgd@16"`` -> ("powersgd", {"powersgd_rank": 16}): a strategy with its main knob set
+    (``Strategy.main_knob``); a plain name -> (name, {})."""
+    name, _, value = spec.partition("@")
+    validate.choice("strategies", name, STRATEGIES)
+    if not value:
+        return name, {}
+    knob = strategy_class(name).main_knob
+    if knob is None:
+        raise validate.refusal("strategies", spec, f"{name!r} has no knob to set with '@'; only "
+                               f"{', '.join(n for n, c in STRATEGIES.items() if c.main_knob)} do")
+    try:
+        return name, {knob: int(value)}
+    except ValueError:
+        raise validate.refusal("strategies", spec, f"give {name}@N with N a whole number ({knob})") from None
+
+
+def _target_columns(ranks: list[dict], target: float | None) -> dict:
+    losses, times = ranks[0]["losses"], ranks[0]["step_times"]  # losses: the mean over the ranks (lockstep)
+    if target is None:
+        return {"steps_to_target": None, "time_to_target_s": None}
+    return {"steps_to_target": steps_to_target(losses, target), "time_to_target_s": time_to_target(losses, times, target)}
+
+
+def _row(name: str, ranks: list[dict], reference: dict, local_step: float | None, target=None) -> dict:
     sent = [r["wire_bytes_per_step"] for r in ranks if r["wire_bytes_per_step"]]  # async: the server sends none
     diff = None if reference is None else (ranks[0]["params"] - reference["params"]).abs().max().item()
     return {
-        "strategy": name, **step_costs(name, ranks, local_step),
+        "strategy": name, **step_costs(name.partition("@")[0], ranks, local_step), **_target_columns(ranks, target),
         "bytes_per_step": statistics.mean(sent) if sent else 0.0,
+        # every step counted, also the rare ones that synchronise (local_sgd's median step never does)
+        "mean_step_time_s": statistics.mean(ranks[0]["step_times"][ranks[0]["config"]["timing_warmup"]:]
+                                            or ranks[0]["step_times"]),
         "final_loss": ranks[0]["losses"][-1], "max_abs_diff_vs_single": diff,
         "replicas_identical": all(r["replica_spread"] == 0.0 for r in ranks),
         "allocator_peak_bytes_per_rank": max((r.get("allocator_peak_bytes") or 0 for r in ranks), default=0) or None,
-        "exact": strategy_class(name).exact, "link_report": link_report(ranks),
+        "exact": strategy_class(name.partition("@")[0]).exact, "link_report": link_report(ranks),
         "comm_s_per_rank": [comm_time(r["spans"]) for r in ranks],  # the whole run's, as its trace shows it
         # what the worst rank holds when its optimizer steps, and at most at once (sync/sharding.py)
         "state_bytes_per_rank": max(r.get("state_bytes", 0) for r in ranks),
@@ -52,7 +80,7 @@ def compare_strategies(world_size: int | World | None = None, model: str = "auto
                        bucket_mb: float | None = None, strategies=DEFAULT_STRATEGIES, optimizer: str = "sgd",
                        backend: str = "auto", device: str = "auto", timeout: float = 600.0, interleave: bool = False,
                        link=None, all_reduce: str = "builtin", peers: str | None = None, trace=None,
-                       **options) -> dict:
+                       target_loss: float | None = None, **options) -> dict:
     """Train every strategy for ``steps`` steps on ``world_size`` ranks; return a table and the raw runs.
 
     ``interleave=True`` runs the synchronous strategies step by step side by side (fair timing
@@ -69,6 +97,10 @@ def compare_strategies(world_size: int | World | None = None, model: str = "auto
     strategies that cannot stand for W ranks (async, fsdp) are left out.
     ``trace``: a file to write every rank's timeline of every strategy to, in the Trace Event Format that
     Perfetto and ``chrome://tracing`` open (``dpteach/replica/trace.py``).
+
+    A strategy may be named with its main knob set: ``"powersgd@16"`` (rank 16), ``"local_sgd@32"``
+    (average every 32 steps). Every row says how many steps, and how many seconds of its measured steps, it
+    took to reach ``target_loss`` (default: read from the single-process reference, ``training/target.py``).
     """
     check_model(model)
     validate.integer("steps", steps, low=1)
@@ -78,11 +110,15 @@ def compare_strategies(world_size: int | World | None = None, model: str = "auto
     real = world.emulated_size is None
     # A strategy that needs more ranks than this world has (the parameter server needs a worker
     # besides itself) is left out rather than refused, so that `compare -w 1` still compares.
-    asked = validate.choices("strategies", strategies, STRATEGIES)
-    left_out = {s: ("needs a worker besides its server" if strategy_class(s).workers(world.size) < 1 else
-                    "one rank cannot stand for its world (real ranks only)") for s in asked
-                if strategy_class(s).workers(world.size) < 1 or not (real or strategy_class(s).emulates_peers)}
-    strategies = [s for s in asked if s not in left_out]
+    if isinstance(strategies, str) or not strategies:
+        raise validate.refusal("strategies", strategies, f"give a non-empty list of names from {', '.join(STRATEGIES)}")
+    variants = {spec: parse_variant(spec) for spec in strategies}
+    validate.optional(validate.number, "target_loss", target_loss, above=0)
+    cls_of = {spec: strategy_class(name) for spec, (name, _) in variants.items()}
+    left_out = {s: ("needs a worker besides its server" if cls_of[s].workers(world.size) < 1 else
+                    "one rank cannot stand for its world (real ranks only)") for s in variants
+                if cls_of[s].workers(world.size) < 1 or not (real or cls_of[s].emulates_peers)}
+    strategies = [s for s in variants if s not in left_out]
     batch = options.pop("batch_per_rank", None)
     validate.optional(validate.integer, "batch_per_rank", batch, low=1)
     load = RunLoad(steps=steps * accum_steps * (len(strategies) + (world.size if real else 0)),
@@ -92,26 +128,32 @@ def compare_strategies(world_size: int | World | None = None, model: str = "auto
     base = TrainConfig(model=choice.name, steps=steps, accum_steps=accum_steps, bucket_mb=bucket_mb,
                        optimizer=optimizer, batch_per_rank=batch or choice.batch_per_rank, **options)
     validate.choice("all_reduce", all_reduce, ALL_REDUCE_CHOICES)
-    configs = [replace(base, strategy=s, link=link if strategy_class(s).emulates_link else None,
-                       all_reduce=all_reduce if all_reduce in strategy_class(s).takes_all_reduce else "builtin")
+    configs = [replace(base, strategy=variants[s][0], **variants[s][1], link=link if cls_of[s].emulates_link else None,
+                       all_reduce=all_reduce if all_reduce in cls_of[s].takes_all_reduce else "builtin")
                .check(world)
                for s in strategies]
     per_rank = launch(train_each_on_rank, world, args=(configs, interleave), timeout=timeout)
     runs = {s: [per_rank[r][i] for r in range(world.size)] for i, s in enumerate(strategies)}
     on = reference_device(world.placement)  # the ranks' kind of device: see reference.exact_tolerance
-    workers = {s: strategy_class(s).workers(world.size) for s in strategies}  # who shares each global batch
+    workers = {s: cls_of[s].workers(world.size) for s in strategies}  # who shares each global batch
     references = ({w: train_single_process(base, w, device=on) for w in sorted({world.size, *workers.values()})}
                   if real else {})
     local_step = statistics.mean(r["median_step_s"] for r in runs["local"]) if "local" in runs else None
-    rows = [{**_row(s, runs[s], references.get(workers[s]), local_step), "all_reduce": c.all_reduce}
-            for s, c in zip(strategies, configs)]
+    target_from = references[world.size]["losses"] if real else next(
+        (runs[s][0]["losses"] for s in strategies if cls_of[s].exact and cls_of[s].communicates), None)
+    target = target_loss if target_loss is not None else (None if target_from is None else default_target(target_from))
+    rows = [{**_row(s, runs[s], references.get(workers[s]), local_step, target), "all_reduce": c.all_reduce,
+             "knobs": c.knobs()} for s, c in zip(strategies, configs)]
     written = save_trace(trace, runs, world.device_type, about={**run_facts(world, choice), "steps": steps,
                                                                 "link": None if link is None else link.as_dict()})
     return {**run_facts(world, choice), "steps": steps, "accum_steps": accum_steps, "bucket_mb": base.bucket_mb,
             "batch_per_rank": base.batch_per_rank, "optimizer": optimizer,
             "link": None if link is None else link.as_dict(), "all_reduce": all_reduce,
             "tolerance": exact_tolerance(base), "rows": rows, "runs": runs, "left_out": left_out,
-            "reference_losses": references[world.size]["losses"] if real else None, "trace": written}
+            "reference_losses": references[world.size]["losses"] if real else None, "trace": written,
+            "target_loss": target, "target_rule": ("given" if target_loss is not None else TARGET_RULE if real else
+                                                   TARGET_RULE.replace("reference", "first exact strategy")),
+            "target_window": WINDOW}
 
 
 def run_strategy(world_size: int | World | None, config: TrainConfig, backend: str = "auto", device: str = "auto",

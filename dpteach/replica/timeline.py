@@ -133,7 +133,7 @@ def exposed_time(spans: list[dict]) -> float:
     return union_time((s["start"], s["end"]) for s in spans if is_waiting(s))
 
 
-OVERHEAD_SPANS = ("pack", "unpack", "compress", "decompress")  # named work a strategy adds that is not communication
+OVERHEAD_SPANS = ("pack", "unpack", "compress", "decompress", "outer step")  # named work a strategy adds that is not communication
 
 
 def step_accounting(spans: list[dict], steps) -> dict:

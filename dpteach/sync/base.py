@@ -101,6 +101,8 @@ class Strategy:
     label = None  # in legends and tables; None: its name
     colour = "#4C72B0"
     codec = "fp32"  # what one gradient element travels as: "fp32", "fp16", "bf16" or "int8"
+    knobs = ()  # the fields of TrainConfig it takes as options of its own (``powersgd_rank``, ``sync_every``...)
+    main_knob = None  # the one a variant name sets: "powersgd@16" is powersgd with powersgd_rank=16
 
     @classmethod
     def title(cls) -> str:
