@@ -12,6 +12,9 @@ name               what it does                                                 
 ``int8``           8-bit quantised gradients (``int8_ef``: error feedback)      no - measured drift
 ``fp16``           gradients cast to fp16 (``bf16``: bfloat16)                  no - measured drift
 ``async``          parameter server, no barrier, stale gradients                no - measured drift
+``powersgd``       rank-r sketch P Q^T of each gradient matrix; error feedback  no - measured drift
+``local_sgd``      each rank steps alone; weights averaged every H steps        no (yes at H=1 with SGD)
+``diloco``         local SGD with an outer Nesterov step on the averaged change no - measured drift
 =================  ===========================================================  ======================
 
 "Up to rounding": an all-reduce adds the W gradients in an order of its own choosing, and float32
@@ -29,10 +32,13 @@ from .bucketed import BucketedSync
 from .compressed import Bf16Sync, Fp16Sync, Int8ErrorFeedbackSync, Int8Sync
 from .ddp import TorchDDP
 from .deterministic import DeterministicSync
+from .diloco import DiLoCo
 from .fsdp import TorchFSDP
 from .local import LocalOnly
+from .local_sgd import LocalSGD
 from .naive import NaiveSync
 from .overlap import OverlapSync
+from .powersgd import PowerSGD
 from .zero1 import Zero1
 from .zero2 import Zero2
 from .zero3 import Zero3
@@ -40,8 +46,9 @@ from .zero3 import Zero3
 # name -> the class that is that strategy (its attributes say what it is: ``base.Strategy``)
 STRATEGIES = {cls.name: cls for cls in (
     LocalOnly, NaiveSync, BucketedSync, OverlapSync, TorchDDP, DeterministicSync,
-    Int8Sync, Int8ErrorFeedbackSync, Fp16Sync, Bf16Sync,
+    Int8Sync, Int8ErrorFeedbackSync, Fp16Sync, Bf16Sync, PowerSGD,
     Zero1, Zero2, Zero3, TorchFSDP,
+    LocalSGD, DiLoCo,
     ParameterServer,  # not in lockstep: its own loop (async_ps.py)
 )}
 EXACT = tuple(name for name, cls in STRATEGIES.items() if cls.exact)
@@ -55,12 +62,13 @@ def strategy_class(name: str) -> type[Strategy]:
 
 
 def make_strategy(name: str, model, timeline, bucket_mb: float = 1.0, first_bucket_mb=None, link=None,
-                  all_reduce: str = "builtin", grad_comm: str = "fp32", group=None):
+                  all_reduce: str = "builtin", grad_comm: str = "fp32", group=None, knobs: dict | None = None):
     """Lockstep strategy ``name`` for this rank's ``model``; ``link`` (a ``dpteach.network.Link``) emulates a
     network; ``all_reduce`` ("builtin", "ring", "tree") is the all-reduce it runs, where it takes one;
     ``grad_comm`` the dtype its gradients travel in, where it takes one (``ddp``: a communication hook);
-    ``group`` the ranks it synchronises among (a ``ProcessGroup`` or a 1-D ``DeviceMesh``; None: every rank)."""
-    cls, options = STRATEGIES[name], {}
+    ``group`` the ranks it synchronises among (a ``ProcessGroup`` or a 1-D ``DeviceMesh``; None: every rank);
+    ``knobs`` the strategy's own options (``Strategy.knobs``: PowerSGD's rank, local SGD's ``sync_every``...)."""
+    cls, options = STRATEGIES[name], dict(knobs or {})
     if all_reduce != "builtin":
         options = {**options, "all_reduce": all_reduce}
     if grad_comm != "fp32":
