@@ -30,7 +30,10 @@ once, rather than in every strategy:
   it is given (a ``ProcessGroup``, or a one-dimensional ``DeviceMesh``, or one dimension of a larger
   mesh: ``mesh["replicate"]``). A strategy built on a group synchronises among that group's ranks only,
   so a hybrid scheme (shard within a node, replicate across nodes: HSDP, Zhao et al. 2023, PyTorch FSDP)
-  is two ``Comm``s, one per dimension, and no change to the strategies.
+  is two ``Comm``s, one per dimension, and no change to the strategies. On a network of two levels
+  (``two_level.TwoLevelLink``) a group's collectives run on the fast link when all its ranks share a node,
+  else on the slow one (a ring that spans nodes moves at the pace of its slowest hop); of ``sent``,
+  ``sent_between`` is the share that the group's ring hops across nodes carry, ``sent_inside`` the rest.
 """
 from __future__ import annotations
 
@@ -44,6 +47,7 @@ from ..ranks import context
 from .costmodel import busbw_factor
 from .emulated import EmulatedLink
 from .link import Link
+from .two_level import TwoLevelLink, levels
 
 
 def as_process_group(group):
@@ -101,13 +105,27 @@ class Comm:
         self.sent = 0  # bytes this rank put on the wire since new_step()
         self.total_sent = 0  # and since it was made
         self.last_bytes = 0  # what the last collective put on the wire
+        self.levels = None  # on a TwoLevelLink: this group's level, and its ring's share of hops between nodes
+        if isinstance(link, TwoLevelLink):
+            ranks = range(self.world_size) if self.group is None else dist.get_process_group_ranks(self.group)
+            self.levels = levels(link, ranks)
+            link = self.levels.link
         if link is None:
             self.emulator = None
         elif self.device.type == "cuda":
             from .emulated_gpu import StreamLink
-            self.emulator = StreamLink(link, world_size, self.device)
+            self.emulator = StreamLink(link, self.world_size, self.device)
         else:
-            self.emulator = EmulatedLink(link, world_size)
+            self.emulator = EmulatedLink(link, self.world_size)
+
+    @property
+    def sent_between(self) -> int | None:
+        """Of ``sent``, the bytes that crossed nodes (a ``TwoLevelLink`` only; else None)."""
+        return None if self.levels is None else self.levels.between(self.sent)
+
+    @property
+    def sent_inside(self) -> int | None:
+        return None if self.levels is None else self.sent - self.levels.between(self.sent)
 
     def new_step(self, step: int = 0) -> None:
         self.total_sent += self.sent
@@ -277,4 +295,6 @@ class Comm:
 
     def report(self) -> dict | None:
         """Messages, the link's time for them, and how many this machine was too slow to emulate."""
-        return None if self.emulator is None else self.emulator.report()
+        if self.emulator is None:
+            return None
+        return {**self.emulator.report(), **({} if self.levels is None else {"levels": self.levels.as_dict()})}

@@ -88,12 +88,18 @@ PRESETS = {link.name: link for link in (
 
 def resolve_link(link, argument: str = "link") -> Link | None:
     """``None``, a preset name, a :class:`Link`, or ``{"alpha_s", "beta_s_per_byte"[, "name",
-    "gamma_s_per_byte"]}`` (a fit in a report) -> a :class:`Link` (or None)."""
-    if link is None or isinstance(link, Link):
+    "gamma_s_per_byte"]}`` (a fit in a report) -> a :class:`Link` (or None). A network of two levels,
+    ``"INSIDE/BETWEEN"`` (two presets; nodes of two ranks) or a ``TwoLevelLink``'s dict, is a ``TwoLevelLink``
+    (``two_level.py``)."""
+    if link is None or isinstance(link, Link):  # a TwoLevelLink is a Link too
         return link
+    if (isinstance(link, str) and "/" in link) or (isinstance(link, dict) and "between" in link):
+        from .two_level import resolve_two_level
+        return resolve_two_level(link, argument)
     if isinstance(link, str):
         if link not in PRESETS:
-            raise validate.refusal(argument, link, f"choose one of {', '.join(PRESETS)}, give "
+            raise validate.refusal(argument, link, f"choose one of {', '.join(PRESETS)} (or two of them, "
+                                   "'INSIDE/BETWEEN': nodes on a fast link, a slow one between them), give "
                                    "{'alpha_s': ..., 'beta_s_per_byte': ...}, or None for no emulated link")
         return PRESETS[link]
     if isinstance(link, dict) and {"alpha_s", "beta_s_per_byte"} <= set(link):

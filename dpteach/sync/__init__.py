@@ -15,6 +15,8 @@ name               what it does                                                 
 ``powersgd``       rank-r sketch P Q^T of each gradient matrix; error feedback  no - measured drift
 ``local_sgd``      each rank steps alone; weights averaged every H steps        no (yes at H=1 with SGD)
 ``diloco``         local SGD with an outer Nesterov step on the averaged change no - measured drift
+``hsdp``           zero3 inside a node, gradient shards all-reduced across     yes, up to rounding
+``hsdp_torch``     torch's FSDP2 on a (replicate, shard) mesh, the reference   yes, up to rounding
 =================  ===========================================================  ======================
 
 "Up to rounding": an all-reduce adds the W gradients in an order of its own choosing, and float32
@@ -34,6 +36,7 @@ from .ddp import TorchDDP
 from .deterministic import DeterministicSync
 from .diloco import DiLoCo
 from .fsdp import TorchFSDP
+from .hsdp import HybridZero3, TorchHSDP
 from .local import LocalOnly
 from .local_sgd import LocalSGD
 from .naive import NaiveSync
@@ -47,7 +50,7 @@ from .zero3 import Zero3
 STRATEGIES = {cls.name: cls for cls in (
     LocalOnly, NaiveSync, BucketedSync, OverlapSync, TorchDDP, DeterministicSync,
     Int8Sync, Int8ErrorFeedbackSync, Fp16Sync, Bf16Sync, PowerSGD,
-    Zero1, Zero2, Zero3, TorchFSDP,
+    Zero1, Zero2, Zero3, TorchFSDP, HybridZero3, TorchHSDP,
     LocalSGD, DiLoCo,
     ParameterServer,  # not in lockstep: its own loop (async_ps.py)
 )}

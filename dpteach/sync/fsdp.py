@@ -32,11 +32,9 @@ class TorchFSDP(GradientSync):
     emulates_peers = False  # its shards are real: one rank cannot hold a W-rank world's 1/W
 
     def __init__(self, model, timeline, **options):
-        from torch.distributed.device_mesh import DeviceMesh
         from torch.distributed.fsdp import fully_shard
         super().__init__(model, timeline, **options)
-        group = self.comm.group  # the ranks to shard across: all of them, or the strategy's group as a 1-D mesh
-        mesh = None if group is None else DeviceMesh.from_group(group, context.device().type)
+        mesh = self.fsdp_mesh()
         self.layers = parameter_units(model)  # as zero3's: an attention block with its output projection
         self.unsharded = {}  # layer -> bytes of its parameters all-gathered: each local shard, padded, times W
         for layer in self.layers:
@@ -47,6 +45,13 @@ class TorchFSDP(GradientSync):
                              layer.register_forward_hook(lambda m, inputs, output: self.release(self.unsharded[m]))]
         fully_shard(model, mesh=mesh)  # the root: groups whatever parameters no layer took (none here) and drives the rest
         self.params = [p for p in model.parameters() if p.requires_grad]
+
+    def fsdp_mesh(self):
+        """The mesh ``fully_shard`` shards across: every rank (None), or the strategy's group as a 1-D mesh
+        (``hsdp.py``'s ``hsdp_torch`` gives a 2-D one)."""
+        from torch.distributed.device_mesh import DeviceMesh
+        group = self.comm.group
+        return None if group is None else DeviceMesh.from_group(group, context.device().type)
 
     @contextmanager
     def micro_batch(self, sync: bool):
