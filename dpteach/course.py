@@ -90,6 +90,11 @@ LESSONS = (
            ("failures.fault_detection", "failures.restart_run", "failures.replica_groups", "checkpoints.resume_equivalence",
             "checkpoints.checkpoint_cost", "checkpoints.checkpoint_interval"),
            ("10",)),
+    Lesson("14", "sending_less", "Sending less",
+           "When the network is the bottleneck, which sends less and still arrives first - low-rank gradients "
+           "(PowerSGD), fewer synchronisations (local SGD, DiLoCo), or sharding only inside a node (HSDP)?",
+           ("sending_less.methods_to_target", "sending_less.time_to_target", "sending_less.outer_step",
+            "powersgd.powersgd_against_torch", "hybrid.hybrid_sharding")),
 )
 
 # Experiments that no lesson's notebook calls but the command line does (`dpteach compare`).

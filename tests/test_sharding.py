@@ -66,7 +66,7 @@ def test_stages_1_and_2_send_what_ddp_sends_and_stage_3_half_as_much_again(runs)
     world, configs, per_rank = runs
     sent = {s: _by(configs, per_rank, s)[0]["wire_bytes_per_step"] for s in ("ddp", *SHARDED)}
     assert sent["zero1"] == pytest.approx(sent["ddp"], rel=0.01) and sent["zero2"] == pytest.approx(sent["ddp"], rel=0.01)
-    assert SHARDED == ("zero1", "zero2", "zero3", "fsdp")
+    assert SHARDED[:4] == ("zero1", "zero2", "zero3", "fsdp")  # then the hybrid ones, hsdp and hsdp_torch
     assert sent["zero3"] == pytest.approx(1.5 * sent["ddp"], rel=0.01) and sent["fsdp"] == pytest.approx(sent["zero3"], rel=0.01)
     # accumulating K=2 micro-batches: stage 3 gathers the parameters again for every micro-batch
     k2 = _by(configs, per_rank, "zero3", accum=2)[0]["wire_bytes_per_step"]

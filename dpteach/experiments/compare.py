@@ -56,6 +56,15 @@ def _target_columns(ranks: list[dict], target: float | None) -> dict:
     return {"steps_to_target": steps_to_target(losses, target), "time_to_target_s": time_to_target(losses, times, target)}
 
 
+def _mean_step(ranks: list[dict]) -> float | None:
+    """The mean of a worker's step times after the warm-up (a parameter server's rank takes no steps)."""
+    worker = next((r for r in ranks if r.get("step_times")), None)
+    if worker is None:
+        return None
+    times = worker["step_times"]
+    return statistics.mean(times[worker["config"]["timing_warmup"]:] or times)
+
+
 def _row(name: str, ranks: list[dict], reference: dict, local_step: float | None, target=None) -> dict:
     sent = [r["wire_bytes_per_step"] for r in ranks if r["wire_bytes_per_step"]]  # async: the server sends none
     diff = None if reference is None else (ranks[0]["params"] - reference["params"]).abs().max().item()
@@ -63,8 +72,7 @@ def _row(name: str, ranks: list[dict], reference: dict, local_step: float | None
         "strategy": name, **step_costs(name.partition("@")[0], ranks, local_step), **_target_columns(ranks, target),
         "bytes_per_step": statistics.mean(sent) if sent else 0.0,
         # every step counted, also the rare ones that synchronise (local_sgd's median step never does)
-        "mean_step_time_s": statistics.mean(ranks[0]["step_times"][ranks[0]["config"]["timing_warmup"]:]
-                                            or ranks[0]["step_times"]),
+        "mean_step_time_s": _mean_step(ranks),
         "final_loss": ranks[0]["losses"][-1], "max_abs_diff_vs_single": diff,
         "replicas_identical": all(r["replica_spread"] == 0.0 for r in ranks),
         "allocator_peak_bytes_per_rank": max((r.get("allocator_peak_bytes") or 0 for r in ranks), default=0) or None,

@@ -34,20 +34,21 @@ BUCKET_MB = 25.0  # DDP's default bucket_cap_mb: the MLP's gradients travel as o
 POWERSGD_START = 2  # compress from the third step on (torch's powerSGD_hook needs at least 2 plain steps first)
 
 
-def methods_to_target(world_size: int | World | None = 4, methods=METHODS, steps: int = 120,
+def methods_to_target(world_size: int | World | None = 4, methods=METHODS, steps: int = 60,
                       optimizer: str = "sgd", target_loss: float | None = None, seed: int = 0,
-                      backend: str = "auto", timeout: float = 600.0) -> dict:
+                      backend: str = "auto", timeout: float = 600.0, **knobs) -> dict:
     """Every method of ``methods`` (names, or ``name@knob`` variants) trained ``steps`` steps on the MLP.
 
     Returns ``{"world_size", "steps", "optimizer", "target_loss", "target_rule", "window", "reference":
     smoothed single-process curve, "rows": [{"method", "strategy", "knobs", "bytes_per_step",
     "bytes_vs_ddp", "steps_to_target", "final_loss", "curve", "losses", "exact", "max_abs_diff_vs_single"}]}``;
-    ``curve`` is the loss averaged over the last ``window`` steps.
+    ``curve`` is the loss averaged over the last ``window`` steps. ``knobs``: the strategies' own options for
+    every method (``outer_lr=1.0``, ``outer_momentum=0.0``; ``TrainConfig``'s fields).
     """
     validate.integer("steps", steps, low=WINDOW)
     report = compare_strategies(world_size, model="mlp", steps=steps, strategies=list(methods), optimizer=optimizer,
                                 interleave=True, bucket_mb=BUCKET_MB, target_loss=target_loss, seed=seed,
-                                backend=backend, timeout=timeout, powersgd_start=POWERSGD_START)
+                                backend=backend, timeout=timeout, **{"powersgd_start": POWERSGD_START, **knobs})
     sent = {row["strategy"]: row["bytes_per_step"] for row in report["rows"]}
     ddp = sent.get("ddp")
     rows = [{"method": row["strategy"], "strategy": row["strategy"].partition("@")[0], "knobs": row["knobs"],
@@ -58,27 +59,30 @@ def methods_to_target(world_size: int | World | None = 4, methods=METHODS, steps
              "curve": smoothed(report["runs"][row["strategy"]][0]["losses"]),
              "exact": row["exact"], "max_abs_diff_vs_single": row["max_abs_diff_vs_single"]}
             for row in report["rows"]]
-    return {"world_size": report["world_size"], "steps": steps, "optimizer": optimizer, "seed": seed,
+    return {"world_size": report["world_size"], "steps": steps, "optimizer": optimizer, "seed": seed, "knobs": knobs,
             "bucket_mb": BUCKET_MB, "powersgd_start": POWERSGD_START, "batch_per_rank": report["batch_per_rank"],
             "target_loss": report["target_loss"], "target_rule": report["target_rule"], "window": WINDOW,
             "reference": smoothed(report["reference_losses"]), "rows": rows}
 
 
-def timing_steps(config: TrainConfig) -> tuple[int, int]:
-    """How many steps to time a method for, and the period its step times repeat with: two whole rounds of
-    H steps for local SGD and DiLoCo; PowerSGD's plain steps plus three compressed ones; four otherwise."""
+def timing_steps(config: TrainConfig) -> tuple[int, int, int]:
+    """How many steps to time a method for, the period its step times repeat with, and the first step that is
+    like every later one (``projected_times``' ``steady_from``): two whole rounds of
+    H steps for local SGD and DiLoCo (at least three steps); PowerSGD's plain steps plus two compressed ones; three
+    otherwise (the first carries the start-up, so two are steady)."""
     if "sync_every" in config.knobs():
-        return max(2 * config.sync_every, 4), config.sync_every
+        return max(2 * config.sync_every, 3), config.sync_every, 1
     if "powersgd_start" in config.knobs():
-        return config.powersgd_start + 3, 1
-    return 4, 1
+        return config.powersgd_start + 2, 1, config.powersgd_start
+    return 3, 1, 1
 
 
-def projected_times(measured: list[float], period: int, steps: int) -> list[float]:
+def projected_times(measured: list[float], period: int, steps: int, steady_from: int = 1) -> list[float]:
     """``steps`` step times: the measured ones, then the last ``period`` of them again and again (for period
-    1, the mean of the measured steps after the first, which carries the start-up)."""
+    1, the mean of the measured steps from ``steady_from`` on: the first carries the start-up, and PowerSGD's
+    first steps are plain all-reduces)."""
     if period == 1:
-        steady = statistics.mean(measured[1:] or measured)
+        steady = statistics.mean(measured[steady_from:] or measured)
         return [measured[s] if s < len(measured) else steady for s in range(steps)]
     cycle = measured[-period:]
     return [measured[s] if s < len(measured) else cycle[(s - len(measured)) % period] for s in range(steps)]
@@ -103,22 +107,22 @@ def time_to_target(convergence: dict, links=LINKS, backend: str = "auto", timeou
     world = resolve_world(convergence["world_size"], backend, "auto")
     base = TrainConfig(model="mlp", optimizer=convergence["optimizer"], seed=convergence["seed"],
                        bucket_mb=convergence["bucket_mb"], batch_per_rank=convergence["batch_per_rank"],
-                       powersgd_start=convergence["powersgd_start"], timing_warmup=0)
+                       powersgd_start=convergence["powersgd_start"], timing_warmup=0, **convergence["knobs"])
     configs, plan = [], []
     for link in emulated:
         for row in convergence["rows"]:
             name, knobs = parse_variant(row["method"])
             config = replace(base, strategy=name, **knobs, link=link)
-            steps, period = timing_steps(config)
+            steps, period, steady_from = timing_steps(config)
             configs.append(replace(config, steps=steps, num_samples=convergence["steps"] * config.global_batch(
                 world.size)).check(world))
-            plan.append((row, link, period))
+            plan.append((row, link, period, steady_from))
     per_rank = launch(_timed_on_rank, world, args=(configs,), timeout=timeout)
     rows, steps = [], convergence["steps"]
-    for i, (row, link, period) in enumerate(plan):
+    for i, (row, link, period, steady_from) in enumerate(plan):
         measured = [max(per_rank[r][i]["step_times"][s] for r in range(world.size))  # a step ends when all have
                     for s in range(len(per_rank[0][i]["step_times"]))]
-        times = projected_times(measured, period, steps)
+        times = projected_times(measured, period, steps, steady_from)
         seconds = [sum(times[:s + 1]) for s in range(steps)]
         reached = row["steps_to_target"]
         report = per_rank[0][i]["link"] or {}
@@ -132,3 +136,14 @@ def time_to_target(convergence: dict, links=LINKS, backend: str = "auto", timeou
         winner[link.name] = min(timed, key=lambda r: r["time_to_target_s"])["method"] if timed else None
     return {"links": [link.as_dict() for link in emulated], "target_loss": convergence["target_loss"],
             "steps": steps, "rows": rows, "winner": winner}
+
+
+def outer_step(sync_every: int = 8, outer_lr: float = 0.7, outer_momentum: float = 0.9, steps: int = 60,
+               world_size: int | World | None = 4, optimizer: str = "sgd", backend: str = "auto",
+               timeout: float = 300.0) -> dict:
+    """Local SGD against DiLoCo at the same H, with DiLoCo's outer step as given (outer_lr 1 and momentum 0 is
+    local SGD again): what ``methods_to_target`` returns for those two."""
+    validate.integer("sync_every", sync_every, low=1)
+    return methods_to_target(world_size, methods=(f"local_sgd@{sync_every}", f"diloco@{sync_every}"), steps=steps,
+                             optimizer=optimizer, backend=backend, timeout=timeout, outer_lr=outer_lr,
+                             outer_momentum=outer_momentum)

@@ -1,7 +1,7 @@
 """``local_sgd``: every rank steps on its own gradients, and the ranks average their *weights* every H steps.
 
 Synchronous data parallelism averages gradients at every step, so a step costs one all-reduce of the
-whole model. Local SGD (Stich, "Local SGD Converges Fast and Talks Little", ICLR 2019; Lin et al.,
+whole model. Local SGD (Stich, "Local SGD Converges Fast and Communicates Little", ICLR 2019; Lin et al.,
 "Don't Use Large Mini-Batches, Use Local SGD", ICLR 2020) lets each rank take H optimizer steps on its
 own shard of the data, then replaces every replica by their average::
 
