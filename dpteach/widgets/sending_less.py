@@ -22,6 +22,13 @@ def _reached(row: dict) -> str:
     return "not reached" if row["steps_to_target"] is None else str(row["steps_to_target"])
 
 
+def _loss_range(result: dict) -> tuple[float, float]:
+    """From a little under the lowest curve to a little over where training started: a method that diverges
+    leaves the plot at the top (the table says where it ended) instead of flattening every other curve."""
+    low = min(min(r["curve"]) for r in result["rows"])
+    return 0.9 * low, 1.15 * result["reference"][0]
+
+
 def render_methods(result: dict) -> None:
     """Bytes per step and steps to the target for every method, and their loss curves against steps."""
     table(["method", "sends per step", "x ddp", "steps to target", f"loss, last {result['window']} steps"],
@@ -37,6 +44,7 @@ def plot_methods(result: dict):
     for row in result["rows"]:
         curves.plot(range(1, len(row["curve"]) + 1), row["curve"], **_style(row["method"]))
     curves.axhline(result["target_loss"], color="black", linestyle=":", label="target loss")
+    curves.set_ylim(*_loss_range(result))
     curves.set_xlabel("step")
     curves.set_ylabel(f"training loss (mean of the last {result['window']} steps)")
     curves.set_title(f"Loss per step ({result['world_size']} ranks, MLP, {result['optimizer']})", fontsize="medium")
@@ -79,14 +87,16 @@ def plot_time_to_target(timing: dict, methods: dict):
         for row in (r for r in timing["rows"] if r["link"] == link["name"]):
             ax.plot(row["seconds"], curves[row["method"]], **_style(row["method"]))
         ax.axhline(timing["target_loss"], color="black", linestyle=":", label="target loss")
+        ax.set_ylim(*_loss_range(methods))
         ax.set_xscale("log")
         ax.set_xlabel("emulated wall-clock, s (log scale)")
         ax.set_title(f"{link['name']}: {link['alpha_s'] * 1e3:g} ms, {1 / link['beta_s_per_byte'] / 1e9:g} GB/s",
                      fontsize="medium")
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("training loss (running mean)")
-    legend_below(axes[0][len(links) // 2], ncol=7)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.16, 1, 1))
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=7, fontsize="small", frameon=False)
     return fig
 
 
