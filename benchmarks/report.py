@@ -106,6 +106,20 @@ def speed_tables(data: dict) -> list[str]:
     return out
 
 
+def sending_less_lines(report: dict) -> list[str]:
+    """Lesson 14's bars: bytes per step against ddp's and the time to the target loss, measured in one run."""
+    rows = {r["strategy"]: r for r in report["rows"]}
+    ddp = rows["ddp"]
+    out = [f"\nTarget loss {report['target_loss']:.4f} ({report['target_rule']}).", "",
+           "| strategy | bytes per step / ddp | counted from step | steps to target | time to target (s) |",
+           "|---|---:|---:|---:|---:|"]
+    for name, r in rows.items():
+        seconds = "not reached" if r["time_to_target_s"] is None else f"{r['time_to_target_s']:.2f}"
+        out.append(f"| {name} | **{r['bytes_per_step'] / ddp['bytes_per_step']:.3f}** | {r['bytes_counted_from_step']} | "
+                   f"{r['steps_to_target'] or '-'} | **{seconds}** |")
+    return out
+
+
 def main() -> int:
     for path in sorted(RESULTS.glob("*.json")):
         data = json.loads(path.read_text())
@@ -126,7 +140,8 @@ def main() -> int:
             table = shaped_table(report)
         elif "strategy" in report["rows"][0]:
             table = compare_table(report) + (link_lines(report) if report.get("link") else []) + \
-                (sharding_lines(report) if "zero1" in {r["strategy"] for r in report["rows"]} else [])
+                (sharding_lines(report) if "zero1" in {r["strategy"] for r in report["rows"]} else []) + \
+                (sending_less_lines(report) if "local_sgd" in {r["strategy"] for r in report["rows"]} else [])
         else:
             table = allreduce_table(report)
         print("\n".join(table) + "\n")

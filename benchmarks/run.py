@@ -27,6 +27,8 @@ RUNS = {
                                          "--json"],
     "sharding_w4_adam_cpu.json": ["compare", "-w", "4", "--optimizer", "adam", "--strategies",
                                   "ddp,zero1,zero2,zero3,fsdp", "--json"],
+    "sending_less_w4_1gbe.json": ["compare", "-w", "4", "--strategies", "ddp,powersgd,local_sgd,diloco", "--link", "1gbe",
+                                  "--json"],
 }
 # Written by tests/test_link_shaped.py when DPTEACH_SHAPED_RESULTS names this folder (root only):
 #     sudo DPTEACH_SHAPED_RESULTS=benchmarks/results .venv/bin/python -m pytest -s tests/test_link_shaped.py

@@ -168,6 +168,13 @@ EXPERIMENTS = {  # name -> a call with world_size W that reaches its launch
     "comm_precision": lambda w: ex.comm_precision(w, steps=2),
     "resume_equivalence": lambda w: ex.resume_equivalence(strategy="ddp", world_size=w),
     "checkpoint_cost": lambda w: ex.checkpoint_cost(strategies=("ddp",), world_size=w),
+    "methods_to_target": lambda w: ex.methods_to_target(w, methods=("ddp", "local_sgd@4"), steps=8),
+    "time_to_target": lambda w: ex.time_to_target(
+        {"world_size": w, "optimizer": "sgd", "seed": 0, "bucket_mb": 25.0, "batch_per_rank": 32, "powersgd_start": 2,
+         "knobs": {}, "steps": 8, "rows": [{"method": "ddp", "steps_to_target": None}]}, links=("1gbe",)),
+    "outer_step": lambda w: ex.outer_step(world_size=w, steps=8),
+    "powersgd_against_torch": lambda w: ex.powersgd_against_torch(world_size=w),
+    "hybrid_sharding": lambda w: ex.hybrid_sharding(world_size=w, ranks_per_node=getattr(w, "size", w) // 2),
 }
 
 

@@ -73,9 +73,11 @@ def test_a_link_delays_the_messages_and_changes_no_number_in_them():
 
 
 @pytest.mark.slow
-def test_the_compare_command_reports_bytes_and_time_to_target_and_local_sgd_sends_an_eighth():
+def test_the_compare_command_reports_bytes_and_time_to_target_and_the_bars_on_bytes_hold():
+    """The issue's command, as a learner types it. (Which method reaches the target first is a timing: it is
+    measured in benchmarks/results/sending_less_w4_1gbe.json, not asserted here.)"""
     out = subprocess.run([sys.executable, "-m", "dpteach", "compare", "-w", "4", "--strategies",
-                          "ddp,powersgd,local_sgd,diloco", "--link", "1gbe", "--json", "--steps", "40"],
+                          "ddp,powersgd,local_sgd,diloco", "--link", "1gbe", "--json"],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     report = json.loads(out.stdout)
@@ -84,9 +86,13 @@ def test_the_compare_command_reports_bytes_and_time_to_target_and_local_sgd_send
     assert set(rows) == {"ddp", "powersgd", "local_sgd", "diloco"}
     for row in rows.values():
         assert row["bytes_per_step"] > 0 and "time_to_target_s" in row
-    assert rows["local_sgd"]["bytes_per_step"] <= rows["ddp"]["bytes_per_step"] / 7
+    ddp = rows["ddp"]["bytes_per_step"]
+    assert rows["powersgd"]["knobs"]["powersgd_rank"] == 4 and rows["powersgd"]["bytes_per_step"] <= ddp / 10
+    assert rows["powersgd"]["bytes_counted_from_step"] == rows["powersgd"]["knobs"]["powersgd_start"]
+    assert rows["powersgd"]["bytes_per_step_whole_run"] > rows["powersgd"]["bytes_per_step"]  # its plain steps
+    assert rows["local_sgd"]["knobs"]["sync_every"] == 8 and rows["local_sgd"]["bytes_per_step"] <= ddp / 7
     assert rows["diloco"]["bytes_per_step"] == rows["local_sgd"]["bytes_per_step"]
-    assert rows["ddp"]["steps_to_target"] is not None  # the target comes from the same curve ddp follows
+    assert rows["ddp"]["steps_to_target"] is not None  # the target comes from the curve ddp follows
 
 
 @pytest.mark.slow

@@ -231,7 +231,8 @@ def test_compare_cli_json_and_errors():
                             "overhead_parts", "bytes_per_step", "final_loss", "max_abs_diff_vs_single", "exact",
                             "replicas_identical", "state_bytes_per_rank", "peak_bytes_per_rank",
                             "allocator_peak_bytes_per_rank", "link_report", "comm_s_per_rank", "knobs",
-                            "mean_step_time_s", "steps_to_target", "time_to_target_s"}
+                            "mean_step_time_s", "steps_to_target", "time_to_target_s", "bytes_per_step_whole_run",
+                            "bytes_counted_from_step"}
         assert row["allocator_peak_bytes_per_rank"] is None  # CPU ranks: no CUDA allocator
         assert row["exposed_how"] == "measured wait" and row["overhead_s"] >= 0
         assert row["peak_bytes_per_rank"] >= row["state_bytes_per_rank"] > 0

@@ -67,10 +67,14 @@ def _mean_step(ranks: list[dict]) -> float | None:
 
 def _row(name: str, ranks: list[dict], reference: dict, local_step: float | None, target=None) -> dict:
     sent = [r["wire_bytes_per_step"] for r in ranks if r["wire_bytes_per_step"]]  # async: the server sends none
+    steady = strategy_class(name.partition("@")[0]).steady_from(ranks[0]["config"])  # PowerSGD: after its plain steps
+    steady_sent = [statistics.mean(r["wire_bytes"][steady:] or r["wire_bytes"]) for r in ranks
+                   if r.get("wire_bytes") and r["wire_bytes_per_step"]]
     diff = None if reference is None else (ranks[0]["params"] - reference["params"]).abs().max().item()
     return {
         "strategy": name, **step_costs(name.partition("@")[0], ranks, local_step), **_target_columns(ranks, target),
-        "bytes_per_step": statistics.mean(sent) if sent else 0.0,
+        "bytes_per_step": statistics.mean(steady_sent) if steady_sent else 0.0,
+        "bytes_per_step_whole_run": statistics.mean(sent) if sent else 0.0, "bytes_counted_from_step": steady,
         # every step counted, also the rare ones that synchronise (local_sgd's median step never does)
         "mean_step_time_s": _mean_step(ranks),
         "final_loss": ranks[0]["losses"][-1], "max_abs_diff_vs_single": diff,

@@ -31,6 +31,7 @@ import statistics
 
 from .. import validate
 from ..network.two_level import TwoLevelLink, resolve_two_level
+from ..ranks.world import World
 from ..sync import strategy_class
 from .compare import compare_strategies
 
@@ -57,7 +58,7 @@ def _levels(ranks: list[dict], bytes_per_step: float) -> dict:
             "received_between": None, "received_inside": None, "expected_between": None, "expected_inside_gloo": None}
 
 
-def hybrid_sharding(world_size: int = 4, link="pcie/1gbe", ranks_per_node: int = 2, steps: int = 6,
+def hybrid_sharding(world_size: int | World = 4, link="pcie/1gbe", ranks_per_node: int = 2, steps: int = 6,
                     model: str = "auto", backend: str = "auto", device: str = "auto", timeout: float = 300.0) -> dict:
     """ddp, zero3, hsdp and hsdp_torch on ``world_size`` ranks, nodes of ``ranks_per_node``, on ``link``
     ("INSIDE/BETWEEN" of two presets, or a ``TwoLevelLink`` of the same node size).
@@ -68,7 +69,8 @@ def hybrid_sharding(world_size: int = 4, link="pcie/1gbe", ranks_per_node: int =
     "expected_between_per_step", "expected_inside_gloo_per_step", "between_share", "max_abs_diff_vs_single", "within_tolerance"}],
     "not_emulated", "compare"}`` (bytes per rank; ``compare``: ``compare_strategies``' rows).
     """
-    validate.integer("world_size", world_size, low=2)
+    if not isinstance(world_size, World):
+        validate.integer("world_size", world_size, low=2)
     validate.integer("ranks_per_node", ranks_per_node, low=1)
     validate.integer("steps", steps, low=1)
     validate.number("timeout", timeout, above=0)
@@ -76,8 +78,9 @@ def hybrid_sharding(world_size: int = 4, link="pcie/1gbe", ranks_per_node: int =
         raise validate.refusal("link", link.name, f"its nodes hold {link.ranks_per_node} ranks, not "
                                f"ranks_per_node={ranks_per_node}; give the same node size to both")
     two_level = resolve_two_level(link, "link", ranks_per_node)
-    if world_size % ranks_per_node or world_size // ranks_per_node < 2:
-        raise validate.refusal("world_size", world_size, f"it must be a multiple of ranks_per_node={ranks_per_node} "
+    size = world_size.size if isinstance(world_size, World) else world_size
+    if size % ranks_per_node or size // ranks_per_node < 2:
+        raise validate.refusal("world_size", size, f"it must be a multiple of ranks_per_node={ranks_per_node} "
                                f"that makes at least two nodes (a slow level to cross): e.g. {2 * ranks_per_node}")
     result = compare_strategies(world_size, model=model, steps=steps, strategies=STRATEGIES, link=two_level,
                                 backend=backend, device=device, timeout=timeout, hsdp_shard_size=ranks_per_node)
@@ -98,7 +101,7 @@ def hybrid_sharding(world_size: int = 4, link="pcie/1gbe", ranks_per_node: int =
             "between_share": (None if levels["sent_between"] is None or not row["bytes_per_step"]
                               else levels["sent_between"] / row["bytes_per_step"]),
             "max_abs_diff_vs_single": diff, "within_tolerance": None if diff is None else diff <= tolerance})
-    return {"world_size": world_size, "ranks_per_node": ranks_per_node, "nodes": world_size // ranks_per_node,
+    return {"world_size": size, "ranks_per_node": ranks_per_node, "nodes": size // ranks_per_node,
             "link": two_level.as_dict(), "model": result["model"], "steps": steps, "tolerance": tolerance,
             "rows": rows,
             "not_emulated": {row["strategy"]: "FSDP2 calls torch's collectives itself, where no emulated link "

@@ -33,7 +33,7 @@ from .. import validate
 from ..network.costmodel import busbw_factor
 from ..ranks import context
 from ..ranks.launcher import launch
-from ..ranks.world import resolve_world
+from ..ranks.world import World, resolve_world
 from ..replica.buckets import build_buckets
 from ..replica.data import loss_fn, make_dataset, sample_batch
 from ..replica.models import SPECS, build_model
@@ -115,7 +115,7 @@ def _on_rank(rank: int, start: int, steps: int, seed: int) -> list[dict]:
     return rows
 
 
-def powersgd_against_torch(world_size: int = 2, rank: int = 4, steps: int = 4, seed: int = 0, start: int = 2,
+def powersgd_against_torch(world_size: int | World = 2, rank: int = 4, steps: int = 4, seed: int = 0, start: int = 2,
                            timeout: float = 120.0) -> dict:
     """The course's PowerSGD and torch's ``powerSGD_hook`` on the same gradients, ``steps`` steps, of which the
     first ``start`` are plain all-reduce (torch requires ``start >= 2`` with error feedback or warm start).
@@ -126,13 +126,15 @@ def powersgd_against_torch(world_size: int = 2, rank: int = 4, steps: int = 4, s
     per step the worst rank's difference and rank 0's bytes; the ratios are uncompressed bytes over sent
     bytes on the compressing steps (None when none compressed).
     """
-    validate.integer("world_size", world_size, low=2, why=": one rank has nothing to average")
+    if not isinstance(world_size, World):
+        validate.integer("world_size", world_size, low=2, why=": one rank has nothing to average")
     validate.integer("rank", rank, low=1)
     validate.integer("steps", steps, low=1)
     validate.integer("seed", seed, low=0)
     validate.integer("start", start, low=2, why=": torch's PowerSGDState refuses less with error feedback on")
     validate.number("timeout", timeout, above=0, unit="a number of seconds")
     world = resolve_world(world_size)
+    validate.ranks(world, 2, "one rank has nothing to average")
     per_rank = launch(_on_rank, world, args=(rank, start, steps, seed), timeout=timeout, show_output=False)
     rows = [{**row, "max_abs_diff": max(r[i]["max_abs_diff"] for r in per_rank),
              "max_abs_grad": max(r[i]["max_abs_grad"] for r in per_rank)} for i, row in enumerate(per_rank[0])]

@@ -89,7 +89,7 @@ def summarise(config, model, losses, step_times, wire_bytes, timeline, hook_call
         "rank": rank, "config": asdict(config), "losses": loss_tensor.tolist(), "step_times": step_times,
         "median_step_s": statistics.median(timed) if timed else 0.0,
         "median_exposed_s": accounting["exposed_s"], "median_overhead_s": accounting["overhead_s"],
-        "wire_bytes_per_step": statistics.mean(wire_bytes) if wire_bytes else 0.0,
+        "wire_bytes_per_step": statistics.mean(wire_bytes) if wire_bytes else 0.0, "wire_bytes": list(wire_bytes),
         "replica_spread": spread, "spans": timeline.spans, "clock_origin_s": timeline.origin, "hook_calls": hook_calls,
         "params": flat if rank == 0 else None,
     }

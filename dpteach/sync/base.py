@@ -117,6 +117,14 @@ class Strategy:
         return held_per_rank(parts, world_size, cls.shards)["total"]
 
     @classmethod
+    def steady_from(cls, config: dict) -> int:
+        """The first step from which every step sends what the run's later steps send (``config``: a run's
+        ``TrainConfig`` as a dict). 0 for every strategy but one that starts in another mode: PowerSGD's first
+        ``powersgd_start`` steps are plain all-reduces. Its bytes per step are counted from here, as step times
+        leave out the warm-up."""
+        return 0
+
+    @classmethod
     def workers(cls, world_size: int) -> int:
         """How many of ``world_size`` ranks compute gradients (and share the global batch)."""
         return world_size - cls.servers

@@ -107,6 +107,10 @@ class PowerSGD(GradientSync):
     main_knob = "powersgd_rank"
 
     @classmethod
+    def steady_from(cls, config: dict) -> int:
+        return config["powersgd_start"]  # the plain all-reduces before it are a warm-up, not what PowerSGD sends
+
+    @classmethod
     def check(cls, config, world_size: int) -> None:
         super().check(config, world_size)
         if not isinstance(config.powersgd_error_feedback, bool):
