@@ -53,6 +53,7 @@ def test_local_sgd_averaging_after_every_step_is_synchronous_sgd_with_momentum()
     assert row["replicas_identical"]
 
 
+@pytest.mark.slow
 def test_diloco_with_a_plain_outer_step_of_one_is_local_sgd_and_the_paper_s_outer_step_is_not():
     plain = compare_strategies(4, strategies=["local_sgd@4", "diloco@4"], steps=8, outer_lr=1.0, outer_momentum=0.0)
     local, diloco = (plain["runs"][name][0]["params"] for name in ("local_sgd@4", "diloco@4"))
@@ -63,6 +64,7 @@ def test_diloco_with_a_plain_outer_step_of_one_is_local_sgd_and_the_paper_s_oute
     assert all(row["replicas_identical"] for row in nesterov["rows"])  # 8 steps: every replica was just averaged
 
 
+@pytest.mark.slow
 def test_a_link_delays_the_messages_and_changes_no_number_in_them():
     """Why lesson 14 may train once and time each link apart: the losses on a link are the losses without."""
     kwargs = dict(strategies=["ddp", "local_sgd@4"], steps=8, interleave=True)
