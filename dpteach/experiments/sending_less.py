@@ -34,10 +34,13 @@ BUCKET_MB = 25.0  # DDP's default bucket_cap_mb: the MLP's gradients travel as o
 POWERSGD_START = 2  # compress from the third step on (torch's powerSGD_hook needs at least 2 plain steps first)
 
 
-def methods_to_target(world_size: int | World | None = 4, methods=METHODS, steps: int = 60,
+def methods_to_target(world_size: int | World | None = 2, methods=METHODS, steps: int = 60,
                       optimizer: str = "sgd", target_loss: float | None = None, seed: int = 0,
                       backend: str = "auto", timeout: float = 600.0, **knobs) -> dict:
     """Every method of ``methods`` (names, or ``name@knob`` variants) trained ``steps`` steps on the MLP.
+
+    Two ranks by default: twelve methods side by side on a laptop's two cores, each rank on a core of its
+    own. ``dpteach compare -w 4`` runs the same methods on four.
 
     Returns ``{"world_size", "steps", "optimizer", "target_loss", "target_rule", "window", "reference":
     smoothed single-process curve, "rows": [{"method", "strategy", "knobs", "bytes_per_step",
@@ -139,7 +142,7 @@ def time_to_target(convergence: dict, links=LINKS, backend: str = "auto", timeou
 
 
 def outer_step(sync_every: int = 8, outer_lr: float = 0.7, outer_momentum: float = 0.9, steps: int = 60,
-               world_size: int | World | None = 4, optimizer: str = "sgd", backend: str = "auto",
+               world_size: int | World | None = 2, optimizer: str = "sgd", backend: str = "auto",
                timeout: float = 300.0) -> dict:
     """Local SGD against DiLoCo at the same H, with DiLoCo's outer step as given (outer_lr 1 and momentum 0 is
     local SGD again): what ``methods_to_target`` returns for those two."""
