@@ -6,7 +6,8 @@ import pytest
 from dpteach.experiments import compare
 from dpteach.experiments.hybrid import hybrid_sharding
 from dpteach.network import resolve_link
-from dpteach.network.two_level import TwoLevelLink, crossing_share
+from dpteach.network.link import TwoLevelLink
+from dpteach.network.two_level import crossing_share
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,7 @@ from __future__ import annotations
 import statistics
 
 from .. import validate
-from ..network.two_level import TwoLevelLink, resolve_two_level
+from ..network.link import TwoLevelLink, resolve_two_level
 from ..ranks.world import World
 from ..sync import strategy_class
 from .compare import compare_strategies

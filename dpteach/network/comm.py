@@ -31,7 +31,7 @@ once, rather than in every strategy:
   mesh: ``mesh["replicate"]``). A strategy built on a group synchronises among that group's ranks only,
   so a hybrid scheme (shard within a node, replicate across nodes: HSDP, Zhao et al. 2023, PyTorch FSDP)
   is two ``Comm``s, one per dimension, and no change to the strategies. On a network of two levels
-  (``two_level.TwoLevelLink``) a group's collectives run on the fast link when all its ranks share a node,
+  (``link.TwoLevelLink``) a group's collectives run on the fast link when all its ranks share a node,
   else on the slow one (a ring that spans nodes moves at the pace of its slowest hop); of ``sent``,
   ``sent_between`` is the share that the group's ring hops across nodes carry, ``sent_inside`` the rest.
 """
@@ -46,8 +46,8 @@ from ..collectives import ALL_REDUCE, ring_all_gather, ring_reduce_scatter
 from ..ranks import context
 from .costmodel import busbw_factor
 from .emulated import EmulatedLink
-from .link import Link
-from .two_level import TwoLevelLink, levels
+from .link import Link, TwoLevelLink
+from .two_level import levels
 
 
 def as_process_group(group):

@@ -99,7 +99,6 @@ def resolve_link(link, argument: str = "link") -> Link | None:
     if link is None or isinstance(link, Link):  # a TwoLevelLink is a Link too
         return link
     if (isinstance(link, str) and "/" in link) or (isinstance(link, dict) and "between" in link):
-        from .two_level import resolve_two_level
         return resolve_two_level(link, argument)
     if isinstance(link, str):
         if link not in PRESETS:
@@ -115,3 +114,56 @@ def resolve_link(link, argument: str = "link") -> Link | None:
         return Link(str(link.get("name", "custom")), **costs, source=str(link.get("source", "given")))
     raise validate.refusal(argument, link, f"give a preset name ({', '.join(PRESETS)}), a dict with "
                            "alpha_s and beta_s_per_byte, or None")
+
+
+# A network of two levels (``two_level.py`` says which level a group runs on): combinations the lessons use;
+# any "INSIDE/BETWEEN" of two names of PRESETS is accepted.
+EXAMPLES = ("nvlink/ib", "nvlink/1gbe", "nvlink/wan", "pcie/10gbe", "pcie/1gbe")
+
+
+@dataclass(frozen=True, init=False)
+class TwoLevelLink(Link):
+    """``inside`` among the ranks of a node, ``between`` nodes of ``ranks_per_node`` ranks each. As a
+    :class:`Link` it costs what ``between`` costs (the pace of a ring that spans nodes)."""
+
+    inside: Link | None = None
+    between: Link | None = None
+    ranks_per_node: int = 2
+
+    def __init__(self, inside: Link, between: Link, ranks_per_node: int = 2, name: str | None = None):
+        for argument, level in (("inside", inside), ("between", between)):
+            if not isinstance(level, Link) or isinstance(level, TwoLevelLink):
+                raise validate.refusal(argument, level, "give one level's dpteach.network.Link (a preset: "
+                                                        f"{', '.join(PRESETS)})")
+        validate.integer("ranks_per_node", ranks_per_node, low=1)
+        title = (f"{inside.title or inside.name} inside nodes of {ranks_per_node} ranks, "
+                 f"{between.title or between.name} between them")
+        super().__init__(name or f"{inside.name}/{between.name}", between.alpha_s, between.beta_s_per_byte,
+                         between.gamma_s_per_byte, title, f"inside: {inside.source}; between: {between.source}")
+        for field, value in (("inside", inside), ("between", between), ("ranks_per_node", ranks_per_node)):
+            object.__setattr__(self, field, value)
+
+    def node(self, rank: int) -> int:
+        return rank // self.ranks_per_node
+
+    def as_dict(self) -> dict:
+        """The link in a report: its own (between) costs, both levels and the node size; ``resolve_link`` reads
+        it back."""
+        return {**super().as_dict(), "inside": self.inside.as_dict(), "between": self.between.as_dict(),
+                "ranks_per_node": self.ranks_per_node}
+
+
+def resolve_two_level(link, argument: str = "link", ranks_per_node: int = 2) -> TwoLevelLink:
+    """``"INSIDE/BETWEEN"`` (two names of ``link.PRESETS``; nodes of ``ranks_per_node`` ranks) or a
+    :meth:`TwoLevelLink.as_dict` -> a :class:`TwoLevelLink`."""
+    if isinstance(link, TwoLevelLink):
+        return link
+    if isinstance(link, dict) and {"inside", "between"} <= set(link):
+        return TwoLevelLink(resolve_link(link["inside"], f"{argument}['inside']"),
+                            resolve_link(link["between"], f"{argument}['between']"),
+                            link.get("ranks_per_node", ranks_per_node))
+    names = link.split("/") if isinstance(link, str) else []
+    if len(names) != 2 or not all(name in PRESETS for name in names):
+        raise validate.refusal(argument, link, "a two-level link is 'INSIDE/BETWEEN', two of the presets "
+                               f"{', '.join(PRESETS)} (e.g. {', '.join(EXAMPLES[:4])}), or a TwoLevelLink")
+    return TwoLevelLink(PRESETS[names[0]], PRESETS[names[1]], ranks_per_node)

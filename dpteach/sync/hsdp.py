@@ -45,7 +45,7 @@ import torch.distributed as dist
 from ..ranks.traffic import Traffic
 from ..network.comm import Comm
 from ..network.costmodel import busbw_factor
-from ..network.two_level import TwoLevelLink
+from ..network.link import TwoLevelLink
 from ..ranks import context
 from .fsdp import TorchFSDP
 from .zero3 import Zero3
