@@ -6,6 +6,7 @@ from dpteach.experiments import compare as compare_module
 from dpteach.experiments import powersgd as powersgd_module
 from dpteach.experiments.compare import compare_strategies
 from dpteach.experiments.powersgd import powersgd_against_torch
+from dpteach.training.train import TrainConfig
 
 
 @pytest.mark.parametrize("rank", [1, 4])
@@ -70,3 +71,17 @@ def test_runs_on_an_emulated_link():
     report = out["rows"][0]["link_report"]
     assert report is not None and report["time_set_by"]
     assert report["messages_per_step"] == (5 + 2 * 15) / 3  # 5 buckets: one message each, then three (rest, P, Q)
+
+
+def test_trained_side_by_side_it_equals_ddp_with_torch_s_own_hook():
+    """``powersgd_torch`` is DDP with torch's powerSGD_hook registered: the oracle for the whole training run,
+    not only one round. With one bucket (DDP's 25 MB) both see the same tensors in the same order."""
+    report = compare_strategies(2, strategies=["powersgd", "powersgd_torch"], steps=6, bucket_mb=25.0,
+                                powersgd_start=2)
+    ours, torchs = (report["runs"][name][0]["params"] for name in ("powersgd", "powersgd_torch"))
+    assert (ours - torchs).abs().max().item() <= 1e-5
+    rows = {row["strategy"]: row for row in report["rows"]}
+    assert rows["powersgd"]["bytes_per_step"] == rows["powersgd_torch"]["bytes_per_step"]
+    assert rows["powersgd_torch"]["link_report"] is None  # torch's hook sends past the course's link
+    with pytest.raises(ValueError, match="powersgd_start=1"):
+        TrainConfig(strategy="powersgd_torch", powersgd_start=1).check(2)

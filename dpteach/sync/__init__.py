@@ -1,23 +1,24 @@
 """Gradient-sync strategies, one small file each, to be read next to the notebooks.
 
-=================  ===========================================================  ======================
-name               what it does                                                 equals single process?
-=================  ===========================================================  ======================
-``local``          no communication (the compute floor)                         no - not data parallel
-``naive``          one blocking all-reduce per parameter, after backward        yes, up to rounding
-``bucketed``       one all-reduce per bucket, after backward                    yes, up to rounding
-``overlap``        bucket all-reduces launched from autograd hooks in backward  yes, up to rounding
-``ddp``            torch's DistributedDataParallel, the reference               yes, up to rounding
-``deterministic``  after backward, every element summed in rank order           yes, bit for bit (*)
-``int8``           8-bit quantised gradients (``int8_ef``: error feedback)      no - measured drift
-``fp16``           gradients cast to fp16 (``bf16``: bfloat16)                  no - measured drift
-``async``          parameter server, no barrier, stale gradients                no - measured drift
-``powersgd``       rank-r sketch P Q^T of each gradient matrix; error feedback  no - measured drift
-``local_sgd``      each rank steps alone; weights averaged every H steps        no (yes at H=1 with SGD)
-``diloco``         local SGD with an outer Nesterov step on the averaged change no - measured drift
-``hsdp``           zero3 inside a node, gradient shards all-reduced across     yes, up to rounding
-``hsdp_torch``     torch's FSDP2 on a (replicate, shard) mesh, the reference   yes, up to rounding
-=================  ===========================================================  ======================
+===================  ===========================================================  ======================
+name                 what it does                                                 equals single process?
+===================  ===========================================================  ======================
+``local``            no communication (the compute floor)                         no - not data parallel
+``naive``            one blocking all-reduce per parameter, after backward        yes, up to rounding
+``bucketed``         one all-reduce per bucket, after backward                    yes, up to rounding
+``overlap``          bucket all-reduces launched from autograd hooks in backward  yes, up to rounding
+``ddp``              torch's DistributedDataParallel, the reference               yes, up to rounding
+``deterministic``    after backward, every element summed in rank order           yes, bit for bit (*)
+``int8``             8-bit quantised gradients (``int8_ef``: error feedback)      no - measured drift
+``fp16``             gradients cast to fp16 (``bf16``: bfloat16)                  no - measured drift
+``async``            parameter server, no barrier, stale gradients                no - measured drift
+``powersgd``         rank-r sketch P Q^T of each gradient matrix; error feedback  no - measured drift
+``powersgd_torch``   DDP with torch's own powerSGD_hook, powersgd's reference     no - measured drift
+``local_sgd``        each rank steps alone; weights averaged every H steps        no (yes at H=1 with SGD)
+``diloco``           local SGD with an outer Nesterov step on the averaged change no - measured drift
+``hsdp``             zero3 inside a node, gradient shards all-reduced across     yes, up to rounding
+``hsdp_torch``       torch's FSDP2 on a (replicate, shard) mesh, the reference   yes, up to rounding
+===================  ===========================================================  ======================
 
 "Up to rounding": an all-reduce adds the W gradients in an order of its own choosing, and float32
 addition is not associative, so the weights differ from one process's by ~1e-7
@@ -42,6 +43,7 @@ from .local_sgd import LocalSGD
 from .naive import NaiveSync
 from .overlap import OverlapSync
 from .powersgd import PowerSGD
+from .powersgd_torch import TorchPowerSGD
 from .zero1 import Zero1
 from .zero2 import Zero2
 from .zero3 import Zero3
@@ -49,7 +51,7 @@ from .zero3 import Zero3
 # name -> the class that is that strategy (its attributes say what it is: ``base.Strategy``)
 STRATEGIES = {cls.name: cls for cls in (
     LocalOnly, NaiveSync, BucketedSync, OverlapSync, TorchDDP, DeterministicSync,
-    Int8Sync, Int8ErrorFeedbackSync, Fp16Sync, Bf16Sync, PowerSGD,
+    Int8Sync, Int8ErrorFeedbackSync, Fp16Sync, Bf16Sync, PowerSGD, TorchPowerSGD,
     Zero1, Zero2, Zero3, TorchFSDP, HybridZero3, TorchHSDP,
     LocalSGD, DiLoCo,
     ParameterServer,  # not in lockstep: its own loop (async_ps.py)

@@ -48,9 +48,13 @@ class TorchDDP(GradientSync):
         super().__init__(model, timeline, **options)
         self.ddp = wrap_ddp(model, bucket_cap_mb=bucket_mb, process_group=self.comm.group)
         self.wire_dtype = PRECISIONS[grad_comm]
-        self.ddp.register_comm_hook(None, self._timed_allreduce)
+        self.ddp.register_comm_hook(*self.comm_hook())
         self.last_ready = self.last_done = None  # this step: the last gradient computed, the last bucket sent
         self.handles = [p.register_post_accumulate_grad_hook(self._gradient_ready) for p in self.params]
+
+    def comm_hook(self) -> tuple:
+        """The (state, hook) DDP calls for every bucket: ours, which times each bucket's all-reduce."""
+        return None, self._timed_allreduce
 
     def _gradient_ready(self, param) -> None:
         if self.will_sync:

@@ -88,6 +88,16 @@ def orthogonalise(matrix: torch.Tensor) -> None:
             rest -= torch.sum(col * rest, dim=0, keepdim=True) * col
 
 
+def check_knobs(config) -> None:
+    """What PowerSGD (ours and torch's hook alike) refuses, before any rank starts."""
+    if not isinstance(config.powersgd_error_feedback, bool):
+        raise validate.refusal("powersgd_error_feedback", config.powersgd_error_feedback, "give True or False")
+    if config.precision == "fp16":  # a step the loss scaler skips has inf gradients: they would stay in Q
+        raise validate.refusal("precision", config.precision, f"strategy={config.strategy!r} keeps Q and the error "
+                               "from step to step, so one overflowing fp16 step would poison every later one; "
+                               "use 'bf16' or 'fp32'")
+
+
 def flat_matrices(shapes, like: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """One flat buffer (one all-reduce for all of them) and a matrix view into it per shape."""
     flat = like.new_empty(sum(n * r for n, r in shapes))
@@ -113,12 +123,7 @@ class PowerSGD(GradientSync):
     @classmethod
     def check(cls, config, world_size: int) -> None:
         super().check(config, world_size)
-        if not isinstance(config.powersgd_error_feedback, bool):
-            raise validate.refusal("powersgd_error_feedback", config.powersgd_error_feedback, "give True or False")
-        if config.precision == "fp16":  # a step the loss scaler skips has inf gradients: they would stay in Q
-            raise validate.refusal("precision", config.precision, "strategy='powersgd' keeps Q and the error from "
-                                   "step to step, so one overflowing fp16 step would poison every later one; "
-                                   "use 'bf16' or 'fp32'")
+        check_knobs(config)
 
     def __init__(self, model, timeline, bucket_mb=1.0, first_bucket_mb=None, powersgd_rank: int = 4,
                  powersgd_start: int = 10, powersgd_error_feedback: bool = True, seed: int = 0, **options):
