@@ -18,10 +18,11 @@ def result():
 @pytest.mark.slow
 def test_both_hybrid_strategies_end_at_the_weights_of_one_process(result):
     rows = {row["strategy"]: row for row in result["rows"]}
-    assert set(rows) == {"ddp", "zero3", "hsdp", "hsdp_torch"}
+    assert set(rows) == {"ddp", "zero3", "fsdp", "hsdp", "hsdp_torch"}
     for name, row in rows.items():
         assert row["within_tolerance"], f"{name}: max |dtheta| = {row['max_abs_diff_vs_single']:.3g}"
-    assert result["not_emulated"].keys() == {"hsdp_torch"}  # FSDP2's collectives pass no emulated link
+    assert result["not_emulated"].keys() == {"fsdp", "hsdp_torch"}  # FSDP2's collectives pass no emulated link
+    assert rows["fsdp"]["bytes_between_per_step"] == pytest.approx(rows["zero3"]["bytes_between_per_step"], rel=0.01)
     assert [rows[n]["timed_on_link"] for n in ("ddp", "zero3", "hsdp")] == [True] * 3
 
 

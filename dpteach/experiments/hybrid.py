@@ -7,6 +7,7 @@ nodes (``dpteach/network/two_level.py``):
 * ``ddp``: a flat ring over every rank - every step's all-reduce moves at the slow link's pace, and the
   share of the ring's hops that join two nodes carries its bytes across (with nodes of two: half);
 * ``zero3``: the course's FSDP over every rank, flat too - 1.5 times DDP's bytes, with the same share across;
+* ``fsdp``: torch's FSDP2 over every rank, the same bytes as ``zero3`` (counted as its ring would send them);
 * ``hsdp``: the course's zero3 inside each node and one all-reduce of each gradient *shard* across nodes:
   only 2(R-1)/R x (Psi / S) bytes per rank cross (``dpteach/sync/hsdp.py``);
 * ``hsdp_torch``: torch's ``fully_shard`` on the same (replicate, shard) mesh, the reference for ``hsdp``.
@@ -31,11 +32,12 @@ import statistics
 
 from .. import validate
 from ..network.link import TwoLevelLink, resolve_two_level
+from ..network.two_level import crossing_share
 from ..ranks.world import World
 from ..sync import strategy_class
 from .compare import compare_strategies
 
-STRATEGIES = ("ddp", "zero3", "hsdp", "hsdp_torch")
+STRATEGIES = ("ddp", "zero3", "fsdp", "hsdp", "hsdp_torch")
 
 
 def _mean(values):
@@ -43,30 +45,39 @@ def _mean(values):
     return None if not values or any(v is None for v in values) else statistics.mean(values)
 
 
-def _levels(ranks: list[dict], bytes_per_step: float) -> dict:
+def _levels(ranks: list[dict], bytes_per_step: float, flat_share: float) -> dict:
     """Bytes per step and rank at each level: a hybrid strategy's own notes (counted and measured), else the
-    ``Comm``'s count split by its ring's share of hops that cross nodes (``link.levels``)."""
+    ``Comm``'s count split by its ring's share of hops that cross nodes (``link.levels``; ``flat_share``, a ring
+    over every rank's, for a strategy that sent past the emulated link: ``fsdp``)."""
     if all((r.get("notes") or {}).get("bytes_per_step") for r in ranks):
         per_rank = [r["notes"]["bytes_per_step"] for r in ranks]
         return {key: _mean(p[key] for p in per_rank) for key in
                 ("sent_between", "sent_inside", "received_between", "received_inside", "expected_between",
                  "expected_inside_gloo")}
     shares = [((r.get("link") or {}).get("levels") or {}).get("crossing_share") for r in ranks]
-    share = _mean(shares)
+    share = flat_share if all(s is None for s in shares) else _mean(shares)
     between = None if share is None else bytes_per_step * share
     return {"sent_between": between, "sent_inside": None if share is None else bytes_per_step - between,
             "received_between": None, "received_inside": None, "expected_between": None, "expected_inside_gloo": None}
 
 
+def _across_set_by(ranks: list[dict]) -> str | None:
+    """For a hybrid strategy, what set the time of its replicate group's messages (its ``notes``' across link)."""
+    reports = [(r.get("notes") or {}).get("across_link") for r in ranks]
+    reports = [rep for rep in reports if rep and rep["messages"]]
+    return max(reports, key=lambda rep: rep["machine_bound_share"])["time_set_by"] if reports else None
+
+
 def hybrid_sharding(world_size: int | World = 4, link="pcie/1gbe", ranks_per_node: int = 2, steps: int = 6,
                     model: str = "auto", backend: str = "auto", device: str = "auto", timeout: float = 300.0) -> dict:
-    """ddp, zero3, hsdp and hsdp_torch on ``world_size`` ranks, nodes of ``ranks_per_node``, on ``link``
+    """ddp, zero3, fsdp, hsdp and hsdp_torch on ``world_size`` ranks, nodes of ``ranks_per_node``, on ``link``
     ("INSIDE/BETWEEN" of two presets, or a ``TwoLevelLink`` of the same node size).
 
     Returns ``{"world_size", "ranks_per_node", "nodes", "link", "model", "steps", "tolerance", "rows":
     [{"strategy", "step_time_s", "timed_on_link", "bytes_per_step", "bytes_between_per_step",
     "bytes_inside_per_step", "received_between_per_step", "received_inside_per_step",
-    "expected_between_per_step", "expected_inside_gloo_per_step", "between_share", "max_abs_diff_vs_single", "within_tolerance"}],
+    "expected_between_per_step", "expected_inside_gloo_per_step", "between_share", "max_abs_diff_vs_single", "within_tolerance",
+    "time_set_by", "across_time_set_by"}],
     "not_emulated", "compare"}`` (bytes per rank; ``compare``: ``compare_strategies``' rows).
     """
     if not isinstance(world_size, World):
@@ -85,10 +96,11 @@ def hybrid_sharding(world_size: int | World = 4, link="pcie/1gbe", ranks_per_nod
     result = compare_strategies(world_size, model=model, steps=steps, strategies=STRATEGIES, link=two_level,
                                 backend=backend, device=device, timeout=timeout, hsdp_shard_size=ranks_per_node)
     tolerance = result["tolerance"]
+    flat_share = crossing_share(range(size), ranks_per_node)
     rows = []
     for row in result["rows"]:
         name = row["strategy"]
-        levels = _levels(result["runs"][name], row["bytes_per_step"])
+        levels = _levels(result["runs"][name], row["bytes_per_step"], flat_share)
         diff = row["max_abs_diff_vs_single"]
         rows.append({
             "strategy": name, "step_time_s": row["step_time_s"], "timed_on_link": strategy_class(name).emulates_link,
@@ -100,7 +112,10 @@ def hybrid_sharding(world_size: int | World = 4, link="pcie/1gbe", ranks_per_nod
             "expected_inside_gloo_per_step": levels["expected_inside_gloo"],
             "between_share": (None if levels["sent_between"] is None or not row["bytes_per_step"]
                               else levels["sent_between"] / row["bytes_per_step"]),
-            "max_abs_diff_vs_single": diff, "within_tolerance": None if diff is None else diff <= tolerance})
+            "max_abs_diff_vs_single": diff, "within_tolerance": None if diff is None else diff <= tolerance,
+            # who set the time of most messages on each level: the emulated link, or this machine's own copies
+            "time_set_by": (row["link_report"] or {}).get("time_set_by"),
+            "across_time_set_by": _across_set_by(result["runs"][name])})
     return {"world_size": size, "ranks_per_node": ranks_per_node, "nodes": size // ranks_per_node,
             "link": two_level.as_dict(), "model": result["model"], "steps": steps, "tolerance": tolerance,
             "rows": rows,

@@ -120,17 +120,21 @@ def render_hybrid(result: dict) -> None:
     """Per strategy: step time on the two-level link, bytes per step in all, across nodes and inside them (counted;
     received on the groups' sockets where measured), against what the replicate all-reduce should send."""
     size = lambda n: "-" if n is None else human_bytes(n)  # noqa: E731
+    set_by = lambda r: (r["time_set_by"] or "-") + ("" if r["across_time_set_by"] is None  # noqa: E731
+                                                     else f" / {r['across_time_set_by']}")
     table(["strategy", "step", "sends per step", "across nodes", "inside nodes", "received across (sockets)",
-           "expected across", "max |dθ| vs 1 process"],
+           "expected across", "max |dθ| vs 1 process", "time set by"],
           [[r["strategy"], f"{r['step_time_s'] * 1e3:.0f} ms" + ("" if r["timed_on_link"] else " *"),
             size(r["bytes_per_step"]), size(r["bytes_between_per_step"]), size(r["bytes_inside_per_step"]),
             size(r["received_between_per_step"]), size(r["expected_between_per_step"]),
-            "-" if r["max_abs_diff_vs_single"] is None else f"{r['max_abs_diff_vs_single']:.1e}"]
+            "-" if r["max_abs_diff_vs_single"] is None else f"{r['max_abs_diff_vs_single']:.1e}", set_by(r)]
            for r in result["rows"]],
           title=f"{result['world_size']} ranks as {result['nodes']} nodes of {result['ranks_per_node']}, "
                 f"link {result['link']['name']}")
     for name, why in result["not_emulated"].items():
         print(f"* {name}: {why}.")
+    print("'time set by': whether the emulated link or this machine's own transfers set the time of most messages "
+          "(for hsdp: inside a node / across nodes).")
     show(plot_hybrid(result))
 
 
