@@ -73,6 +73,7 @@ def test_runs_on_an_emulated_link():
     assert report["messages_per_step"] == (5 + 2 * 15) / 3  # 5 buckets: one message each, then three (rest, P, Q)
 
 
+@pytest.mark.slow
 def test_trained_side_by_side_it_equals_ddp_with_torch_s_own_hook():
     """``powersgd_torch`` is DDP with torch's powerSGD_hook registered: the oracle for the whole training run,
     not only one round. With one bucket (DDP's 25 MB) both see the same tensors in the same order."""
