@@ -46,6 +46,7 @@ def test_a_variant_names_a_strategy_and_its_main_knob_and_bad_ones_are_refused_b
         time_to_target({"world_size": 2}, links=[None])
 
 
+@pytest.mark.slow
 def test_local_sgd_averaging_after_every_step_is_synchronous_sgd_with_momentum():
     report = compare_strategies(4, strategies=["local_sgd@1"], steps=6)
     row = report["rows"][0]
