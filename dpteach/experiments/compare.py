@@ -66,13 +66,15 @@ def _mean_step(ranks: list[dict]) -> float | None:
 
 
 def _row(name: str, ranks: list[dict], reference: dict, local_step: float | None, target=None) -> dict:
+    """One strategy's row; ``name`` may be a variant (``powersgd@16``), its runs say which strategy ran."""
+    strategy = ranks[0]["config"]["strategy"]
     sent = [r["wire_bytes_per_step"] for r in ranks if r["wire_bytes_per_step"]]  # async: the server sends none
-    steady = strategy_class(name.partition("@")[0]).steady_from(ranks[0]["config"])  # PowerSGD: after its plain steps
+    steady = strategy_class(strategy).steady_from(ranks[0]["config"])  # PowerSGD: after its plain steps
     steady_sent = [statistics.mean(r["wire_bytes"][steady:] or r["wire_bytes"]) for r in ranks
                    if r.get("wire_bytes") and r["wire_bytes_per_step"]]
     diff = None if reference is None else (ranks[0]["params"] - reference["params"]).abs().max().item()
     return {
-        "strategy": name, **step_costs(name.partition("@")[0], ranks, local_step), **_target_columns(ranks, target),
+        "strategy": name, **step_costs(strategy, ranks, local_step), **_target_columns(ranks, target),
         "bytes_per_step": statistics.mean(steady_sent) if steady_sent else 0.0,
         "bytes_per_step_whole_run": statistics.mean(sent) if sent else 0.0, "bytes_counted_from_step": steady,
         # every step counted, also the rare ones that synchronise (local_sgd's median step never does)
@@ -80,7 +82,7 @@ def _row(name: str, ranks: list[dict], reference: dict, local_step: float | None
         "final_loss": ranks[0]["losses"][-1], "max_abs_diff_vs_single": diff,
         "replicas_identical": all(r["replica_spread"] == 0.0 for r in ranks),
         "allocator_peak_bytes_per_rank": max((r.get("allocator_peak_bytes") or 0 for r in ranks), default=0) or None,
-        "exact": strategy_class(name.partition("@")[0]).exact, "link_report": link_report(ranks),
+        "exact": strategy_class(strategy).exact, "link_report": link_report(ranks),
         "comm_s_per_rank": [comm_time(r["spans"]) for r in ranks],  # the whole run's, as its trace shows it
         # what the worst rank holds when its optimizer steps, and at most at once (sync/sharding.py)
         "state_bytes_per_rank": max(r.get("state_bytes", 0) for r in ranks),

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import replace
+from itertools import accumulate
 
 from .. import validate
 from ..network.link import resolve_link
@@ -52,16 +53,17 @@ def methods_to_target(world_size: int | World | None = 2, methods=METHODS, steps
     report = compare_strategies(world_size, model="mlp", steps=steps, strategies=list(methods), optimizer=optimizer,
                                 interleave=True, bucket_mb=BUCKET_MB, target_loss=target_loss, seed=seed,
                                 backend=backend, timeout=timeout, **{"powersgd_start": POWERSGD_START, **knobs})
-    sent = {row["strategy"]: row["bytes_per_step"] for row in report["rows"]}
-    ddp = sent.get("ddp")
-    rows = [{"method": row["strategy"], "strategy": row["strategy"].partition("@")[0], "knobs": row["knobs"],
-             "bytes_per_step": row["bytes_per_step"], "bytes_vs_ddp": None if not ddp else row["bytes_per_step"] / ddp,
-             "steps_to_target": row["steps_to_target"], "final_loss": smoothed(report["runs"][row["strategy"]][0]
-                                                                                ["losses"])[-1],
-             "losses": report["runs"][row["strategy"]][0]["losses"],
-             "curve": smoothed(report["runs"][row["strategy"]][0]["losses"]),
-             "exact": row["exact"], "max_abs_diff_vs_single": row["max_abs_diff_vs_single"]}
-            for row in report["rows"]]
+    ddp = next((row["bytes_per_step"] for row in report["rows"] if row["strategy"] == "ddp"), None)
+    rows = []
+    for row in report["rows"]:
+        method = row["strategy"]  # the name as asked: powersgd@4
+        losses = report["runs"][method][0]["losses"]  # the mean over the ranks, step by step
+        curve = smoothed(losses)
+        rows.append({"method": method, "strategy": method.partition("@")[0], "knobs": row["knobs"],
+                     "bytes_per_step": row["bytes_per_step"],
+                     "bytes_vs_ddp": None if not ddp else row["bytes_per_step"] / ddp,
+                     "steps_to_target": row["steps_to_target"], "final_loss": curve[-1], "losses": losses,
+                     "curve": curve, "exact": row["exact"], "max_abs_diff_vs_single": row["max_abs_diff_vs_single"]})
     return {"world_size": report["world_size"], "steps": steps, "optimizer": optimizer, "seed": seed, "knobs": knobs,
             "bucket_mb": BUCKET_MB, "powersgd_start": POWERSGD_START, "batch_per_rank": report["batch_per_rank"],
             "target_loss": report["target_loss"], "target_rule": report["target_rule"], "window": WINDOW,
@@ -92,8 +94,8 @@ def projected_times(measured: list[float], period: int, steps: int, steady_from:
 
 
 def _timed_on_rank(configs: list[TrainConfig]) -> list[dict]:
-    outs = train_each_on_rank(configs)
-    return [{k: out[k] for k in ("step_times", "losses", "link", "wire_bytes_per_step")} for out in outs]
+    """Only what the timing needs travels back: each run's step times and its link's account."""
+    return [{k: out[k] for k in ("step_times", "link")} for out in train_each_on_rank(configs)]
 
 
 def time_to_target(convergence: dict, links=LINKS, backend: str = "auto", timeout: float = 600.0) -> dict:
@@ -125,8 +127,7 @@ def time_to_target(convergence: dict, links=LINKS, backend: str = "auto", timeou
     for i, (row, link, period, steady_from) in enumerate(plan):
         measured = [max(per_rank[r][i]["step_times"][s] for r in range(world.size))  # a step ends when all have
                     for s in range(len(per_rank[0][i]["step_times"]))]
-        times = projected_times(measured, period, steps, steady_from)
-        seconds = [sum(times[:s + 1]) for s in range(steps)]
+        seconds = list(accumulate(projected_times(measured, period, steps, steady_from)))
         reached = row["steps_to_target"]
         report = per_rank[0][i]["link"] or {}
         rows.append({"method": row["method"], "link": link.name, "step_times": measured, "period": period,
