@@ -21,6 +21,14 @@ def test_measured_state_is_what_the_paper_predicts_for_every_strategy(memory):
         assert row["max_abs_diff_vs_single"] <= memory["tolerance"] and row["replicas_identical"]
 
 
+def test_activations_are_measured_once_for_a_ranks_micro_batch_and_no_strategy_shards_them(memory):
+    from dpteach.replica.activations import activation_profile
+    batch = memory["batch_per_rank"]
+    profile = activation_profile(memory["model"], batch)  # lesson 15's measure, at the same micro-batch
+    assert memory["activation_bytes"] == profile["saved_bytes"] > 0
+    assert {row["activation_bytes"] for row in memory["rows"]} == {memory["activation_bytes"]}
+
+
 def test_each_stage_holds_less_and_only_stage_3_sends_more(memory):
     rows = {r["strategy"]: r for r in memory["rows"]}
     held = [rows[s]["state_bytes"] for s in ("ddp", "zero1", "zero2", "zero3")]

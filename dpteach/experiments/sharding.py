@@ -3,7 +3,9 @@
 * ``sharding_memory`` trains ``ddp``, ``zero1``, ``zero2``, ``zero3`` and ``fsdp`` side by side and
   reports, per strategy, what a rank holds when its optimizer steps (measured from its tensors), its
   peak with the transient unsharded buffers, and the bytes it sends per step - next to what the ZeRO
-  paper's accounting predicts for this model (Rajbhandari et al., SC 2020, section 5).
+  paper's accounting predicts for this model (Rajbhandari et al., SC 2020, section 5). Beside them, the
+  activations one forward pass of a rank's micro-batch keeps for backward: they come on top of the
+  states, grow with the per-rank batch and are the same under every strategy (lesson 15 measures them).
 * ``sharding_timeline`` records every rank's spans for ``zero3`` or ``fsdp``: the all-gathers of the
   next layer issued before the current layer computes (prefetching), and where FSDP2 on CPU does not.
 * ``sharding_payoff`` is arithmetic, instant: for a model size, a GPU and a link, the memory per GPU
@@ -12,13 +14,18 @@
 """
 from __future__ import annotations
 
+import torch
+
 from .. import validate
 
 from ..network import costmodel
 from ..network.link import resolve_link
+from ..ranks.backend import plain_fp32
 from ..ranks.launcher import launch
 from ..ranks.world import World, resolve_world
+from ..replica.activations import saved_activation_bytes
 from ..replica.build import OPTIMIZERS
+from ..replica.data import loss_fn, make_dataset, sample_batch
 from ..replica.model_states import model_state_bytes
 from ..replica.models import build_model
 from ..replica.sizing import RunLoad, check_model, choose_model, run_facts
@@ -26,6 +33,7 @@ from ..replica.timeline import exposed_time, start_together
 from ..replica.trace import save_trace
 from ..sync import strategy_class
 from ..sync.fsdp_trace import fsdp_spans, profile_step
+from ..training.reference import reference_device
 from ..training.train import SyncTrainer, TrainConfig
 from .compare import compare_strategies, run_strategy
 
@@ -50,10 +58,15 @@ def sharding_memory(world_size: int | World | None = None, model: str = "auto", 
     row also has the allocator's peak (``allocator_peak_bytes``, ``torch.cuda.max_memory_allocated``):
     everything the rank allocated at once, activations and FSDP2's own buffers included.
 
+    ``activation_bytes``: what one forward pass of a rank's micro-batch (``batch_per_rank`` samples) keeps
+    for backward, counted from the saved tensors (``dpteach/replica/activations.py``), measured once here,
+    in this process, on the ranks' kind of device. Every strategy shards model states, none shards these:
+    each rank holds those of its own micro-batch, so every row has the same number.
+
     Returns ``{"world_size", "backend", "device", "model", "model_choice", "optimizer", "param_bytes",
-    "tolerance", "rows": [{"strategy", "state_bytes", "predicted_state_bytes", "peak_bytes",
-    "allocator_peak_bytes", "state_vs_ddp", "bytes_per_step", "bytes_vs_ddp", "max_abs_diff_vs_single",
-    "replicas_identical"}]}``.
+    "batch_per_rank", "activation_bytes", "tolerance", "rows": [{"strategy", "state_bytes",
+    "predicted_state_bytes", "peak_bytes", "allocator_peak_bytes", "activation_bytes", "state_vs_ddp",
+    "bytes_per_step", "bytes_vs_ddp", "max_abs_diff_vs_single", "replicas_identical"}]}``.
     """
     check_model(model)
     validate.choice("optimizer", optimizer, OPTIMIZERS)
@@ -63,6 +76,7 @@ def sharding_memory(world_size: int | World | None = None, model: str = "auto", 
                                 optimizer=optimizer, timeout=timeout)
     model = report["model"]
     param_bytes = sum(p.numel() * p.element_size() for p in build_model(model, device="meta").parameters())
+    activations = micro_batch_activation_bytes(model, report["batch_per_rank"], reference_device(world.placement))
     by_name = {r["strategy"]: r for r in report["rows"]}
     ddp = by_name["ddp"]
     rows = [{"strategy": name, "state_bytes": r["state_bytes_per_rank"], "peak_bytes": r["peak_bytes_per_rank"],
@@ -70,12 +84,24 @@ def sharding_memory(world_size: int | World | None = None, model: str = "auto", 
              "state_vs_ddp": r["state_bytes_per_rank"] / ddp["state_bytes_per_rank"],
              "bytes_per_step": r["bytes_per_step"], "bytes_vs_ddp": r["bytes_per_step"] / ddp["bytes_per_step"],
              "step_time_s": r["step_time_s"], "max_abs_diff_vs_single": r["max_abs_diff_vs_single"],
-             "allocator_peak_bytes": r["allocator_peak_bytes_per_rank"],
+             "allocator_peak_bytes": r["allocator_peak_bytes_per_rank"], "activation_bytes": activations,
              "replicas_identical": r["replicas_identical"]} for name, r in by_name.items()]
     return {**{k: report[k] for k in ("world_size", "real_ranks", "peers", "peers_note", "backend", "device", "model",
                                       "model_choice")},
             "optimizer": optimizer, "steps": steps, "accum_steps": accum_steps, "param_bytes": param_bytes,
+            "batch_per_rank": report["batch_per_rank"], "activation_bytes": activations,
             "tolerance": report["tolerance"], "rows": rows}
+
+
+def micro_batch_activation_bytes(model: str, batch_per_rank: int, device: str) -> int:
+    """Bytes one forward pass of ``model`` on a micro-batch of ``batch_per_rank`` keeps for backward, on
+    ``device`` (weights from seed 0 and the first samples of its data: the bytes depend on neither)."""
+    inputs, targets = (t.to(device) for t in sample_batch(make_dataset(model, batch_per_rank), range(batch_per_rank)))
+    with plain_fp32(device):
+        saved = saved_activation_bytes(build_model(model, device=device), inputs, targets, loss_fn(model))
+    if str(device).startswith("cuda"):  # the model measured here is gone: give its memory back to the GPU
+        torch.cuda.empty_cache()
+    return saved["saved_bytes"]
 
 
 def sharding_timeline(world_size: int | World | None = None, model: str = "auto", steps: int = 3,
