@@ -72,7 +72,7 @@ LESSONS = (
     Lesson("09", "scaling", "Scaling",
            "How far does data parallelism scale, here and on thousands of GPUs, and what do the nodes' NICs "
            "change?",
-           ("scaling.scaling_sweep", "scaling.scaling_simulation")),
+           ("scaling.scaling_sweep", "scaling.scaling_simulation", "batch_size.time_to_target_scaling")),
     Lesson("10", "practice_exam", "Practice exam",
            "The exam-style questions, each linked to the experiment that proves its answer"),
     Lesson("11", "sharding", "Sharded data parallelism",
@@ -95,6 +95,11 @@ LESSONS = (
            "(PowerSGD), fewer synchronisations (local SGD, DiLoCo), or sharding only inside a node (HSDP)?",
            ("sending_less.methods_to_target", "sending_less.time_to_target", "sending_less.outer_step",
             "powersgd.powersgd_against_torch", "hybrid.hybrid_sharding")),
+    Lesson("15", "batch_size", "How big a batch",
+           "What limits the batch a rank can hold (activations, and checkpointing's trade), how must the learning "
+           "rate follow the global batch, and past which batch do more ranks stop saving steps?",
+           ("activations.activation_memory", "activations.checkpointing", "batch_size.lr_rules",
+            "batch_size.critical_batch")),
 )
 
 # Experiments that no lesson's notebook calls but the command line does (`dpteach compare`).

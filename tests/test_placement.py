@@ -175,6 +175,10 @@ EXPERIMENTS = {  # name -> a call with world_size W that reaches its launch
     "outer_step": lambda w: ex.outer_step(world_size=w, steps=8),
     "powersgd_against_torch": lambda w: ex.powersgd_against_torch(world_size=w),
     "hybrid_sharding": lambda w: ex.hybrid_sharding(world_size=w, ranks_per_node=getattr(w, "size", w) // 2),
+    "lr_rules": lambda w: ex.lr_rules(batches=(64,), world_size=w, max_steps=8),
+    "critical_batch": lambda w: ex.critical_batch(batches=(32, 64), world_size=w, max_steps=8),
+    "time_to_target_scaling": lambda w: ex.time_to_target_scaling(
+        {"model": "mlp", "scaling": "weak", "rows": [{"world_size": 1, "batch_per_rank": 32}]}, world_size=w),
 }
 
 
@@ -182,6 +186,7 @@ def test_every_experiment_that_launches_is_listed():
     launching = {name for name in ex.__all__} - {"memory_per_replica", "measure_model_memory", "bucket_assignment",
                                                  "scaling_simulation", "scaling_sweep", "sharding_payoff",  # no ranks, or its own test
                                                  "checkpoint_interval",  # arithmetic and a simulation, no ranks
+                                                 "activation_memory", "checkpointing",  # one process, no ranks
                                                  "fault_detection", "restart_run", "replica_groups"}  # child torchrun or torchft jobs: their worlds are torchrun's
     assert launching <= set(EXPERIMENTS), sorted(launching - set(EXPERIMENTS))
 

@@ -1,0 +1,307 @@
+"""Lesson 15: how big a batch - the learning-rate rules and the critical batch size, measured on real ranks.
+
+Every run here trains the course's MLP from the same seed on the same stream of fresh samples (one pass,
+no sample seen twice, as in the large-batch papers' regime), on W ranks with gloo or NCCL. A global batch
+of B samples is W ranks x K accumulated micro-batches x B / (W K) samples, so a laptop reaches 4096 with
+micro-batches of at most ``MAX_MICRO`` samples. Each step all-reduces the gradients *and* two numbers
+beside them, the rank's own squared gradient norm and its loss, so every rank sees the same mean loss
+and takes the same decisions (when a run reached its target, which learning rate to try next), and
+the noise scale comes out of the same all-reduce (``training/batch_rules.py`` explains the estimator).
+
+* :func:`lr_rules`: one base learning rate, scaled to larger batches as ``fixed``, ``linear`` or
+  ``sqrt``, each with and without warmup; loss against steps and against samples.
+* :func:`critical_batch`: at each global batch, the steps to a target loss with the best learning rate of
+  a small grid, the fit ``S = S_min (1 + B_noise / B)``, and the simple noise scale from the ranks' own
+  gradients.
+* :func:`time_to_target_scaling`: lesson 09's weak-scaling step times turned into time to a target loss.
+
+A loss "reaches" the target when its running mean over the last ``WINDOW`` steps does
+(``training/target.py``), the rule of lesson 14.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from .. import validate
+from ..ranks import context
+from ..ranks.launcher import launch
+from ..ranks.world import World, resolve_world
+from ..replica.data import make_dataset, rank_microbatches, sample_batch
+from ..replica.models import build_model
+from ..training.batch_rules import LR_RULES, NoiseScale, fit_steps, lr_at, scaled_lr
+from ..training.target import WINDOW
+
+MODEL = "mlp"
+MAX_MICRO = 256  # samples per micro-batch at most; larger per-rank batches accumulate
+TARGET_LOSS = 0.7  # about 30% of the first loss, ln(10) = 2.30: far enough for the noise scale to have grown
+MOMENTUM = 0.9
+DIVERGED = 5.0  # a loss above this many times the first counts as diverged (a spike that recovers stays below)
+BASE_LR = 0.00125  # lr_rules' default at a batch of 32: x128 (linear, to 4096) gives 0.16, see lr_rules
+LR_GRID = tuple(0.0025 * 2 ** i for i in range(9))  # 0.0025 .. 0.64
+
+
+def split(batch: int, world_size: int, name: str = "batch") -> tuple[int, int]:
+    """(per-rank micro-batch, accumulation steps) for a global ``batch`` on ``world_size`` ranks."""
+    per_rank, rest = divmod(batch, world_size)
+    if rest or per_rank < 1:
+        raise ValueError(f"{name}={batch} is not allowed on {world_size} ranks: a global batch must be a multiple "
+                         "of the world size")
+    accum = max(1, math.ceil(per_rank / MAX_MICRO))
+    while per_rank % accum:
+        accum += 1
+    return per_rank // accum, accum
+
+
+def _step_data(run: dict, step: int):
+    """The global batch of ``step``: ``run["batch"]`` fresh samples drawn from the step's own seed, so a run's
+    data do not depend on which other runs share the launch or how long they are."""
+    return make_dataset(MODEL, run["batch"], seed=1 + step + 100_003 * run.get("seed", 0))
+
+
+def _train(run: dict, world_size: int, rank: int, stop_after: int | None = None) -> dict:
+    """One run on this rank; every rank returns the same record (losses and decisions are all-reduced)."""
+    batch = run["batch"]
+    micro, accum = split(batch, world_size)
+    model = build_model(MODEL, seed=run.get("seed", 0), device=context.device())
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.SGD(params, lr=run["lr"], momentum=MOMENTUM)
+    noise, losses, lrs = NoiseScale(), [], []
+    limit = min(run["max_steps"], stop_after) if stop_after else run["max_steps"]
+    reached = diverged = None
+    for step in range(limit):
+        lr = lr_at(step, run["lr"], run["base_lr"], run.get("warmup_steps", 0))
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        data = _step_data(run, step)
+        optimizer.zero_grad(set_to_none=False)
+        loss_sum = 0.0
+        for part in rank_microbatches(list(range(batch)), rank, world_size, micro, accum):
+            x, y = (t.to(context.device()) for t in sample_batch(data, part))
+            loss = F.cross_entropy(model(x), y) / accum
+            loss.backward()
+            loss_sum += loss.item()
+        flat = torch.cat([p.grad.reshape(-1) for p in params])
+        local = torch.stack([flat.pow(2).sum(), torch.tensor(loss_sum, device=flat.device)])
+        message = torch.cat([flat, local]) / world_size
+        dist.all_reduce(message)  # the mean gradient, the mean of the ranks' squared norms, the mean loss
+        offset = 0
+        for p in params:
+            p.grad.copy_(message[offset:offset + p.numel()].view_as(p))
+            offset += p.numel()
+        mean_sq, mean_loss = message[-2].item(), message[-1].item()
+        if world_size > 1:
+            noise.add(mean_sq, message[:-2].pow(2).sum().item(), batch / world_size, batch)
+        optimizer.step()
+        losses.append(mean_loss)
+        lrs.append(lr)
+        if not math.isfinite(mean_loss) or mean_loss > DIVERGED * losses[0]:
+            diverged = step + 1
+            break
+        recent = losses[-WINDOW:]
+        if sum(recent) / len(recent) <= run["target"]:
+            reached = step + 1
+            break
+    return {**run, "micro_batch": micro, "accum_steps": accum, "losses": losses, "lrs": lrs,
+            "steps_to_target": reached, "samples_to_target": reached * batch if reached else None,
+            "diverged_at": diverged, "stopped_at": None if reached or diverged else len(losses),
+            "noise": noise.as_dict()}
+
+
+def _runs_on_rank(runs: list[dict]) -> list[dict]:
+    out = []
+    for run in runs:
+        out.append(_train(run, context.world_size(), context.rank()))
+        if context.rank() == 0:
+            context.report_progress(1, total=len(runs), desc="runs")
+    return out
+
+
+def _search_on_rank(batches: list[int], target: float, max_steps: int, start_lr: float) -> list[dict]:
+    """Per batch, the best learning rate of ``LR_GRID`` by steps to target, searched greedily: start where the
+    previous batch's best was, walk up the grid while that saves steps, else down. A run that has not
+    reached the target when it has taken as many steps as the best so far stops there (it cannot win)."""
+    at = min(range(len(LR_GRID)), key=lambda i: abs(math.log(LR_GRID[i] / start_lr)))
+    rows = []
+    for batch in batches:
+        tried = {}
+
+        def attempt(i):
+            best = min((r["steps_to_target"] for r in tried.values() if r["steps_to_target"]), default=None)
+            run = {"batch": batch, "lr": LR_GRID[i], "base_lr": LR_GRID[i], "max_steps": max_steps, "target": target}
+            tried[i] = _train(run, context.world_size(), context.rank(), stop_after=best)
+
+        def better(i, j):  # did grid point i take fewer steps than j?
+            a, b = tried[i]["steps_to_target"], tried[j]["steps_to_target"]
+            return a is not None and (b is None or a < b)
+
+        def walk(direction) -> int:
+            i = at
+            while 0 <= i + direction < len(LR_GRID):
+                attempt(i + direction)
+                if not better(i + direction, i):
+                    break
+                i += direction
+            return i
+
+        attempt(at)
+        if walk(+1) == at:
+            walk(-1)
+        best_i = min(tried, key=lambda i: (tried[i]["steps_to_target"] or math.inf, i))
+        at = best_i
+        best = tried[best_i]
+        rows.append({"batch": batch, "micro_batch": best["micro_batch"], "accum_steps": best["accum_steps"],
+                     "best_lr": LR_GRID[best_i] if best["steps_to_target"] else None,
+                     "steps_to_target": best["steps_to_target"], "samples_to_target": best["samples_to_target"],
+                     "losses": best["losses"], "noise": best["noise"],
+                     "tried": [{"lr": LR_GRID[i], "steps_to_target": r["steps_to_target"],
+                                "diverged_at": r["diverged_at"], "stopped_at": r["stopped_at"]}
+                               for i, r in sorted(tried.items())]})
+        if context.rank() == 0:
+            context.report_progress(1, total=len(batches), desc="batches")
+    return rows
+
+
+def _check_batches(name: str, batches, world_size: int) -> list[int]:
+    batches = list(batches)
+    if not batches:
+        raise ValueError(f"{name}=[] is not allowed: give at least one global batch")
+    for b in batches:
+        validate.integer(name, b, low=1)
+        split(b, world_size, name)
+    return batches
+
+
+def critical_batch(batches=(32, 64, 128, 256, 512, 1024, 2048), world_size: int | World = 2,
+                   target_loss: float = TARGET_LOSS, max_steps: int = 200, start_lr: float = 0.01,
+                   backend: str = "auto", timeout: float = 300.0) -> dict:
+    """Steps and samples to ``target_loss`` at each global batch (its best learning rate from ``LR_GRID``), the
+    fit ``S = S_min (1 + B_noise / B)``, and the simple noise scale measured from the ranks' gradients.
+
+    Returns ``{"model", "world_size", "target_loss", "window", "rows": [{"batch", "micro_batch", "accum_steps",
+    "best_lr", "steps_to_target", "samples_to_target", "losses", "noise", "tried"}], "fit" (see
+    ``batch_rules.fit_steps``; None with fewer than two batches that reached the target), "noise_scale"
+    (B_simple from all the best runs' steps together: {"b_simple", "grad_sq", "trace_sigma", "steps"}),
+    "b_crit" (the fit's E_min / S_min, which equals its B_noise)}``.
+    """
+    world = resolve_world(world_size, backend=backend)
+    validate.ranks(world, 2, "the noise scale needs two batch sizes: a rank's own and the all-reduced")
+    batches = sorted(_check_batches("batches", batches, world.size))
+    validate.number("target_loss", target_loss, above=0)
+    validate.integer("max_steps", max_steps, low=WINDOW)
+    validate.number("start_lr", start_lr, above=0)
+    validate.number("timeout", timeout, above=0, unit="a number of seconds")
+    rows = launch(_search_on_rank, world, args=(batches, target_loss, max_steps, start_lr), timeout=timeout,
+                  show_output=False)[0]
+    reached = [r for r in rows if r["steps_to_target"]]
+    fit = fit_steps([r["batch"] for r in reached], [r["steps_to_target"] for r in reached]) \
+        if len({r["batch"] for r in reached}) >= 2 else None
+    pooled = NoiseScale()
+    for r in reached:
+        pooled.g2 += r["noise"]["grad_sq"] * r["noise"]["steps"]
+        pooled.trace += r["noise"]["trace_sigma"] * r["noise"]["steps"]
+        pooled.steps += r["noise"]["steps"]
+    return {"model": MODEL, "world_size": world.size, "target_loss": target_loss, "window": WINDOW,
+            "momentum": MOMENTUM, "lr_grid": list(LR_GRID), "max_steps": max_steps, "rows": rows, "fit": fit,
+            "noise_scale": pooled.as_dict(), "b_crit": fit["b_noise"] if fit else None}
+
+
+def lr_rules(batches=(32, 256, 2048), world_size: int | World = 2, base_lr: float = BASE_LR, base_batch: int = 32,
+             rules=LR_RULES, warmup_steps: int = 10, target_loss: float = TARGET_LOSS, max_steps: int = 60,
+             backend: str = "auto", timeout: float = 300.0) -> dict:
+    """The same model at each global batch with ``base_lr`` (good at ``base_batch``) scaled by each rule, with and
+    without ``warmup_steps`` of linear warmup; every run stops at ``target_loss`` or after ``max_steps``.
+
+    The default ``base_lr`` is ``BASE_LR``: scaled linearly from 32 to 4096 it ends at 0.16, the largest rate of
+    ``LR_GRID`` that trained this MLP at any batch in ``critical_batch``. The rate that is best at 32 alone (0.01
+    to 0.02 there) scaled by 64 or 128 is past that edge: the linear rule's premise, that k steps' worth of
+    gradient can be taken in one, holds only while the larger step stays stable (Goyal et al. section 2.1),
+    which a learner can see by choosing it. Warmup changes nothing when the rate does not change (``fixed``),
+    so ``fixed`` runs once.
+
+    Returns ``{"rows": [{"batch", "rule", "warmup_steps", "lr", "losses", "lrs", "steps_to_target",
+    "samples_to_target", "diverged_at", "stopped_at", "micro_batch", "accum_steps"}], "largest": {"batch",
+    "fewest" (rule and warmup of the fewest steps), "linear_warmup_vs_fixed" (steps ratio, None where either
+    missed)}, ...}``. At ``base_batch`` the rules agree, so it is run once.
+    """
+    world = resolve_world(world_size, backend=backend)
+    batches = sorted(_check_batches("batches", batches, world.size))
+    for rule in rules:
+        validate.choice("rules", rule, LR_RULES)
+    validate.number("base_lr", base_lr, above=0)
+    validate.integer("base_batch", base_batch, low=1)
+    validate.integer("warmup_steps", warmup_steps, low=0)
+    validate.number("target_loss", target_loss, above=0)
+    validate.integer("max_steps", max_steps, low=WINDOW)
+    runs = []
+    for batch in batches:
+        combos = [("fixed", 0)] if batch == base_batch else [
+            (r, 0 if r == "fixed" else w) for r in rules for w in (0, warmup_steps)]
+        for rule, warm in dict.fromkeys(combos):
+            runs.append({"batch": batch, "rule": rule, "warmup_steps": warm, "base_lr": base_lr,
+                         "lr": scaled_lr(rule, base_lr, base_batch, batch), "max_steps": max_steps,
+                         "target": target_loss})
+    rows = launch(_runs_on_rank, world, args=(runs,), timeout=timeout, show_output=False)[0]
+    for row in rows:
+        row.pop("noise")
+    largest = max(batches)
+    at_largest = {(r["rule"], r["warmup_steps"]): r for r in rows if r["batch"] == largest}
+    done = [r for r in at_largest.values() if r["steps_to_target"]]
+    fewest = min(done, key=lambda r: r["steps_to_target"]) if done else None
+    lin, fixed = at_largest.get(("linear", warmup_steps)), at_largest.get(("fixed", 0))
+    ratio = (lin["steps_to_target"] / fixed["steps_to_target"]
+             if lin and fixed and lin["steps_to_target"] and fixed["steps_to_target"] else None)
+    # Fewer steps: reached, where fixed did not within max_steps or took more.
+    beats = bool(lin and fixed and lin["steps_to_target"] and
+                 (fixed["steps_to_target"] is None or lin["steps_to_target"] < fixed["steps_to_target"]))
+    return {"model": MODEL, "world_size": world.size, "base_lr": base_lr, "base_batch": base_batch,
+            "warmup_steps": warmup_steps, "target_loss": target_loss, "window": WINDOW, "momentum": MOMENTUM,
+            "max_steps": max_steps, "rows": rows,
+            "largest": {"batch": largest,
+                        "fewest": {"rule": fewest["rule"], "warmup_steps": fewest["warmup_steps"],
+                                   "steps_to_target": fewest["steps_to_target"]} if fewest else None,
+                        "linear_warmup_vs_fixed": ratio, "linear_warmup_beats_fixed": beats}}
+
+
+def time_to_target_scaling(scaling: dict, critical: dict | None = None, world_size: int | World = 2,
+                           target_loss: float = TARGET_LOSS, backend: str = "auto") -> dict:
+    """Lesson 09's weak-scaling run judged by time to a target loss instead of samples per second.
+
+    At W ranks the global batch is W x the per-rank batch, so a step takes the time ``scaling`` measured at W
+    and the run needs the steps ``critical_batch`` measures at that global batch (run here at exactly those
+    batches unless ``critical`` is given). Time to target = steps x step time; its efficiency, like lesson
+    09's, is the speed-up over W = 1 divided by W. Below the critical batch the two efficiencies agree;
+    past it, more ranks still add samples per second but hardly save steps.
+
+    Returns ``{"rows": [{"world_size", "global_batch", "step_time_s", "steps_to_target", "time_to_target_s",
+    "efficiency" (samples per second, lesson 09's), "efficiency_to_target"}], "critical", "target_loss",
+    "b_crit"}``; it needs a run of the MLP (the model ``critical_batch`` trains).
+    """
+    if scaling.get("model") != MODEL:
+        raise ValueError(f"scaling with model={scaling.get('model')!r} is not allowed: the steps to target are "
+                         f"measured for the {MODEL!r} (run lesson 09's panel with the MLP)")
+    if scaling.get("scaling") != "weak":
+        raise ValueError(f"scaling={scaling.get('scaling')!r} is not allowed: only weak scaling changes the global "
+                         "batch with W")
+    batch_at = {r["world_size"]: r["world_size"] * r["batch_per_rank"] for r in scaling["rows"]}
+    if critical is None:
+        critical = critical_batch(sorted(set(batch_at.values())), world_size=world_size, target_loss=target_loss,
+                                  backend=backend)
+    steps = {r["batch"]: r["steps_to_target"] for r in critical["rows"]}
+    missing = sorted(set(batch_at.values()) - set(steps))
+    if missing:
+        raise ValueError(f"critical has no run at global batch {missing}: give one measured at every W's batch")
+    rows = []
+    for r in scaling["rows"]:
+        s = steps[batch_at[r["world_size"]]]
+        rows.append({"world_size": r["world_size"], "global_batch": batch_at[r["world_size"]],
+                     "step_time_s": r["step_time_s"], "steps_to_target": s,
+                     "time_to_target_s": s * r["step_time_s"] if s else None, "efficiency": r["efficiency"]})
+    one = rows[0]["time_to_target_s"] if rows[0]["world_size"] == 1 else None
+    for row in rows:
+        t = row["time_to_target_s"]
+        row["efficiency_to_target"] = one / (row["world_size"] * t) if one and t else None
+    return {"rows": rows, "critical": critical, "target_loss": critical["target_loss"], "b_crit": critical["b_crit"]}
