@@ -36,9 +36,21 @@ playwright = pytest.importorskip("playwright.sync_api", reason="the playwright p
 Image = pytest.importorskip("PIL.Image", reason="Pillow (a matplotlib dependency) is not installed")
 pytestmark = browser_marks(pytest)
 
-RUN_ALL = "async () => await window.jupyterapp.commands.execute('notebook:run-all-cells')"
+# Started, not awaited: the cells' prompts say when they have run (ALL_RAN), and a wait that ends tells which
+# cell it ended on (NOT_RUN) instead of waiting on a promise that says nothing when it never settles.
+RUN_ALL = "() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }"
 ALL_RAN = """() => { const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')];
   return prompts.length > 0 && prompts.every(p => /\\[\\d+\\]/.test(p.innerText)); }"""
+NOT_RUN = """() => {
+  const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+  const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
+  const cells = [...document.querySelectorAll('.jp-CodeCell')];
+  const waiting = cells.map((c, i) => [i, c]).filter(([i, c]) => {
+    const p = c.querySelector('.jp-InputPrompt'); return !p || !/\\[\\d+\\]/.test(p.innerText); });
+  return {kernel: k ? `${k.connectionStatus}/${k.status}` : 'none', cells: cells.length,
+          waiting: waiting.map(([i, c]) => `cell ${i} ${(c.querySelector('.jp-InputPrompt') || {}).innerText || ''}: `
+            + (c.querySelector('.jp-OutputArea') || {innerText: ''}).innerText.slice(-400))};
+}"""
 IMAGES = """() => [...document.querySelectorAll('.jp-Notebook img')].map(img => ({
   src: img.src.startsWith('data:image/png') ? img.src : '', complete: img.complete,
   width: img.naturalWidth, height: img.naturalHeight}))"""
@@ -125,8 +137,11 @@ def test_a_learner_runs_the_notebook_then_every_panel_again(lab, notebook):
         page.wait_for_selector(".jp-Notebook .jp-CodeCell", timeout=90_000)
         page.wait_for_function(KERNEL_IDLE, timeout=90_000)
         page.evaluate(RUN_ALL)
-        page.wait_for_function(ALL_RAN, timeout=300_000)
-        page.wait_for_function(KERNEL_IDLE, timeout=300_000)
+        try:  # well inside the test's own time limit, so a cell that never ends is named
+            page.wait_for_function(ALL_RAN, timeout=200_000)
+        except playwright.TimeoutError:
+            pytest.fail(f"{notebook}: Run All did not finish in 200 s: {page.evaluate(NOT_RUN)}")
+        page.wait_for_function(KERNEL_IDLE, timeout=120_000)
         text = page.locator(".jp-Notebook").inner_text()
         assert "Traceback" not in text and "Error displaying widget" not in text, f"{notebook} shows an error"
         check_figures(page, f"{notebook} after Run All")
