@@ -120,6 +120,43 @@ def sending_less_lines(report: dict) -> list[str]:
     return out
 
 
+def critical_batch_lines(report: dict) -> list[str]:
+    """Lesson 15's bar: steps to the target at each global batch, the fit and the ranks' noise scale."""
+    fit, noise = report["fit"], report["noise_scale"]
+    predicted = dict(zip(fit["batches"], fit["predicted"])) if fit else {}
+    out = [f"MLP on {report['world_size']} ranks, target loss {report['target_loss']} (running mean of "
+           f"{report['window']} steps), SGD with momentum {report['momentum']}, best learning rate of the grid per batch.", "",
+           "| global batch | micro x accum per rank | best lr | steps to target | fit predicts | off by | samples |",
+           "|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in report["rows"]:
+        p = predicted.get(r["batch"])
+        off = f"{(p - r['steps_to_target']) / r['steps_to_target']:+.0%}" if p and r["steps_to_target"] else "-"
+        out.append(f"| {r['batch']} | {r['micro_batch']} x {r['accum_steps']} | {r['best_lr']} | "
+                   f"{r['steps_to_target'] or 'not reached'} | {f'{p:.1f}' if p else '-'} | {off} | "
+                   f"{r['samples_to_target'] or '-'} |")
+    if fit:
+        out.append(f"\nFit S = S_min (1 + B_noise / B): S_min **{fit['s_min']:.1f}**, B_noise **{fit['b_noise']:.0f}**, "
+                   f"worst error **{fit['worst_error']:.0%}** (bar: 25%). ")
+    out.append(f"B_simple from the ranks' own and all-reduced gradients ({noise['steps']} steps): "
+               f"**{noise['b_simple']:.0f}**." if noise["b_simple"] else "No noise-scale estimate.")
+    return out
+
+
+def lr_rules_lines(report: dict) -> list[str]:
+    """Lesson 15's bar: at the largest batch, linear scaling with warmup against the fixed rate."""
+    out = [f"MLP on {report['world_size']} ranks, base lr {report['base_lr']} at B={report['base_batch']}, "
+           f"warmup {report['warmup_steps']} steps, target loss {report['target_loss']}, at most {report['max_steps']} "
+           "steps.", "", "| global batch | rule | warmup | lr | steps to target |", "|---:|---|---:|---:|---|"]
+    for r in report["rows"]:
+        outcome = (str(r["steps_to_target"]) if r["steps_to_target"] else
+                   f"diverged at {r['diverged_at']}" if r["diverged_at"] else f"not in {r['stopped_at']}")
+        out.append(f"| {r['batch']} | {r['rule']} | {r['warmup_steps']} | {r['lr']:.4g} | {outcome} |")
+    big = report["largest"]
+    out.append(f"\nAt the largest batch ({big['batch']}) linear scaling with warmup took fewer steps than the fixed "
+               f"rate: **{big['linear_warmup_beats_fixed']}**.")
+    return out
+
+
 def main() -> int:
     for path in sorted(RESULTS.glob("*.json")):
         data = json.loads(path.read_text())
@@ -136,7 +173,11 @@ def main() -> int:
                   f"steps (ms), alternating: plain {', '.join(f'{t * 1e3:.1f}' for t in report['plain_step_s'])}; "
                   f"rank {', '.join(f'{t * 1e3:.1f}' for t in report['rank_step_s'])}.\n")
             continue
-        if "rate_bits" in report:
+        if "noise_scale" in report:
+            table = critical_batch_lines(report)
+        elif "linear_warmup_beats_fixed" in report.get("largest", {}):
+            table = lr_rules_lines(report)
+        elif "rate_bits" in report:
             table = shaped_table(report)
         elif "strategy" in report["rows"][0]:
             table = compare_table(report) + (link_lines(report) if report.get("link") else []) + \

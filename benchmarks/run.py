@@ -29,6 +29,8 @@ RUNS = {
                                   "ddp,zero1,zero2,zero3,fsdp", "--json"],
     "sending_less_w4_1gbe.json": ["compare", "-w", "4", "--strategies", "ddp,powersgd,local_sgd,diloco", "--link", "1gbe",
                                   "--json"],
+    "critical_batch_mlp_w2.json": ["batch-size", "--batches", "32,64,128,256,512,1024,2048,4096", "--json"],
+    "lr_rules_mlp_w2.json": ["batch-size", "--lr-rules", "--batches", "32,512,4096", "--json"],
 }
 # Written by tests/test_link_shaped.py when DPTEACH_SHAPED_RESULTS names this folder (root only):
 #     sudo DPTEACH_SHAPED_RESULTS=benchmarks/results .venv/bin/python -m pytest -s tests/test_link_shaped.py

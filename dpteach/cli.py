@@ -18,6 +18,7 @@ COMMANDS = {
     "train": ("dpteach.commands.train", "train one strategy with checkpoints; resume from the newest after a crash"),
     "quiz": ("dpteach.commands.quiz", "practice-exam quizzes in the terminal; check or list the quiz bank"),
     "progress": ("dpteach.commands.progress", "your course progress: quiz answers per topic, exercise grades"),
+    "batch-size": ("dpteach.commands.batch_size", "how big a batch: the critical batch size and the learning-rate rules"),
     "grade": ("dpteach.commands.grade", "grade an exercise notebook on real ranks (exit 0 only on full marks)"),
 }
 

@@ -97,3 +97,12 @@ def test_the_issue_bars_the_fit_is_within_a_quarter_and_linear_with_warmup_beats
     assert steps[0] > steps[-1]  # more samples per step do save steps at first
     rules = lr_rules(batches=(1024,), rules=("fixed", "linear"))
     assert rules["largest"]["linear_warmup_beats_fixed"], rules["rows"]
+
+
+def test_the_command_refuses_a_batch_the_ranks_cannot_split_with_one_clear_line():
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "dpteach.cli", "batch-size", "--batches", "32,33"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "batches=33 is not allowed on 2 ranks" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr

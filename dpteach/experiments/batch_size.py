@@ -40,7 +40,7 @@ MAX_MICRO = 256  # samples per micro-batch at most; larger per-rank batches accu
 TARGET_LOSS = 0.7  # about 30% of the first loss, ln(10) = 2.30: far enough for the noise scale to have grown
 MOMENTUM = 0.9
 DIVERGED = 5.0  # a loss above this many times the first counts as diverged (a spike that recovers stays below)
-BASE_LR = 0.00125  # lr_rules' default at a batch of 32: x128 (linear, to 4096) gives 0.16, see lr_rules
+EDGE_LR = 0.16  # the largest rate of LR_GRID that trained this MLP at any batch (critical_batch's runs)
 LR_GRID = tuple(0.0025 * 2 ** i for i in range(9))  # 0.0025 .. 0.64
 
 
@@ -175,7 +175,7 @@ def _check_batches(name: str, batches, world_size: int) -> list[int]:
     return batches
 
 
-def critical_batch(batches=(32, 64, 128, 256, 512, 1024, 2048), world_size: int | World = 2,
+def critical_batch(batches=(32, 64, 128, 256, 512, 1024), world_size: int | World = 2,
                    target_loss: float = TARGET_LOSS, max_steps: int = 200, start_lr: float = 0.01,
                    backend: str = "auto", timeout: float = 300.0) -> dict:
     """Steps and samples to ``target_loss`` at each global batch (its best learning rate from ``LR_GRID``), the
@@ -209,18 +209,22 @@ def critical_batch(batches=(32, 64, 128, 256, 512, 1024, 2048), world_size: int 
             "noise_scale": pooled.as_dict(), "b_crit": fit["b_noise"] if fit else None}
 
 
-def lr_rules(batches=(32, 256, 2048), world_size: int | World = 2, base_lr: float = BASE_LR, base_batch: int = 32,
+def lr_rules(batches=(32, 128, 1024), world_size: int | World = 2, base_lr: float | None = None, base_batch: int = 32,
              rules=LR_RULES, warmup_steps: int = 10, target_loss: float = TARGET_LOSS, max_steps: int = 60,
              backend: str = "auto", timeout: float = 300.0) -> dict:
     """The same model at each global batch with ``base_lr`` (good at ``base_batch``) scaled by each rule, with and
     without ``warmup_steps`` of linear warmup; every run stops at ``target_loss`` or after ``max_steps``.
 
-    The default ``base_lr`` is ``BASE_LR``: scaled linearly from 32 to 4096 it ends at 0.16, the largest rate of
-    ``LR_GRID`` that trained this MLP at any batch in ``critical_batch``. The rate that is best at 32 alone (0.01
-    to 0.02 there) scaled by 64 or 128 is past that edge: the linear rule's premise, that k steps' worth of
-    gradient can be taken in one, holds only while the larger step stays stable (Goyal et al. section 2.1),
-    which a learner can see by choosing it. Warmup changes nothing when the rate does not change (``fixed``),
-    so ``fixed`` runs once.
+        ``base_lr=None`` chooses the base so that the linear rule asks, at the largest batch, for half of
+    ``EDGE_LR`` (0.16, the largest rate of ``LR_GRID`` that trained this MLP at any batch in ``critical_batch``:
+    ``benchmarks/results/critical_batch_mlp_w2.json``). The experiment asks whether the rules keep a run stable and
+    fast as the batch grows from a base that the largest batch can take, as Goyal et al.'s base (0.1 per 256 images)
+    could be taken to 8k. At the edge itself a run's fate is chance: with the base giving 0.16 at 4096, one run
+    without warmup arrived in 23 steps while one with warmup spiked past ``DIVERGED`` (that run is in the git
+    history of ``benchmarks/results/lr_rules_mlp_w2.json``). The rate that is best at 32 alone (0.01 to 0.02) scaled
+    by 32 or more is far past the edge: the linear rule's premise, that k steps' worth of gradient can be taken in
+    one, holds only while the larger step stays stable (Goyal et al. section 2.1), which a learner sees by choosing
+    it. Warmup changes nothing when the rate does not change (``fixed``), so ``fixed`` runs once.
 
     Returns ``{"rows": [{"batch", "rule", "warmup_steps", "lr", "losses", "lrs", "steps_to_target",
     "samples_to_target", "diverged_at", "stopped_at", "micro_batch", "accum_steps"}], "largest": {"batch",
@@ -231,9 +235,11 @@ def lr_rules(batches=(32, 256, 2048), world_size: int | World = 2, base_lr: floa
     batches = sorted(_check_batches("batches", batches, world.size))
     for rule in rules:
         validate.choice("rules", rule, LR_RULES)
-    validate.number("base_lr", base_lr, above=0)
+    validate.optional(validate.number, "base_lr", base_lr, above=0)
     validate.integer("base_batch", base_batch, low=1)
     validate.integer("warmup_steps", warmup_steps, low=0)
+    if base_lr is None:
+        base_lr = EDGE_LR / 2 / (max(batches) / base_batch)
     validate.number("target_loss", target_loss, above=0)
     validate.integer("max_steps", max_steps, low=WINDOW)
     runs = []

@@ -11,8 +11,9 @@ batch ``B = k B0`` gets
   k small-batch steps move the weights by about ``lr0`` times the sum of k gradients, one large step by
   ``lr`` times their mean, so ``lr = k lr0`` matches them *if the gradient hardly changes over those k
   steps*. It fails early in training, when it changes fast, which is why they add a
-  **gradual warmup** (their section 2.2): start at ``lr0`` and ramp linearly to ``k lr0`` (over 5 epochs in their ImageNet
-  runs); and it fails at very large k (beyond about 8k images for ResNet-50 on ImageNet, their figure 1);
+  **gradual warmup** (their section 2.2): start at ``lr0`` and ramp linearly to ``k lr0`` (over 5 epochs in
+  their ImageNet runs); and it fails at very large k (beyond about 8k images for ResNet-50 on ImageNet, their
+  figure 1);
 * ``sqrt``: ``sqrt(k) lr0``, which keeps the variance of the update the same (discussed by Krizhevsky 2014,
   "One weird trick for parallelizing convolutional neural networks"); it is the rule derived for Adam and
   RMSprop by Malladi et al. 2022 ("On the SDEs and Scaling Rules for Adaptive Gradient Algorithms").

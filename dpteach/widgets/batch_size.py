@@ -79,8 +79,9 @@ def plot_checkpointing(result: dict):
     rows = result["rows"]
     fig, (memory, time) = plt.subplots(1, 2, figsize=(11, 3.8))
     x = range(len(rows))
-    for ax, plain, ckpt, unit, scale in ((memory, "saved_bytes", "checkpointed_saved_bytes", "MB kept for backward", 1e6),
-                                         (time, "plain_step_s", "checkpointed_step_s", "ms per training step", 1e-3)):
+    panels = ((memory, "saved_bytes", "checkpointed_saved_bytes", "MB kept for backward", 1e6),
+              (time, "plain_step_s", "checkpointed_step_s", "ms per training step", 1e-3))
+    for ax, plain, ckpt, unit, scale in panels:
         ax.bar([i - 0.2 for i in x], [r[plain] / scale for r in rows], width=0.4, color="#4C72B0", label="plain")
         ax.bar([i + 0.2 for i in x], [r[ckpt] / scale for r in rows], width=0.4, color="#55A868",
                label="every block checkpointed")
@@ -126,8 +127,10 @@ def plot_lr_rules(result: dict):
     by_step.set_ylabel(f"training loss (mean of the last {result['window']} steps)")
     by_step.set_title(f"Per step: base lr {result['base_lr']:g} at B={result['base_batch']}", fontsize="medium")
     by_sample.set_title("Per sample: what each step's batch cost", fontsize="medium")
-    legend_below(by_step, ncol=4)
-    fig.tight_layout()
+    handles, labels = by_step.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize="small", frameon=False)
+    rows_of_legend = -(-len(labels) // 4)
+    fig.tight_layout(rect=(0, 0.05 * rows_of_legend + 0.02, 1, 1))
     return fig
 
 

@@ -1,0 +1,62 @@
+"""``dpteach batch-size``: how big a batch - the critical batch size and the learning-rate rules, on real ranks.
+
+    dpteach batch-size                           steps to the target at 32 .. 2048, the fit and the noise scale
+    dpteach batch-size --batches 32,64,128,256,512,1024,2048,4096 --json
+    dpteach batch-size --lr-rules --batches 32,512,4096 --json    fixed, linear and sqrt, with and without warmup
+
+Lesson 15 runs the same experiments (``dpteach.experiments.batch_size``) in panels; this is the command for a
+run whose numbers are kept (``benchmarks/run.py``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..experiments.batch_size import TARGET_LOSS, critical_batch, lr_rules
+
+
+def _batches(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of whole numbers") from None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--lr-rules", action="store_true",
+                        help="compare the learning-rate rules instead of measuring the critical batch")
+    parser.add_argument("--batches", type=_batches, metavar="B,B,...", help="global batches (multiples of -w)")
+    parser.add_argument("-w", "--world-size", type=int, default=2, metavar="W", help="ranks (default 2)")
+    parser.add_argument("--target-loss", type=float, default=TARGET_LOSS, metavar="L",
+                        help=f"the loss each run trains to (default {TARGET_LOSS})")
+    parser.add_argument("--max-steps", type=int, metavar="N",
+                        help="steps after which a run stops if it has not arrived")
+    parser.add_argument("--json", action="store_true", help="print the whole result as JSON")
+
+
+def run(args) -> int:
+    kwargs = {"world_size": args.world_size, "target_loss": args.target_loss}
+    if args.batches:
+        kwargs["batches"] = args.batches
+    if args.max_steps:
+        kwargs["max_steps"] = args.max_steps
+    result = lr_rules(**kwargs) if args.lr_rules else critical_batch(**kwargs)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    if args.lr_rules:
+        for r in result["rows"]:
+            outcome = (f"{r['steps_to_target']} steps" if r["steps_to_target"] else
+                       f"diverged at {r['diverged_at']}" if r["diverged_at"] else f"not in {r['stopped_at']}")
+            print(f"B={r['batch']:>5}  {r['rule']:<6} warmup {r['warmup_steps']:>2}  lr {r['lr']:<8.4g} {outcome}")
+        big = result["largest"]
+        print(f"largest batch {big['batch']}: linear with warmup beats fixed: {big['linear_warmup_beats_fixed']}")
+        return 0
+    for r in result["rows"]:
+        print(f"B={r['batch']:>5}  best lr {r['best_lr']}  steps to target {r['steps_to_target']}")
+    fit, noise = result["fit"], result["noise_scale"]
+    if fit:
+        print(f"fit S = S_min (1 + B_noise / B): S_min {fit['s_min']:.1f}, B_noise {fit['b_noise']:.0f}, "
+              f"worst error {fit['worst_error']:.0%}")
+    print(f"B_simple from the ranks' gradients: {noise['b_simple']}")
+    return 0
