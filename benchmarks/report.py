@@ -10,6 +10,8 @@ import json
 import sys
 from pathlib import Path
 
+from dpteach.training.batch_rules import run_outcome
+
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -148,9 +150,7 @@ def lr_rules_lines(report: dict) -> list[str]:
            f"warmup {report['warmup_steps']} steps, target loss {report['target_loss']}, at most {report['max_steps']} "
            "steps.", "", "| global batch | rule | warmup | lr | steps to target |", "|---:|---|---:|---:|---|"]
     for r in report["rows"]:
-        outcome = (str(r["steps_to_target"]) if r["steps_to_target"] else
-                   f"diverged at {r['diverged_at']}" if r["diverged_at"] else f"not in {r['stopped_at']}")
-        out.append(f"| {r['batch']} | {r['rule']} | {r['warmup_steps']} | {r['lr']:.4g} | {outcome} |")
+        out.append(f"| {r['batch']} | {r['rule']} | {r['warmup_steps']} | {r['lr']:.4g} | {run_outcome(r)} |")
     big = report["largest"]
     out.append(f"\nAt the largest batch ({big['batch']}) linear scaling with warmup took fewer steps than the fixed "
                f"rate: **{big['linear_warmup_beats_fixed']}**.")

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from dpteach.experiments.batch_size import critical_batch, lr_rules, split, time_to_target_scaling
-from dpteach.training.batch_rules import NoiseScale, fit_steps, lr_at, noise_scale_terms, scaled_lr
+from dpteach.training.batch_rules import NoiseScale, fit_steps, lr_at, noise_scale_terms, run_outcome, scaled_lr
 
 
 def test_the_rules_scale_the_base_rate_by_k_by_its_root_or_not_at_all_and_warmup_ramps_to_it():
@@ -17,6 +17,9 @@ def test_the_rules_scale_the_base_rate_by_k_by_its_root_or_not_at_all_and_warmup
     assert scaled_lr("linear", 0.1, 256, 32) == pytest.approx(0.0125)  # a smaller batch scales down
     assert [lr_at(s, 1.0, 0.2, 4) for s in range(6)] == pytest.approx([0.2, 0.4, 0.6, 0.8, 1.0, 1.0])
     assert lr_at(0, 1.0, 0.2, 0) == 1.0
+    assert run_outcome({"steps_to_target": 31, "diverged_at": None, "stopped_at": None}) == "31 steps"
+    assert run_outcome({"steps_to_target": None, "diverged_at": 18, "stopped_at": None}) == "diverged at step 18"
+    assert run_outcome({"steps_to_target": None, "diverged_at": None, "stopped_at": 60}) == "not in 60 steps"
     with pytest.raises(ValueError, match="rule='cubic'"):
         scaled_lr("cubic", 0.1, 32, 64)
     with pytest.raises(ValueError, match="base_lr"):

@@ -13,6 +13,7 @@ import argparse
 import json
 
 from ..experiments.batch_size import TARGET_LOSS, critical_batch, lr_rules
+from ..training.batch_rules import run_outcome
 
 
 def _batches(text: str) -> tuple[int, ...]:
@@ -46,9 +47,8 @@ def run(args) -> int:
         return 0
     if args.lr_rules:
         for r in result["rows"]:
-            outcome = (f"{r['steps_to_target']} steps" if r["steps_to_target"] else
-                       f"diverged at {r['diverged_at']}" if r["diverged_at"] else f"not in {r['stopped_at']}")
-            print(f"B={r['batch']:>5}  {r['rule']:<6} warmup {r['warmup_steps']:>2}  lr {r['lr']:<8.4g} {outcome}")
+            print(f"B={r['batch']:>5}  {r['rule']:<6} warmup {r['warmup_steps']:>2}  lr {r['lr']:<8.4g} "
+                  f"{run_outcome(r)}")
         big = result["largest"]
         print(f"largest batch {big['batch']}: linear with warmup beats fixed: {big['linear_warmup_beats_fixed']}")
         return 0

@@ -67,6 +67,15 @@ def lr_at(step: int, target_lr: float, base_lr: float, warmup_steps: int) -> flo
     return base_lr + (target_lr - base_lr) * step / warmup_steps
 
 
+def run_outcome(run: dict) -> str:
+    """How a run to a target ended, in words: its steps, where it diverged, or where it was stopped."""
+    if run["steps_to_target"] is not None:
+        return f"{run['steps_to_target']} steps"
+    if run.get("diverged_at") is not None:
+        return f"diverged at step {run['diverged_at']}"
+    return f"not in {run['stopped_at']} steps"
+
+
 def noise_scale_terms(small_sq: float, big_sq: float, b_small: float, b_big: float) -> tuple[float, float]:
     """Unbiased estimates of ``|G|^2`` and ``tr(Sigma)`` from the squared norms of two gradients that
     average ``b_small`` and ``b_big`` samples (McCandlish et al. 2018, appendix A.1)."""

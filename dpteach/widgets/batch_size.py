@@ -2,6 +2,7 @@
 size, and lesson 09's scaling judged by time to a target loss."""
 from __future__ import annotations
 
+from ..training.batch_rules import run_outcome
 from .rendering import human_bytes, legend_below, show, table
 
 RULE_COLOURS = {"fixed": "#8C8C8C", "linear": "#4C72B0", "sqrt": "#DD8452"}
@@ -9,14 +10,6 @@ RULE_COLOURS = {"fixed": "#8C8C8C", "linear": "#4C72B0", "sqrt": "#DD8452"}
 
 def _steps(value) -> str:
     return "not reached" if value is None else str(value)
-
-
-def _outcome(row: dict) -> str:
-    if row["steps_to_target"] is not None:
-        return str(row["steps_to_target"])
-    if row["diverged_at"] is not None:
-        return f"diverged at step {row['diverged_at']}"
-    return f"not in {row['stopped_at']}"
 
 
 def _label(row: dict) -> str:
@@ -100,7 +93,7 @@ def render_lr_rules(result: dict) -> None:
     table(["global batch", "ranks x micro x accum", "rule", "warmup steps", "learning rate", "steps to target",
            "samples to target"],
           [[r["batch"], f"{result['world_size']} x {r['micro_batch']} x {r['accum_steps']}", r["rule"],
-            r["warmup_steps"] or "-", f"{r['lr']:.4g}", _outcome(r),
+            r["warmup_steps"] or "-", f"{r['lr']:.4g}", run_outcome(r),
             "-" if r["samples_to_target"] is None else f"{r['samples_to_target']:,}"] for r in result["rows"]])
     show(plot_lr_rules(result))
 
