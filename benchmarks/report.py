@@ -157,6 +157,17 @@ def lr_rules_lines(report: dict) -> list[str]:
     return out
 
 
+def checkpointing_lines(report: dict) -> list[str]:
+    """Lesson 15's bar: checkpointing every block, bytes kept for backward and the whole step's time."""
+    out = [f"Micro-batch {report['batch']}, {report['threads']} thread(s), {report['repeats']} interleaved repeats "
+           "(medians).", "", "| model | blocks | kept for backward | checkpointed | saved | step ratio | "
+           "one more forward predicts |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in report["rows"]:
+        out.append(f"| {r['model']} | {r['blocks']} | {r['saved_bytes']:,} | {r['checkpointed_saved_bytes']:,} | "
+                   f"**{r['share_saved']:.0%}** | **{r['step_time_ratio']:.2f}x** | {r['predicted_ratio']:.2f}x |")
+    return out
+
+
 def main() -> int:
     for path in sorted(RESULTS.glob("*.json")):
         data = json.loads(path.read_text())
@@ -173,7 +184,9 @@ def main() -> int:
                   f"steps (ms), alternating: plain {', '.join(f'{t * 1e3:.1f}' for t in report['plain_step_s'])}; "
                   f"rank {', '.join(f'{t * 1e3:.1f}' for t in report['rank_step_s'])}.\n")
             continue
-        if "noise_scale" in report:
+        if "step_time_ratio" in report.get("rows", [{}])[0]:
+            table = checkpointing_lines(report)
+        elif "noise_scale" in report:
             table = critical_batch_lines(report)
         elif "linear_warmup_beats_fixed" in report.get("largest", {}):
             table = lr_rules_lines(report)

@@ -31,6 +31,7 @@ RUNS = {
                                   "--json"],
     "critical_batch_mlp_w2.json": ["batch-size", "--batches", "32,64,128,256,512,1024,2048,4096", "--json"],
     "lr_rules_mlp_w2.json": ["batch-size", "--lr-rules", "--batches", "32,512,4096", "--json"],
+    "checkpointing_cpu.json": ["batch-size", "--checkpointing", "--json"],
 }
 # Written by tests/test_link_shaped.py when DPTEACH_SHAPED_RESULTS names this folder (root only):
 #     sudo DPTEACH_SHAPED_RESULTS=benchmarks/results .venv/bin/python -m pytest -s tests/test_link_shaped.py

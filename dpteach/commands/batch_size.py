@@ -3,6 +3,7 @@
     dpteach batch-size                           steps to the target at 32 .. 2048, the fit and the noise scale
     dpteach batch-size --batches 32,64,128,256,512,1024,2048,4096 --json
     dpteach batch-size --lr-rules --batches 32,512,4096 --json    fixed, linear and sqrt, with and without warmup
+    dpteach batch-size --checkpointing --json    what checkpointing every block saves and costs (one process)
 
 Lesson 15 runs the same experiments (``dpteach.experiments.batch_size``) in panels; this is the command for a
 run whose numbers are kept (``benchmarks/run.py``).
@@ -24,8 +25,11 @@ def _batches(text: str) -> tuple[int, ...]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--lr-rules", action="store_true",
-                        help="compare the learning-rate rules instead of measuring the critical batch")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--lr-rules", action="store_true",
+                      help="compare the learning-rate rules instead of measuring the critical batch")
+    mode.add_argument("--checkpointing", action="store_true",
+                      help="measure what checkpointing every block saves and costs (mlp, transformer; batch 32)")
     parser.add_argument("--batches", type=_batches, metavar="B,B,...", help="global batches (multiples of -w)")
     parser.add_argument("-w", "--world-size", type=int, default=2, metavar="W", help="ranks (default 2)")
     parser.add_argument("--target-loss", type=float, default=TARGET_LOSS, metavar="L",
@@ -36,6 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
+    if args.checkpointing:
+        return _checkpointing(args.json)
     kwargs = {"world_size": args.world_size, "target_loss": args.target_loss}
     if args.batches:
         kwargs["batches"] = args.batches
@@ -59,4 +65,17 @@ def run(args) -> int:
         print(f"fit S = S_min (1 + B_noise / B): S_min {fit['s_min']:.1f}, B_noise {fit['b_noise']:.0f}, "
               f"worst error {fit['worst_error']:.0%}")
     print(f"B_simple from the ranks' gradients: {noise['b_simple']}")
+    return 0
+
+
+def _checkpointing(as_json: bool) -> int:
+    from ..experiments.activations import checkpointing
+    result = checkpointing()
+    if as_json:
+        print(json.dumps(result))
+        return 0
+    for r in result["rows"]:
+        print(f"{r['model']:<12} {r['blocks']} blocks: kept for backward {r['saved_bytes']:,} -> "
+              f"{r['checkpointed_saved_bytes']:,} bytes ({r['share_saved']:.0%} saved); step "
+              f"{r['step_time_ratio']:.2f}x as long (one more forward predicts {r['predicted_ratio']:.2f}x)")
     return 0
