@@ -14,17 +14,22 @@ from learners.overlap import EAGER, NO_WAIT, STYLES, solution, style
 EX04 = get_exercise("04")
 ORDER_CHECKS = [i for i, c in enumerate(EX04.checks) if "out of order" in c.name or "different order" in c.name]
 WAITED = next(i for i, c in enumerate(EX04.checks) if "waits for every all-reduce" in c.name)
-REPEATS = 10
+# Gradings of each correct style: ten of the plain work.wait() hook, five of each other style - 40 in all, every
+# one of which must score full marks (a grader that misjudged an honest hook one time in twenty would be caught
+# here with probability 1 - 0.95^40, about 87%).
+REPEATS = {"work.wait()": 10}
+OTHER_STYLES_REPEATS = 5
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(STYLES))
-def test_a_correct_overlap_hook_scores_full_marks_ten_times_out_of_ten_in_every_style(name):
+def test_a_correct_overlap_hook_scores_full_marks_every_time_in_every_style(name):
     """Work handles, futures waited on, chained with .then() (whose callback may run at once, inside
     backward, and wait on a future already done), collected, polled; averaged by dividing or by AVG."""
-    reports = grade_sources("04", [(style(name), None)] * REPEATS)
+    repeats = REPEATS.get(name, OTHER_STYLES_REPEATS)
+    reports = grade_sources("04", [(style(name), None)] * repeats)
     lost = [[(row.name, row.message) for row in report.checks if not row.passed] for report in reports]
-    assert [report.score for report in reports] == [EX04.max_score] * REPEATS, (name, lost)
+    assert [report.score for report in reports] == [EX04.max_score] * repeats, (name, lost)
 
 
 @pytest.fixture(scope="module")

@@ -100,4 +100,4 @@ def test_the_notebook_runs_under_nbclient_beside_a_cpu_hog_then_every_panel_opti
         for panel, controls in report["offered"].items():
             for name, values in controls.items():
                 assert sorted(report["covered"][panel][name]) == sorted(values), (panel, name)
-        assert report["runs"] > 0 or not any(report["offered"].values())
+        assert report["runs"] + report["already_ran"] > 0 or not any(report["offered"].values())

@@ -7,7 +7,8 @@ option of each control runs at least once, with the sliders at their cheapest (t
 panel's fixed number of steps cut to three). A
 combination the course refuses by design is not a dead end, and the rounds avoid the one there is:
 emulated peers with no link to time them (that round takes real ranks, and emulated peers get a round
-with a link).
+with a link). A round with exactly the values of a run the panel already finished without error - the lesson's
+own run, at its defaults - is not run a second time.
 
 The test suite runs it at the end of every lesson, in the kernel that ran the lesson
 (``tests/test_notebook_clients.py``).
@@ -65,22 +66,32 @@ def rounds(panel) -> list[dict]:
 
 
 def run_every_option(panels) -> dict:
-    """Run every round of every panel; return ``{"runs", "errors": [...], "covered": {panel: {control: [values]}},
-    "offered": {panel: {control: [values]}}}`` (values as ``repr``)."""
-    errors, covered, offered, runs = [], {}, {}, 0
+    """Run every round of every panel; return ``{"runs", "already_ran", "errors": [...], "covered": {panel:
+    {control: [values]}}, "offered": {panel: {control: [values]}}}`` (values as ``repr``).
+
+    A round whose values are exactly those of a run the panel has already finished without error (the lesson's
+    own run, at its defaults) is not run again: that run is the proof, and ``already_ran`` counts them."""
+    errors, covered, offered, runs, already_ran = [], {}, {}, 0, 0
     for panel in panels:
         seen = covered.setdefault(panel.title, {})
         offered[panel.title] = {name: [repr(v) for v in choices_of(c)] for name, c in panel.controls.items()
                                 if choices_of(c) is not None}
+        done = [entry["values"] for entry in panel.history]
         for values in rounds(panel):
-            panel.run(**values)
-            runs += 1
-            if panel.error is not None:
-                errors.append({"panel": panel.title, "values": {k: repr(v) for k, v in values.items()},
-                               "error": f"{type(panel.error).__name__}: {panel.error}"[:1500]})
+            wanted = {**panel.values(), **values}
+            if wanted in done:
+                already_ran += 1
+            else:
+                panel.run(**values)
+                runs += 1
+                if panel.error is not None:
+                    errors.append({"panel": panel.title, "values": {k: repr(v) for k, v in values.items()},
+                                   "error": f"{type(panel.error).__name__}: {panel.error}"[:1500]})
+                    continue
+                done.append(wanted)
             for name, value in values.items():
                 if name in panel.controls and choices_of(panel.controls[name]) is not None:
                     seen.setdefault(name, [])
                     if repr(value) not in seen[name]:
                         seen[name].append(repr(value))
-    return {"runs": runs, "errors": errors, "covered": covered, "offered": offered}
+    return {"runs": runs, "already_ran": already_ran, "errors": errors, "covered": covered, "offered": offered}
