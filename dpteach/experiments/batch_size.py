@@ -33,7 +33,7 @@ from ..ranks.world import World, resolve_world
 from ..replica.data import make_dataset, rank_microbatches, sample_batch
 from ..replica.models import build_model
 from ..training.batch_rules import LR_RULES, NoiseScale, fit_steps, lr_at, scaled_lr
-from ..training.target import WINDOW
+from ..training.target import WINDOW, smoothed
 
 MODEL = "mlp"
 MAX_MICRO = 256  # samples per micro-batch at most; larger per-rank batches accumulate
@@ -101,8 +101,7 @@ def _train(run: dict, world_size: int, rank: int, stop_after: int | None = None)
         if not math.isfinite(mean_loss) or mean_loss > DIVERGED * losses[0]:
             diverged = step + 1
             break
-        recent = losses[-WINDOW:]
-        if sum(recent) / len(recent) <= run["target"]:
+        if smoothed(losses[-WINDOW:])[-1] <= run["target"]:  # lesson 14's rule: the running mean
             reached = step + 1
             break
     return {**run, "micro_batch": micro, "accum_steps": accum, "losses": losses, "lrs": lrs,
@@ -199,11 +198,7 @@ def critical_batch(batches=(32, 64, 128, 256, 512, 1024), world_size: int | Worl
     reached = [r for r in rows if r["steps_to_target"]]
     fit = fit_steps([r["batch"] for r in reached], [r["steps_to_target"] for r in reached]) \
         if len({r["batch"] for r in reached}) >= 2 else None
-    pooled = NoiseScale()
-    for r in reached:
-        pooled.g2 += r["noise"]["grad_sq"] * r["noise"]["steps"]
-        pooled.trace += r["noise"]["trace_sigma"] * r["noise"]["steps"]
-        pooled.steps += r["noise"]["steps"]
+    pooled = NoiseScale.pooled(r["noise"] for r in reached)
     return {"model": MODEL, "world_size": world.size, "target_loss": target_loss, "window": WINDOW,
             "momentum": MOMENTUM, "lr_grid": list(LR_GRID), "max_steps": max_steps, "rows": rows, "fit": fit,
             "noise_scale": pooled.as_dict(), "b_crit": fit["b_noise"] if fit else None}
@@ -215,8 +210,8 @@ def lr_rules(batches=(32, 128, 1024), world_size: int | World = 2, base_lr: floa
     """The same model at each global batch with ``base_lr`` (good at ``base_batch``) scaled by each rule, with and
     without ``warmup_steps`` of linear warmup; every run stops at ``target_loss`` or after ``max_steps``.
 
-        ``base_lr=None`` chooses the base so that the linear rule asks, at the largest batch, for half of
-    ``EDGE_LR`` (0.16, the largest rate of ``LR_GRID`` that trained this MLP at any batch in ``critical_batch``:
+    ``base_lr=None`` chooses the base so that the linear rule asks, at the largest batch, for half of ``EDGE_LR``
+    (0.16, the largest rate of ``LR_GRID`` that trained this MLP at any batch in ``critical_batch``:
     ``benchmarks/results/critical_batch_mlp_w2.json``). The experiment asks whether the rules keep a run stable and
     fast as the batch grows from a base that the largest batch can take, as Goyal et al.'s base (0.1 per 256 images)
     could be taken to 8k. At the edge itself a run's fate is chance: with the base giving 0.16 at 4096, one run

@@ -106,6 +106,16 @@ class NoiseScale:
             return None
         return self.trace / self.g2
 
+    @classmethod
+    def pooled(cls, parts) -> "NoiseScale":
+        """One estimate from several runs' :meth:`as_dict` summaries, every step weighing the same."""
+        total = cls()
+        for part in parts:
+            total.g2 += part["grad_sq"] * part["steps"]
+            total.trace += part["trace_sigma"] * part["steps"]
+            total.steps += part["steps"]
+        return total
+
     def as_dict(self) -> dict:
         n = max(self.steps, 1)
         return {"b_simple": self.value, "grad_sq": self.g2 / n, "trace_sigma": self.trace / n, "steps": self.steps}

@@ -3,6 +3,7 @@ size, and lesson 09's scaling judged by time to a target loss."""
 from __future__ import annotations
 
 from ..training.batch_rules import run_outcome
+from ..training.target import smoothed
 from .rendering import human_bytes, legend_below, show, table
 
 RULE_COLOURS = {"fixed": "#8C8C8C", "linear": "#4C72B0", "sqrt": "#DD8452"}
@@ -15,11 +16,6 @@ def _steps(value) -> str:
 def _label(row: dict) -> str:
     warm = f", warmup {row['warmup_steps']}" if row["warmup_steps"] else ""
     return f"B={row['batch']}: {row['rule']}{warm}"
-
-
-def _smoothed(losses: list[float], window: int) -> list[float]:
-    from ..training.target import smoothed
-    return smoothed(losses, window)
 
 
 def render_activation_memory(result: dict) -> None:
@@ -105,7 +101,7 @@ def plot_lr_rules(result: dict):
     widths = {b: 0.8 + 1.4 * i / max(1, len(batches) - 1) for i, b in enumerate(batches)}
     top = 1.15 * max(r["losses"][0] for r in result["rows"])
     for row in result["rows"]:
-        curve = _smoothed(row["losses"], result["window"])
+        curve = smoothed(row["losses"], result["window"])
         style = {"color": RULE_COLOURS[row["rule"]], "linewidth": widths[row["batch"]], "label": _label(row),
                  "linestyle": (0, (4, 2)) if row["warmup_steps"] else "-"}
         steps = range(1, len(curve) + 1)
