@@ -11,7 +11,8 @@ import sys
 
 # name -> (module, one-line help)
 COMMANDS = {
-    "lab": ("dpteach.commands.lab", "open the course in JupyterLab"),
+    "lab": ("dpteach.commands.lab", "open the course in JupyterLab (from pip: in your own workspace)"),
+    "workspace": ("dpteach.commands.workspace", "your workspace against the installed course: what is newer, update, restore"),
     "bench": ("dpteach.commands.bench", "measure collectives on this machine (algbw, busbw)"),
     "doctor": ("dpteach.commands.doctor", "what this machine offers and which backend the course uses"),
     "compare": ("dpteach.commands.compare", "train with every gradient-sync strategy and compare them"),
@@ -20,6 +21,7 @@ COMMANDS = {
     "progress": ("dpteach.commands.progress", "your course progress: quiz answers per topic, exercise grades"),
     "batch-size": ("dpteach.commands.batch_size", "how big a batch: the critical batch size and the learning-rate rules"),
     "grade": ("dpteach.commands.grade", "grade an exercise notebook on real ranks (exit 0 only on full marks)"),
+    "autograder": ("dpteach.commands.autograder", "write a Gradescope autograder (setup.sh, run_autograder, zip) for an exercise"),
 }
 
 

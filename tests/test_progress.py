@@ -80,7 +80,7 @@ def test_writes_leave_no_temporary_files(path, monkeypatch):
 
     def crash(*args, **kwargs):
         raise OSError("disk full")
-    monkeypatch.setattr("dpteach.progress.json.dump", crash)
+    monkeypatch.setattr("dpteach.progress.os.fsync", crash)  # the disk fails after the temporary is written
     with pytest.raises(OSError, match="disk full"):
         store.record_quiz("item-9", "memory", True, ["x"])
     assert path.read_text() == before

@@ -2,10 +2,14 @@
 
     dpteach grade exercises/01_ring_reduce_scatter_all_gather.ipynb     # the table
     dpteach grade 01 --json                                             # exercises/01_*.ipynb, as JSON
+    dpteach grade 01 --format gradescope --output results.json          # Gradescope's results.json
+    dpteach grade --submission /autograder/submission --exercise 01 --format gradescope ...
 
-The code graded is the notebook's cells tagged ``solution`` - save the notebook first. Exit status: 0 on
-full marks, 1 otherwise (a failed check, not attempted, an error), 2 for a bad argument. Each attempt is
-recorded in the progress store (``dpteach progress``) unless ``--no-record``.
+The code graded is the notebook's cells tagged ``solution`` - save the notebook first. ``NN`` means
+``exercises/NN_*.ipynb`` in the current folder, else in your workspace (``dpteach lab``), else in the
+course as shipped. Exit status: 0 on full marks, 1 otherwise (a failed check, not attempted, an error),
+2 for a bad argument. Each attempt is recorded in the progress store (``dpteach progress``) unless
+``--no-record``. ``dpteach autograder`` writes the Gradescope bundle that calls this.
 """
 from __future__ import annotations
 
@@ -13,20 +17,31 @@ import argparse
 import json
 from pathlib import Path
 
-import dpteach
+FORMATS = ("table", "json", "gradescope")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("path", metavar="PATH",
+    parser.add_argument("path", metavar="PATH", nargs="?", default=None,
                         help="an exercise notebook (exercises/NN_*.ipynb) or an exercise id such as 01")
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--submission", metavar="DIR", default=None,
+                        help="grade the exercise's notebook found in this folder (a Gradescope submission)")
+    parser.add_argument("--exercise", metavar="ID", default=None,
+                        help="the exercise the notebook is (default: what the notebook says, or its file name)")
+    parser.add_argument("--format", choices=FORMATS, default=None, help="how to print the grade (default: table)")
+    parser.add_argument("--json", action="store_true", help="the same as --format json")
+    parser.add_argument("--output", metavar="FILE", default=None, help="write the grade to FILE instead of printing it")
     parser.add_argument("--no-record", action="store_true", help="do not record the attempt in the progress store")
 
 
 def exercises_folder() -> Path:
-    """``exercises/`` in the current folder, else the one in the clone this package lives in."""
-    here = Path.cwd() / "exercises"
-    return here if here.is_dir() else Path(dpteach.__file__).resolve().parent.parent / "exercises"
+    """``exercises/`` in the current folder, else the learner's workspace's, else the course's own."""
+    from .. import materials
+    from ..workspace import default_workspace
+
+    for folder in (Path.cwd() / "exercises", default_workspace() / "exercises"):
+        if folder.is_dir():
+            return folder
+    return materials.course_root() / "exercises"
 
 
 def notebook_path(argument: str) -> Path:
@@ -50,12 +65,42 @@ def notebook_path(argument: str) -> Path:
     return candidate
 
 
-def run(args) -> int:
-    from dpteach.grading import grade_notebook
-
-    report = grade_notebook(notebook_path(args.path), record=not args.no_record)
-    if args.json:
-        print(json.dumps(report.to_json(), indent=2))
+def _emit(text: str, output: str | None) -> None:
+    if output is None:
+        print(text)
     else:
-        print(report.text())
+        from ..progress import write_text_atomically
+        Path(output).parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomically(Path(output), text + "\n")
+
+
+def run(args) -> int:
+    from dpteach.grading import get_exercise, grade_notebook
+    from dpteach.grading.gradescope import failure_results, find_submission, results_json
+
+    form = "json" if args.json and args.format in (None, "json") else (args.format or "table")
+    if args.json and form != "json":
+        raise ValueError(f"--json and --format {args.format} disagree: give one of them")
+    if (args.path is None) == (args.submission is None):
+        raise ValueError("give PATH (a notebook or an exercise id) or --submission DIR, and not both")
+    exercise = get_exercise(args.exercise) if args.exercise else None
+    if args.submission is not None:
+        if exercise is None:
+            raise ValueError("--submission needs --exercise: which exercise the submitted notebook is")
+        try:
+            path = find_submission(Path(args.submission), exercise)
+        except ValueError as exc:
+            if form != "gradescope":
+                raise
+            _emit(json.dumps(failure_results(f"Nothing was graded: {exc}."), indent=2), args.output)
+            return 1
+    else:
+        path = notebook_path(args.path)
+    report = grade_notebook(path, exercise.id if exercise else None, record=not args.no_record)
+    if form == "gradescope":
+        _emit(json.dumps(results_json(report), indent=2), args.output)
+    elif form == "json":
+        _emit(json.dumps(report.to_json(), indent=2), args.output)
+    else:
+        _emit(report.text(), args.output)
     return 0 if report.status == "passed" else 1

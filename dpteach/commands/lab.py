@@ -1,5 +1,10 @@
 """``dpteach lab``: open JupyterLab on the course's first notebook.
 
+From a clone, the lab opens the clone itself (``make lab``). From an installed package (``pip install
+dpteach``), it opens the learner's workspace - ``~/dpteach-course``, or ``--workspace DIR`` - and copies the
+lessons and exercises into it the first time; a file already there is never overwritten
+(``dpteach/workspace.py``; ``dpteach workspace`` shows what is newer in the package and updates on request).
+
 JupyterLab prints the address to open, with its token. On a remote GPU machine, start it with
 ``--no-browser`` and forward its port over SSH from your own computer (``ssh -N -L 8888:localhost:8888
 you@gpu-machine``), then open the printed ``http://localhost:8888/lab?token=...`` address locally.
@@ -15,13 +20,11 @@ from pathlib import Path
 FIRST_NOTEBOOK = "00_start_here.ipynb"
 
 
-def course_root() -> Path:
-    """The folder holding ``notebooks/`` and ``exercises/`` (the repository the package came from)."""
-    return Path(os.environ.get("DPTEACH_COURSE", Path(__file__).resolve().parents[2]))
-
-
 def add_arguments(parser) -> None:
     parser.add_argument("--port", type=int, default=None, help="port for JupyterLab (default: its own choice)")
+    parser.add_argument("--workspace", metavar="DIR", default=None,
+                        help="your own copy of the course to open (default from an installed package: "
+                             "$DPTEACH_WORKSPACE or ~/dpteach-course; from a clone: the clone itself)")
     parser.add_argument("--no-browser", action="store_true", help="do not open a browser window")
     parser.add_argument("extra", nargs="*", help="further arguments passed to jupyter lab")
 
@@ -57,12 +60,28 @@ def align_kernel_metadata(paths) -> list[Path]:
     return written
 
 
+def open_folder(workspace: str | None) -> Path:
+    """The folder the lab serves: the clone itself, or the learner's workspace, made ready first."""
+    from .. import materials
+    from ..workspace import default_workspace, prepare
+
+    if workspace is None and not materials.installed():
+        return materials.course_root()
+    ready = prepare(Path(workspace) if workspace else default_workspace())
+    root = Path(ready["workspace"])
+    if ready["copied"]:
+        print(f"dpteach: copied {len(ready['copied'])} course files into your workspace {root}")
+    else:
+        print(f"dpteach: your workspace {root} (your files are kept as they are)")
+    if ready["newer"]:
+        print(f"dpteach: {len(ready['newer'])} have a newer version in the package - see `dpteach workspace "
+              f"--workspace {root}`: {', '.join(ready['newer'])}")
+    return root
+
+
 def run(args) -> int:
-    root = course_root()
+    root = open_folder(args.workspace)
     notebooks = root / "notebooks"
-    if not notebooks.is_dir():
-        raise ValueError(f"the course folder {str(notebooks)!r} does not exist: run dpteach lab from a "
-                         f"clone of the course, or set DPTEACH_COURSE to its folder")
     align_kernel_metadata([*notebooks.glob("*.ipynb"), *(root / "exercises").glob("*.ipynb")])
     command = [sys.executable, "-m", "jupyterlab", f"--ServerApp.root_dir={root}"]
     first = notebooks / FIRST_NOTEBOOK

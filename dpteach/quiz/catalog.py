@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from .. import course
+from .. import course, materials
 
 NOTEBOOKS = course.notebooks()
 EXPERIMENTS = course.experiments()
@@ -24,9 +24,9 @@ BANK_ENV_VAR = "DPTEACH_QUIZZES"
 
 
 def default_bank_dir() -> Path:
-    """``$DPTEACH_QUIZZES`` if set, else the ``quizzes/`` folder beside the ``dpteach`` package."""
+    """``$DPTEACH_QUIZZES`` if set, else the course's ``quizzes/`` (the clone's, or the installed package's)."""
     override = os.environ.get(BANK_ENV_VAR)
-    return Path(override) if override else Path(__file__).resolve().parents[2] / "quizzes"
+    return Path(override) if override else materials.quizzes_dir()
 
 
 def topic_header(path: Path) -> dict:
