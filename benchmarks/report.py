@@ -170,6 +170,10 @@ def checkpointing_lines(report: dict) -> list[str]:
 
 def main() -> int:
     for path in sorted(RESULTS.glob("*.json")):
+        if path.name.startswith("gpu_check_"):  # scripts/gpu_check.sh writes its own Markdown beside it
+            print(f"### `{path.name}`\n\nThe GPU check's report: [`{path.with_suffix('.md').name}`](results/"
+                  f"{path.with_suffix('.md').name}).\n")
+            continue
         data = json.loads(path.read_text())
         print(f"### `{path.name}`\n")
         print(f"Command: `{data['command']}`  ")

@@ -3,8 +3,8 @@
 A panel's dropdowns and checkboxes are promises: pick this model, this link, this optimizer, and the
 run works. :func:`run_every_option` keeps them - for every panel a notebook built, it runs rounds in
 which round k puts every dropdown on its k-th option (a checkbox counts as two options), so that each
-option of each control runs at least once, with the sliders at their cheapest (their minimum, and a
-panel's fixed number of steps cut to three). A
+option of each control runs at least once, with the sliders at their cheapest (their minimum, a
+panel's fixed number of steps cut to three, and a sweep over world sizes cut to the lesson's first two). A
 combination the course refuses by design is not a dead end, and the rounds avoid the one there is:
 emulated peers with no link to time them (that round takes real ranks, and emulated peers get a round
 with a link). A round with exactly the values of a run the panel already finished without error - the lesson's
@@ -19,6 +19,7 @@ import ipywidgets as widgets
 
 CHOICES = (widgets.Dropdown, widgets.ToggleButtons, widgets.RadioButtons, widgets.Select)
 FEWEST_STEPS = 3  # every experiment that trains accepts 3 steps (prefetching and timing need 2 or 3)
+FEWEST_WORLD_SIZES = 2  # a sweep over W keeps its first two sizes: still a trend, and no W=4 on 2 cores
 
 
 def choices_of(control) -> list | None:
@@ -48,6 +49,12 @@ def rounds(panel) -> list[dict]:
                                                           widgets.SelectionSlider))}
     if isinstance(panel.fixed.get("steps"), int) and "steps" not in panel.controls:
         sliders["steps"] = min(panel.fixed["steps"], FEWEST_STEPS)  # the panel's own steps, cut to the fewest
+    # the world sizes a panel runs (chosen or fixed), cut to the lesson's first two: every choice is still
+    # tried on real ranks, without the widest world, which costs most where cores are few
+    chosen = panel.controls.get("world_sizes")
+    sizes = tuple(chosen.value) if isinstance(chosen, widgets.SelectMultiple) else panel.fixed.get("world_sizes")
+    if isinstance(sizes, tuple) and len(sizes) > FEWEST_WORLD_SIZES:
+        sliders["world_sizes"] = sizes[:FEWEST_WORLD_SIZES]
     if not choosing:
         return []
     def sensible(values: dict) -> dict:
