@@ -16,7 +16,9 @@ not drift:
   notebook's own next words in one cell, ``check()`` - with the same standard text (the "Try it" text
   is chosen by what the try cell does: start a world of ranks, or call the functions in this process);
 * no outputs, stable cell ids, and the kernel metadata JupyterLab would write: a rebuild that changes
-  nothing changes no byte.
+  nothing changes no byte;
+* nbgrader's cell metadata (``NBGRADER_ROLE`` and ``nbgrader_metadata``, below), so that an nbgrader course can release and collect
+  the notebooks while this course's grader stays the judge.
 
 So: edit an exercise's text in its notebook (clear the outputs), its stub in its module, then run this.
 A new exercise with no notebook yet gets one with placeholder text to replace.
@@ -73,6 +75,51 @@ From a terminal: `dpteach grade exercises/{stem}.ipynb`."""
 SHAPE = ("the intro (markdown)", "the stub (code, tagged solution)", "the Try it text (markdown)",
          "the try cell (code, tagged try)", "the Check text and what comes next (markdown)",
          "check() (code, tagged check)")
+
+# nbgrader's cell metadata, schema version 3, one entry per cell of SHAPE (None: no nbgrader metadata).
+# What it is and what nbgrader does with it, as read in nbgrader 0.9.6's own source:
+#
+# * The schema (``nbgrader/nbgraderformat/v3.json``, checked by ``v3.py``, ``MetadataValidatorV3``):
+#   ``schema_version``, ``grade``, ``solution`` and ``locked`` are required; a ``grade_id`` (letters,
+#   digits, ``_`` and ``-``, unique in the notebook) whenever one of the three is true; ``points`` when
+#   ``grade`` is. ``checksum`` and ``cell_type`` are not ours to write: ``generate_assignment`` computes
+#   them (``preprocessors/computechecksums.py``) when it makes the students' version, and
+#   ``nbgrader validate`` compares them only where they are present (``validator.py``).
+# * The stub cell is an "autograded answer": ``solution: true``, ``grade: false`` (its grade is the
+#   check cell's), ``locked: false`` (``utils.is_locked`` ignores ``locked`` on a solution cell anyway).
+# * The check cell is an "autograder tests" cell: ``grade: true`` with the exercise's total points, and
+#   ``locked`` (a grade cell is locked whatever it says: ``utils.is_locked``; autograde writes the
+#   released source back over it, ``preprocessors/overwritecells.py``). nbgrader scores a code test cell
+#   from its outputs (``utils.determine_grade``): an error or any stderr is 0, an ``execute_result`` that
+#   reads as a number is that many points, anything else is full points. So under nbgrader ``check()``
+#   returns its score as the cell's value (``dpteach/grading/__init__.py``: nbgrader announces itself with
+#   ``NBGRADER_EXECUTION``), and the points here must be the exercise's total for that score to fit.
+# * The intro, the "Try it" text and the Check text are read-only cells (``locked: true``, nothing else):
+#   generate_assignment makes them non-editable and non-deletable (``preprocessors/lockcells.py``).
+# * The try cell gets no nbgrader metadata: the notebook invites learners to change it, so it stays an
+#   ordinary editable cell, which nbgrader runs but neither grades nor restores.
+# * Releasing: generate_assignment's ClearSolutions (``preprocessors/clearsolutions.py``) replaces a
+#   solution cell without ``### BEGIN SOLUTION`` markers by its own ``raise NotImplementedError()``. These
+#   notebooks hold no solution, and their stub is grader data, so a course releases them with
+#   ``--ClearSolutions.enabled=False`` (``exercises/README.md``, ``tests/test_nbgrader.py``).
+#
+# Nothing at the notebook level: nbgrader reads only ``kernelspec`` there (``savecells.py``,
+# ``clearsolutions.py``: its ``language`` must be one it knows, "python"), which ``kernel_metadata()`` writes.
+NBGRADER_SCHEMA_VERSION = 3
+NBGRADER_ROLE = ("intro", "solution", "try-text", None, "check-text", "check")
+
+
+def nbgrader_metadata(exercise, role: str | None) -> dict | None:
+    """The ``nbgrader`` cell metadata of the cell that plays ``role`` (see ``NBGRADER_ROLE``)."""
+    if role is None:
+        return None
+    meta = {"schema_version": NBGRADER_SCHEMA_VERSION, "grade": False, "solution": False, "locked": True,
+            "grade_id": f"ex{exercise.id}-{role}"}
+    if role == "solution":
+        meta.update(solution=True, locked=False)
+    elif role == "check":
+        meta.update(grade=True, points=exercise.max_score)
+    return meta
 
 
 @dataclass
@@ -131,8 +178,11 @@ def build(exercise, own: OwnText) -> nbformat.NotebookNode:
         new_markdown_cell((CHECK_TEXT.format(id=exercise.id, stem=exercise.stem) + "\n\n" + own.after).rstrip()),
         new_code_cell(f'from dpteach.grading import check\n\ncheck("{exercise.id}")', metadata={"tags": ["check"]}),
     ]
-    for number, cell in enumerate(cells):
+    for number, (cell, role) in enumerate(zip(cells, NBGRADER_ROLE, strict=True)):
         cell["id"] = f"ex{exercise.id}-{number}"
+        nbgrader = nbgrader_metadata(exercise, role)
+        if nbgrader is not None:
+            cell["metadata"]["nbgrader"] = nbgrader
     # The kernel metadata JupyterLab writes when the kernel starts: with it already there, a notebook
     # does not open marked as modified (dpteach/commands/lab.py, align_kernel_metadata).
     notebook = new_notebook(cells=cells, metadata={"dpteach": {"exercise": exercise.id}, **kernel_metadata()})

@@ -5,6 +5,8 @@ In an exercise notebook, after writing the stub's function(s)::
     from dpteach.grading import check
     check("01")          # prints a table: each check, its points, a hint for each failure, the total
 
+(Under nbgrader, ``check`` also returns the score, for nbgrader's gradebook: see its docstring.)
+
 In a terminal: ``dpteach grade exercises/01_ring_reduce_scatter_all_gather.ipynb [--json]``.
 
 No grading server, database or JupyterHub: the checks run here, on this machine's CPU cores, in real
@@ -22,6 +24,7 @@ instead of printing.
 from __future__ import annotations
 
 import inspect
+import os
 from pathlib import Path
 
 from .notebook import exercise_of_notebook, from_namespace, from_notebook_file, from_source
@@ -29,6 +32,9 @@ from .report import Report
 from .runner import grade, grade_many
 from .spec import Exercise, all_exercises, get_exercise
 from .tryout import explain_failures
+
+# Set by nbgrader while it runs a notebook to validate or autograde it ("validate", "autograde").
+NBGRADER_EXECUTION = "NBGRADER_EXECUTION"
 
 __all__ = ["check", "explain_failures", "grade_notebook", "grade_source", "grade_sources", "grade_namespace", "get_exercise", "all_exercises", "Report", "Exercise"]
 
@@ -78,12 +84,33 @@ def grade_namespace(exercise: str, namespace: dict, *, record: bool = True, only
     return grade(chosen, submission, record=record, namespace=namespace, only=only)
 
 
-def check(exercise: str, namespace: dict | None = None, *, record: bool = True) -> None:
+def check(exercise: str, namespace: dict | None = None, *, record: bool | None = None) -> int | None:
     """Grade exercise ``exercise`` from the calling notebook's definitions and print the table.
 
     ``namespace`` defaults to the caller's globals, i.e. the notebook. Returns nothing (so that the
     table is not printed twice); use :func:`grade_namespace` to get the report as an object.
+
+    Under nbgrader (``nbgrader validate``, ``nbgrader autograde``, or the Validate button of its
+    assignment list), the table is printed all the same, and ``check`` then returns the score, an int:
+    as the last expression of the exercise's check cell - an nbgrader "autograder tests" cell worth the
+    exercise's total points (``exercises/build.py``) - that value is nbgrader's partial credit for the
+    cell, so nbgrader's gradebook holds this grader's score, and a score below the total fails
+    ``nbgrader validate``. nbgrader says it is running a notebook by the environment variable
+    ``NBGRADER_EXECUTION`` (``"validate"`` or ``"autograde"``: nbgrader 0.9's ``validator.py`` and
+    ``converters/autograde.py``, documented in its FAQ, "Can I modify the notebook behavior during
+    autograding or validation?"); it reads a test cell's ``execute_result`` as points
+    (``nbgrader.utils.determine_grade`` / ``get_partial_grade``, jupyter/nbgrader#1090), and a cell with an
+    error or anything on stderr as 0. Nothing is raised either way.
+
+    ``record`` (whether the score goes to the progress store, ``dpteach progress``) defaults to true,
+    except under nbgrader: its autograder runs every learner's notebook on the instructor's account,
+    where the attempts are nobody's progress.
     """
     if namespace is None:
         namespace = inspect.currentframe().f_back.f_globals
-    print(grade_namespace(exercise, namespace, record=record).text())
+    under_nbgrader = bool(os.environ.get(NBGRADER_EXECUTION))
+    if record is None:
+        record = not under_nbgrader
+    report = grade_namespace(exercise, namespace, record=record)
+    print(report.text())
+    return report.score if under_nbgrader else None
