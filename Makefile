@@ -9,14 +9,20 @@ BIN     = $(VENV)/bin
 # Extra arguments for `dpteach lab`, e.g. `make lab LAB_ARGS="--no-browser --port 8890"`.
 LAB_ARGS ?=
 
-.PHONY: lab test test-fast install browser bench clean
+.PHONY: lab test test-fast install browser bench clean site site-outputs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
+# The tests also need the instructors' extras (nbgrader, the site builder). nbgrader's JupyterLab and server
+# extensions are switched off in this environment: the tests use its command line, and a learner's lab
+# from a clone should look like everyone else's.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet "$(TORCH)"
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,nbgrader,site]"
+	-$(BIN)/jupyter labextension disable --level=sys_prefix @jupyter/nbgrader >/dev/null 2>&1
+	-for e in formgrader validate_assignment assignment_list course_list; do \
+	  $(BIN)/jupyter server extension disable --sys-prefix nbgrader.server_extensions.$$e >/dev/null 2>&1; done
 	touch $@
 
 install: $(VENV)/.installed

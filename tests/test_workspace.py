@@ -199,3 +199,17 @@ def test_autograder_bundle_has_executable_scripts_at_the_zip_root(tmp_path, caps
     assert "--exercise 03" in (tmp_path / "bundle" / "run_autograder").read_text()
     assert main(["autograder", "03", "--out", str(tmp_path / "b2"), "--wheel", str(tmp_path / "missing.whl")]) == 2
     assert "is not a wheel file" in capsys.readouterr().err
+
+
+def test_the_lab_opens_a_clone_itself_and_a_workspace_when_asked(course, monkeypatch, capsys):
+    from dpteach.commands.lab import open_folder
+    shipped, workspace = course
+    assert open_folder(None) == shipped  # a course folder of its own ($DPTEACH_COURSE, or a clone): opened as is
+    assert open_folder(str(workspace)) == workspace.resolve()
+    assert "copied" in capsys.readouterr().out
+    edit_cells(shipped / LESSON, add_paragraph)
+    assert open_folder(str(workspace)) == workspace.resolve()
+    out = capsys.readouterr().out
+    assert "your files are kept as they are" in out and LESSON in out and "newer version" in out
+    monkeypatch.delenv("DPTEACH_COURSE")
+    assert open_folder(None) == ROOT
