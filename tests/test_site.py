@@ -1,0 +1,183 @@
+"""The course's website (site/build.py): stored runs kept up to date, and a whole build, offline.
+
+* Fast: every notebook of ``notebooks/`` and ``exercises/`` has a stored run in ``site/outputs/`` whose
+  fingerprint matches its cells, so a lesson changed without refreshing its outputs fails here with the
+  command that refreshes them; and every stored run turns into a page with no widget left in it (the
+  panels' Output widgets shown as outputs, quizzes as links), without Sphinx.
+* Slow: the whole site built into a temporary folder with the network unusable - proxies pointed at a dead
+  port, and an audit hook in every Python process of the build that records any attempt to resolve a
+  host name or open a socket to another machine - with Sphinx's warnings as errors; then its pages are
+  read: every lesson, exercise and quiz topic has one, lessons whose run drew figures show them inline,
+  no page shows a widget's repr, every quiz item's answer is folded in a ``<details>``, the GPU page exists.
+"""
+from __future__ import annotations
+
+import html
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SITE = REPO / "site"
+
+
+def _load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+store = _load("dpteach_site_execute", SITE / "execute.py")
+SOURCES = store.sources()
+IDS = [store.label(path) for path in SOURCES]
+
+
+def test_the_site_covers_every_lesson_of_the_course_table_and_every_exercise():
+    from dpteach import course
+    assert {p.name for p in SOURCES if p.parent.name == "notebooks"} == {lesson.notebook for lesson in course.LESSONS}
+    assert [p for p in SOURCES if p.parent.name == "exercises"] == sorted((REPO / "exercises").glob("[0-9]*.ipynb"))
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=IDS)
+def test_every_notebook_has_an_up_to_date_stored_run(source):
+    reason = store.stale_reason(source)
+    if reason:
+        pytest.fail(f"{reason}. The site shows the outputs of a stored run: refresh it with "
+                    f"`{store.refresh_command(source)}` (every notebook: `make site-outputs`) and commit "
+                    f"{store.stored_path(source).relative_to(REPO)}.", pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def build():
+    return _load("dpteach_site_build", SITE / "build.py")
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=IDS)
+def test_a_stored_run_becomes_a_page_with_no_widget_left(source, build):
+    if store.stale_reason(source):
+        pytest.skip("no up-to-date stored run (the test above says how to make one)")
+    stored = store.read_json(store.stored_path(source))
+    record = stored["metadata"][store.META]
+    assert {"fingerprint", "dpteach", "machine", "executed"} <= set(record)
+    assert {"cpus", "torch", "gpu"} <= set(record["machine"]) and record["dpteach"]["commit"]
+    if source.parent.name == "notebooks":
+        assert record["cells_with_errors"] == [], f"{store.label(source)}'s stored run has errors"
+    from dpteach.quiz import load_bank
+    page, counts = build.notebook_page(source, load_bank().topics, {p.resolve() for p in SOURCES})
+    shown = json.dumps([cell.get("outputs", []) for cell in page["cells"]])
+    assert store.WIDGET_VIEW not in shown and "widgets" not in page["metadata"]
+    assert "VBox(children=" not in shown and "HBox(children=" not in shown
+    assert "Run it" in page["cells"][0]["source"]
+    source_text = source.read_text(encoding="utf-8")
+    if "ExperimentPanel(" in source_text:
+        assert counts["panels"] > 0 and "Interactive <b>" in shown
+    if "quiz.show(" in source_text:
+        assert counts["quizzes"] > 0 and "quizzes/" in shown
+    for cell in stored["cells"]:  # each quiz kept its items' topics when its widgets were dropped
+        for output in cell.get("outputs", []):
+            quiz = output.get("metadata", {}).get(store.META, {}).get("quiz")
+            if quiz is not None:
+                assert quiz["items"] > 0 and quiz["topics"], (store.label(source), quiz)
+
+
+def _has_images(stored: dict) -> bool:
+    shown = json.dumps([cell.get("outputs", []) for cell in stored["cells"]])
+    return "image/png" in shown or "image/png" in json.dumps(stored["metadata"].get("widgets", {}))
+
+
+# An audit hook in every Python process of the build (a sitecustomize on PYTHONPATH): any host-name
+# lookup or connection to another machine is written to a log, which must stay empty.
+NETWORK_WATCH = '''
+import os, sys
+_LOG = os.environ["DPTEACH_SITE_NETLOG"]
+_LOCAL = ("localhost", "127.0.0.1", "::1", "", None)
+
+def _watch(event, args):
+    if event == "socket.getaddrinfo" and args[0] not in _LOCAL:
+        host = args[0]
+    elif event == "socket.connect" and isinstance(args[1], tuple) and args[1] and args[1][0] not in _LOCAL:
+        host = args[1][0]
+    elif event == "urllib.Request":
+        host = args[0]
+    else:
+        return
+    with open(_LOG, "a") as log:
+        log.write(f"{os.getpid()} {event} {host}\\n")
+
+sys.addaudithook(_watch)
+with open(_LOG + ".watched", "a") as watched:  # proof that this process was watched
+    watched.write(f"{os.getpid()} {' '.join(sys.orig_argv)[:200]}\\n")
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_whole_site_builds_offline_and_shows_every_page(tmp_path, build):
+    for module in ("sphinx", "myst_nb", "sphinx_book_theme"):
+        pytest.importorskip(module, reason=f"{module} is not installed: pip install -e '.[site]'")
+    stale = [store.label(source) for source in SOURCES if store.stale_reason(source)]
+    assert not stale, f"stored runs out of date: {stale}; refresh them with `make site-outputs`"
+    watch = tmp_path / "watch"
+    watch.mkdir()
+    (watch / "sitecustomize.py").write_text(NETWORK_WATCH)
+    netlog = tmp_path / "network.log"
+    dead = "http://127.0.0.1:9"  # the discard port: nothing listens there
+    path = os.pathsep.join([str(watch), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env = {**os.environ, "PYTHONPATH": path,
+           "DPTEACH_SITE_NETLOG": str(netlog), "http_proxy": dead, "https_proxy": dead, "HTTP_PROXY": dead,
+           "HTTPS_PROXY": dead, "all_proxy": dead, "ALL_PROXY": dead, "no_proxy": "", "NO_PROXY": ""}
+    out = tmp_path / "html"
+    started = time.monotonic()
+    command = [sys.executable, str(SITE / "build.py"), "--pages", str(tmp_path / "pages"), "--out", str(out), "--strict"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=540)
+    seconds = time.monotonic() - started
+    assert done.returncode == 0, f"the build failed:\n{done.stdout[-4000:]}\n{done.stderr[-8000:]}"
+    assert not netlog.exists(), f"the build reached for the network:\n{netlog.read_text()[:2000]}"
+    watched = Path(f"{netlog}.watched").read_text().splitlines()
+    assert any("sphinx" in line for line in watched), f"Sphinx ran unwatched: {watched}"
+    print(f"site built in {seconds:.0f} s")
+
+    pages = {path.relative_to(out).as_posix(): path.read_text(encoding="utf-8") for path in out.rglob("*.html")}
+    for source in SOURCES:
+        name = f"{source.parent.name}/{source.stem}.html"
+        assert name in pages, f"no page for {store.label(source)}"
+        text = pages[name]
+        words = re.sub(r"<[^>]+>", "", text)  # code is split into spans, one per word
+        assert "Run it" in words and "dpteach lab" in words and "make lab" in words, f"{name} has no Run-it box"
+        if source.parent.name == "notebooks" and _has_images(store.read_json(store.stored_path(source))):
+            assert "<img" in text, f"{name}: its stored run drew figures, but the page shows none inline"
+        if "quiz.show(" in source.read_text(encoding="utf-8"):
+            assert re.search(r"href=['\"]\.\./quizzes/[a-z_]+\.html", text), f"{name}: its quiz links to no quiz page"
+    for name, text in pages.items():
+        for repr_ in ("VBox(children=", "HBox(children=", "Output(layout=", "Output(outputs="):
+            assert repr_ not in text, f"{name} shows a widget's repr {repr_!r}"
+
+    from dpteach.quiz import load_bank
+    bank = load_bank()
+    for topic in bank.topics:
+        name = f"quizzes/{topic}.html"
+        assert name in pages, f"no page for quiz topic {topic}"
+        answers = re.findall(r"<details class=['\"]dpteach-quiz-answer['\"]>(.*?)</details>", pages[name], re.S)
+        items = bank.topic(topic)
+        assert len(answers) == len(items), f"{name}: {len(answers)} folded answers for {len(items)} items"
+        for item, answer in zip(items, answers):
+            letters = [chr(ord("A") + i) for i, option in enumerate(item.options) if option.correct]
+            assert f"Answer: {', '.join(letters)}" in answer, (name, item.id)
+            for option in item.options:
+                assert html.escape(option.explanation.splitlines()[0]) in answer, (name, item.id, option.text)
+            if item.figure:
+                assert Path(item.figure["image"]).name in pages[name], (name, item.id, "figure missing")
+    assert "quizzes/index.html" in pages and "index.html" in pages and "results.html" in pages
+    gpu = pages.get("gpu.html", "")
+    assert "Measured on a GPU" in gpu
+    if not list((REPO / "benchmarks" / "results").glob("gpu_check_*.md")):
+        assert "No GPU report has been committed yet" in gpu
