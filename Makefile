@@ -46,6 +46,14 @@ test: install browser
 test-fast: install
 	$(BIN)/python -m pytest -q tests -m "not slow and not browser"
 
+# The course as a static website (site/README.md), built offline from the stored runs in site/outputs.
+site: install
+	$(BIN)/python site/build.py
+
+# Run every lesson and exercise again and store their outputs for the site (about 10 minutes on 2 cores).
+site-outputs: install
+	$(BIN)/python site/build.py --execute
+
 bench: install
 	$(BIN)/dpteach bench allreduce --world-size 4 --sizes 4KiB,1MiB,16MiB --iters 20
 

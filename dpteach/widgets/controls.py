@@ -4,12 +4,19 @@
 199.53; the readout rounds them to "200" while the experiment gets 199.53 (and a model of "7B"
 parameters was 7.08B). ``log_slider`` offers round values instead - 1, 1.5, 2, 3, 5, 7 in every decade -
 on a ``SelectionSlider``, whose label is the value itself.
+
+A dropdown one of whose options means "none" or "the default" (``None``) has a trap of its own:
+ipywidgets 8 reads ``value=None`` as "nothing selected", so the option could never be shown as chosen - the
+dropdown looked empty, and picking the option sent nothing. And a list mixing ``(label, value)`` pairs
+with plain values is not read as pairs at all: the pair became one option whose value was the tuple.
+``choice`` makes every option a pair and lets ``None`` be a value like any other.
 """
 from __future__ import annotations
 
 import math
 
 import ipywidgets as widgets
+from traitlets import observe, validate
 
 MANTISSAS = (1, 1.5, 2, 3, 5, 7)
 
@@ -37,6 +44,34 @@ def log_slider(description: str, low: float, high: float, value: float) -> widge
     start = min(values, key=lambda v: abs(math.log(v) - math.log(value)))
     return widgets.SelectionSlider(options=[(_label(v), v) for v in values], value=start, description=description,
                                    continuous_update=False, style={"description_width": "initial"})
+
+
+class Choice(widgets.Dropdown):
+    """A dropdown where ``None`` is an option's value (see the module's docstring), not "no selection"."""
+
+    @validate("value")
+    def _validate_value(self, proposal):
+        if proposal.value is None and None in self._options_values:
+            return None
+        return super()._validate_value(proposal)
+
+    @observe("value")
+    def _propagate_value(self, change):
+        if change.new is None and None in self._options_values:
+            index = self._options_values.index(None)
+            if self.index != index:
+                self.index = index
+            return
+        super()._propagate_value(change)
+
+
+def choice(options, value, description: str, **kwargs) -> Choice:
+    """A dropdown of ``options`` - ``(label, value)`` pairs or plain values, mixed as they come - showing
+    ``value`` as chosen, ``None`` included."""
+    pairs = [option if isinstance(option, tuple) else (str(option), option) for option in options]
+    control = Choice(options=pairs, description=description, **kwargs)
+    control.value = value
+    return control
 
 
 def model_control(cpu_default: str, description: str = "model") -> widgets.Dropdown:

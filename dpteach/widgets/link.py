@@ -5,6 +5,7 @@ import ipywidgets as widgets
 
 from ..network.link import PRESETS
 from ..ranks.backend import visible_gpus
+from .controls import choice
 
 LINK_CHOICES = [
     ("emulated 1 Gbit/s Ethernet", "1gbe"),
@@ -27,8 +28,8 @@ def link_control(default: str | None = "1gbe") -> widgets.Dropdown:
         raise ValueError(f"default={default!r} is not allowed: choose one of {', '.join(PRESETS)} or None")
     if visible_gpus():
         default = GPU_DEFAULT
-    return widgets.Dropdown(options=LINK_CHOICES, value=default, description="link",
-                            style={"description_width": "initial"}, layout=widgets.Layout(width="340px"))
+    return choice(LINK_CHOICES, default, "link", style={"description_width": "initial"},
+                  layout=widgets.Layout(width="340px"))
 
 
 def describe_link(link: dict | None, set_by: dict, device: str = "cpu") -> str:

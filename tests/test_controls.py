@@ -1,0 +1,53 @@
+"""The lessons' controls show the value the experiment receives (dpteach/widgets/controls.py).
+
+ipywidgets 8 reads a Dropdown's ``value=None`` as "nothing selected": an option meaning "none" or "the
+default" could never show as chosen, and a list mixing ``(label, value)`` pairs with plain values made
+the pair one option whose value was the tuple. ``choice`` is the dropdown that gets both right; the last
+test holds every lesson to it.
+"""
+import json
+import re
+from pathlib import Path
+
+import ipywidgets as widgets
+
+from dpteach.widgets.controls import Choice, choice
+from dpteach.widgets.link import link_control
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+def test_plain_ipywidgets_cannot_show_a_none_option_as_chosen():
+    # the behaviour that choice exists for: if this starts failing, ipywidgets changed and choice may go
+    plain = widgets.Dropdown(options=[("auto", None), ("8", 8)], value=None)
+    assert plain.index is None and plain.label is None
+    mixed = widgets.Dropdown(options=[("auto", None), 8], index=0)
+    assert mixed.value == ("auto", None)
+
+
+def test_choice_shows_none_as_chosen_and_hands_it_over():
+    control = choice([("auto", None), 8, 16], None, "batch")
+    assert (control.index, control.label, control.value) == (0, "auto", None)
+    control.value = 16
+    assert (control.index, control.label) == (2, "16")
+    control.index = 0  # what the browser sends when the learner picks the first option again
+    assert (control.label, control.value) == ("auto", None)
+    control.value = 8
+    control.value = None
+    assert (control.index, control.label) == (0, "auto")
+
+
+def test_the_link_dropdown_can_start_on_none():
+    control = link_control(None)
+    assert control.value is None and control.label.startswith("none") and isinstance(control, Choice)
+
+
+def test_no_lesson_builds_a_plain_dropdown_with_a_none_option():
+    offenders = []
+    for path in NOTEBOOKS:
+        for cell in json.loads(path.read_text())["cells"]:
+            source = "".join(cell["source"])
+            for match in re.finditer(r"widgets\.Dropdown\(options=\[(.*?)\]", source, re.S):
+                if re.search(r",\s*None\)", match.group(1)):
+                    offenders.append(f"{path.name}: {match.group(0)[:80]}")
+    assert not offenders, "use dpteach.widgets.controls.choice for these:\n" + "\n".join(offenders)
