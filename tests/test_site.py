@@ -61,8 +61,14 @@ def build():
     return _load("dpteach_site_build", SITE / "build.py")
 
 
+@pytest.fixture(scope="module")
+def site_pages(build):
+    """site/pages.py (loading build.py first put site/ on sys.path, where it finds its siblings)."""
+    return _load("dpteach_site_pages", SITE / "pages.py")
+
+
 @pytest.mark.parametrize("source", SOURCES, ids=IDS)
-def test_a_stored_run_becomes_a_page_with_no_widget_left(source, build):
+def test_a_stored_run_becomes_a_page_with_no_widget_left(source, site_pages):
     if store.stale_reason(source):
         pytest.skip("no up-to-date stored run (the test above says how to make one)")
     stored = store.read_json(store.stored_path(source))
@@ -72,7 +78,7 @@ def test_a_stored_run_becomes_a_page_with_no_widget_left(source, build):
     if source.parent.name == "notebooks":
         assert record["cells_with_errors"] == [], f"{store.label(source)}'s stored run has errors"
     from dpteach.quiz import load_bank
-    page, counts = build.notebook_page(source, load_bank().topics, {p.resolve() for p in SOURCES})
+    page, counts = site_pages.notebook_page(source, load_bank().topics, {p.resolve() for p in SOURCES})
     shown = json.dumps([cell.get("outputs", []) for cell in page["cells"]])
     assert store.WIDGET_VIEW not in shown and "widgets" not in page["metadata"]
     assert "VBox(children=" not in shown and "HBox(children=" not in shown
