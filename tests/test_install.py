@@ -61,7 +61,9 @@ def installed(tmp_path_factory):
     venv = base / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     python = venv / "bin" / "python"
-    env = {**os.environ, "DPTEACH_PYTHON": str(python), "TORCH_INDEX": "", "HOME": str(base / "home")}
+    env = {**os.environ, "DPTEACH_PYTHON": str(python), "TORCH_INDEX": "", "HOME": str(base / "home"),
+           "PIP_CACHE_DIR": os.environ.get("PIP_CACHE_DIR") or str(Path.home() / ".cache" / "pip")}  # a fresh
+    # home (no progress file, no workspace of ours), pip's download cache kept as on any machine
     for name in ("DPTEACH_COURSE", "DPTEACH_QUIZZES", "DPTEACH_WORKSPACE", "PYTHONPATH", "VIRTUAL_ENV"):
         env.pop(name, None)
     (base / "home").mkdir()

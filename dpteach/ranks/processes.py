@@ -105,6 +105,11 @@ class RankProcesses:
             "DPTEACH_TIMEOUT": str(self.timeout), "DPTEACH_SYS_PATH": json.dumps(sys.path),
             "PYTHONUNBUFFERED": "1",
         })
+        # torch's profiler (Kineto) prints a "USDT: ... profiler_start" line at every start and stop, at a log
+        # level above its errors: the lessons that read a rank's collectives from a profile would fill the
+        # learner's output with them. Kineto's threshold cannot keep errors and drop these, so a rank starts
+        # with its log off unless the user set KINETO_LOG_LEVEL (the profiler's failures still raise).
+        env.setdefault("KINETO_LOG_LEVEL", "6")
         env.pop("DPTEACH_TIMED_WORLD_SIZE", None)
         if self.timed_size is not None:
             env["DPTEACH_TIMED_WORLD_SIZE"] = str(self.timed_size)
