@@ -5,6 +5,8 @@ from dpteach.grading import get_exercise, grade_sources
 from dpteach.grading.checks import ex02_ring_all_reduce as ex02
 from learners.hints import HANGS_ON_THREE, NO_COPY_BACK, OFF_BY_ONE, ONE_STEP_SHORT, SHIFTED
 
+pytestmark = pytest.mark.slow  # five submissions graded on real ranks (12 s on 2 cores)
+
 
 @pytest.fixture(scope="module")
 def reports():

@@ -49,6 +49,7 @@ def test_gpu_sized_models_keep_the_exactness_rules_and_ddp_buckets(name):
     assert default_batch_per_rank(name) == SPECS[name].batch_per_rank < default_batch_per_rank("mlp")
 
 
+@pytest.mark.slow  # 12 s on 2 cores
 def test_the_smallest_gpu_sized_model_runs_and_its_loss_falls_on_the_cpu(one_thread):
     """The 27 M transformer, 8 steps of 4 sequences of 256 tokens at its learning rate with momentum,
     as training runs it: the loss leaves ln(vocab) (a uniform guess over 8192 ids) for well below it."""

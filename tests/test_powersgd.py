@@ -31,6 +31,7 @@ def _bytes_by_step(run) -> dict:
     return per_step
 
 
+@pytest.mark.slow  # 6 s: two trainings on real ranks
 def test_sends_a_tenth_of_ddp_once_compressing():
     start, steps = 2, 4
     out = compare_strategies(4, strategies=["ddp", "powersgd"], steps=steps, powersgd_start=start,

@@ -132,6 +132,7 @@ def _both_hooks(dtype_name):
     return all(torch.equal(a, b) for a, b in zip(oracle, ours)), sent
 
 
+@pytest.mark.slow  # 6 s: DDP on real ranks
 def test_ddp_grad_comm_is_torchs_compression_hook():
     """grad_comm="bf16"/"fp16" gives the weights of torch's bf16/fp16_compress_hook, bit for bit, and
     sends half the bytes of fp32."""

@@ -67,6 +67,7 @@ def site_pages(build):
     return _load("dpteach_site_pages", SITE / "pages.py")
 
 
+@pytest.mark.slow  # 10 s in all: the whole build below checks the same pages again
 @pytest.mark.parametrize("source", SOURCES, ids=IDS)
 def test_a_stored_run_becomes_a_page_with_no_widget_left(source, site_pages):
     if store.stale_reason(source):

@@ -161,6 +161,7 @@ def test_a_bad_course_folder_is_named(monkeypatch, tmp_path):
         materials.course_root()
 
 
+@pytest.mark.slow  # grades on real ranks
 def test_grade_writes_gradescope_results_for_a_notebook_and_for_an_empty_submission(course, capsys):
     shipped, workspace = course
     exercise = get_exercise("03")
