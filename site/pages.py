@@ -33,7 +33,8 @@ def run_it_box(source: Path, record: dict) -> str:
     gpu = f"GPU {machine['gpu']}" if machine.get("gpu") else "no GPU"
     cpu_only = record.get("environment", {}).get("DPTEACH_GPUS") == "0"
     lines = ["```{admonition} Run it", ":class: tip",
-             f"From PyPI: `pip install dpteach`, then `dpteach lab`, and open `{relative}` in the workspace it "
+             f"Installed with pip (`pip install dpteach`, or the wheel `python -m build` makes in a clone): "
+             f"`dpteach lab`, then open `{relative}` in the workspace it "
              f"opens (it has `notebooks/` and `exercises/`, like the repository). From a clone of the repository: "
              f"`make lab`, which installs into `.venv` and opens the same notebooks."]
     if source.parent.name == "exercises":
@@ -267,7 +268,8 @@ def home_page(lessons: list[Path], exercises: list[Path], topics: dict, bank, ti
         "# dpteach: data-parallel training, taught by running it", "", intro, "",
         "This site is the whole course to read: every lesson and exercise with the outputs of a real run "
         "(each page says where and when it ran), every quiz question with its answer, and the measured "
-        "benchmarks. To run it yourself: `pip install dpteach` then `dpteach lab`, or `make lab` from a clone.", "",
+        "benchmarks. To run it yourself: `pip install dpteach` (or the wheel `python -m build` makes in a clone) "
+        "then `dpteach lab`, or `make lab` from a clone.", "",
         "## Lessons", "", *rows, "", "## Exercises", "",
         "Notebooks you complete; they grade themselves on real ranks.", "", *exercise_rows, "",
         "## Quizzes", "", *quiz_rows, "", "## Measurements", "",

@@ -4,8 +4,8 @@
 
 writes ``setup.sh`` (installs the course CPU-only), ``run_autograder`` (grades the submitted notebook
 on real ranks into ``/autograder/results/results.json``) and ``autograder.zip`` holding them - upload the
-zip as the assignment's autograder. Without ``--wheel``, setup.sh installs ``dpteach`` from the package
-index. How the grade maps onto Gradescope's fields: ``dpteach/grading/gradescope.py``.
+zip as the assignment's autograder. Without ``--wheel``, setup.sh installs ``dpteach`` from PyPI, which
+needs a published release. How the grade maps onto Gradescope's fields: ``dpteach/grading/gradescope.py``.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("exercise", metavar="EXERCISE", help="an exercise id such as 04")
     parser.add_argument("--out", metavar="DIR", default=None, help="where to write it (default: gradescope-EXERCISE)")
     parser.add_argument("--wheel", metavar="FILE", default=None,
-                        help="a dpteach wheel to put in the bundle and install (default: dpteach from the index)")
+                        help="a dpteach wheel to put in the bundle and install (default: dpteach from PyPI, once released)")
     parser.add_argument("--torch", metavar="SPEC", default="torch",
                         help="the torch requirement setup.sh installs from the CPU index (default: torch)")
 
