@@ -96,7 +96,13 @@ def run(args) -> int:
             return 1
     else:
         path = notebook_path(args.path)
-    report = grade_notebook(path, exercise.id if exercise else None, record=not args.no_record)
+    try:
+        report = grade_notebook(path, exercise.id if exercise else None, record=not args.no_record)
+    except ValueError as exc:  # an unreadable notebook, one that names another exercise
+        if form != "gradescope":
+            raise
+        _emit(json.dumps(failure_results(f"Nothing was graded: {exc}"), indent=2), args.output)
+        return 1
     if form == "gradescope":
         _emit(json.dumps(results_json(report), indent=2), args.output)
     elif form == "json":

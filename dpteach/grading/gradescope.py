@@ -59,8 +59,11 @@ SETUP_SH = """#!/usr/bin/env bash
 # packages for the course, CPU-only (Gradescope's machines have no GPU, and torch's CPU wheels are a
 # fraction of the CUDA ones' size). DPTEACH_PYTHON and TORCH_INDEX let it be tried outside Gradescope.
 set -euo pipefail
-cd "$(dirname "$0")"
+HERE="$(cd "$(dirname "$0")" && pwd)"
+cd "$HERE"
 PY="${{DPTEACH_PYTHON:-python3}}"
+# Ubuntu 24.04's Python refuses pip installs outside a virtual environment (PEP 668); this image is ours
+export PIP_BREAK_SYSTEM_PACKAGES=1
 if ! "$PY" -m pip --version >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-pip python3-venv
 fi
@@ -70,6 +73,7 @@ if [ -n "$TORCH_INDEX" ]; then
 else
   "$PY" -m pip install --quiet "{torch}"
 fi
+[ -z "{wheel}" ] || [ -e "$HERE/{wheel}" ] || cd "${{AUTOGRADER_ROOT:-/autograder}}/source"  # the zip's files
 "$PY" -m pip install --quiet {install}
 "$PY" -m dpteach grade --help >/dev/null
 """
@@ -111,7 +115,7 @@ def write_bundle(exercise: str, folder: Path, *, wheel: Path | None = None, torc
         shutil.copy2(wheel, folder / wheel.name)
         files[wheel.name] = folder / wheel.name
         install = f'"./{wheel.name}"'
-    for name, text in (("setup.sh", SETUP_SH.format(torch=torch, install=install)),
+    for name, text in (("setup.sh", SETUP_SH.format(torch=torch, install=install, wheel=wheel.name if wheel else "")),
                        ("run_autograder", RUN_AUTOGRADER.format(exercise=chosen.id))):
         path = folder / name
         path.write_text(text)
