@@ -49,7 +49,9 @@ VISIBILITIES = {"hidden", "after_due_date", "after_published", "visible"}
 def installed(tmp_path_factory):
     """A wheel, its Gradescope bundle, and a fresh environment the bundle's setup.sh installed it into."""
     base = tmp_path_factory.mktemp("installed")
-    built = subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", str(base / "dist"), str(ROOT)],
+    # the sdist first and the wheel from it, as `python -m build` does: what MANIFEST.in leaves out of the
+    # sdist is missing from the wheel too, and no stale build/ folder of the clone leaks into it
+    built = subprocess.run([sys.executable, "-m", "build", "--outdir", str(base / "dist"), str(ROOT)],
                            capture_output=True, text=True, timeout=600)
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     wheel = next((base / "dist").glob("dpteach-*.whl"))
