@@ -176,6 +176,7 @@ def test_grade_writes_gradescope_results_for_a_notebook_and_for_an_empty_submiss
     assert len(results["tests"]) == len(exercise.checks)
     hidden = [t for t, c in zip(results["tests"], exercise.checks) if c.hidden]
     assert hidden and {t["visibility"] for t in hidden} == {HIDDEN_VISIBILITY}
+    assert all(t["name"].count("hidden") == 1 for t in hidden), [t["name"] for t in hidden]
 
     empty = workspace / "submission"
     empty.mkdir()
