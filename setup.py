@@ -15,11 +15,13 @@ from setuptools.command.build_py import build_py
 HERE = Path(__file__).resolve().parent
 
 
-def shipped_patterns() -> dict:
+def course_files() -> dict:
+    """``materials.shipped_files`` of this source tree (the module is loaded by path: the package itself
+    is not importable while it is being built)."""
     spec = importlib.util.spec_from_file_location("_materials", HERE / "dpteach" / "materials.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.SHIPPED
+    return module.shipped_files(HERE)
 
 
 class build_py_with_course(build_py):
@@ -27,18 +29,12 @@ class build_py_with_course(build_py):
         super().run()
         if getattr(self, "editable_mode", False):
             return
-        target = Path(self.build_lib) / "dpteach" / "_course"
-        copied = 0
-        for folder, patterns in shipped_patterns().items():
-            for pattern in patterns:
-                for path in sorted((HERE / folder).glob(pattern)):
-                    if path.is_file() and not path.name.startswith("."):
-                        destination = target / path.relative_to(HERE)
-                        destination.parent.mkdir(parents=True, exist_ok=True)
-                        shutil.copy2(path, destination)
-                        copied += 1
-        if not copied:
+        files = course_files()
+        if not files:
             raise SystemExit("no course files found to put in the wheel: build from a clone or its sdist")
-
+        for relative, path in files.items():
+            destination = Path(self.build_lib) / "dpteach" / "_course" / relative
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, destination)
 
 setup(cmdclass={"build_py": build_py_with_course})

@@ -39,16 +39,23 @@ def default_workspace() -> Path:
     return Path(os.environ.get(WORKSPACE_ENV_VAR) or Path.home() / DEFAULT_FOLDER).expanduser()
 
 
+def notebook_fingerprint(notebook: dict) -> str:
+    """A notebook's content: its cells' kinds and sources, in order (not outputs, ids or metadata). The
+    site's stored runs (``site/execute.py``) are matched to their notebooks by the same fingerprint."""
+    cells = [[cell["cell_type"], cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])]
+             for cell in notebook["cells"]]
+    return "sha256:" + hashlib.sha256(json.dumps(cells, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
 def fingerprint(path: Path) -> str:
-    """What counts as the content of a course file: a notebook's cell kinds and sources, else its bytes."""
+    """What counts as the content of a course file: a notebook's cells, else its bytes."""
     data = path.read_bytes()
     if path.suffix == ".ipynb":
         try:
-            cells = json.loads(data)["cells"]
-            data = json.dumps([[c["cell_type"], "".join(c["source"])] for c in cells]).encode()
+            return notebook_fingerprint(json.loads(data))
         except (ValueError, KeyError, TypeError):
             pass  # not a notebook we can read: its bytes are its content
-    return hashlib.sha256(data).hexdigest()
+    return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
 def _read_state(workspace: Path) -> dict:
@@ -79,13 +86,6 @@ def _version() -> str:
         return "unknown"
 
 
-def _copy_atomically(source: Path, destination: Path) -> None:
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    temporary = destination.with_name(f".{destination.name}.tmp{os.getpid()}")
-    shutil.copyfile(source, temporary)
-    os.replace(temporary, destination)
-
-
 def prepare(workspace: Path, root: Path | None = None) -> dict:
     """Copy into ``workspace`` every course file it lacks; touch no file that is there.
 
@@ -102,13 +102,19 @@ def prepare(workspace: Path, root: Path | None = None) -> dict:
         if target.exists():
             kept.append(rel)
             continue
-        _copy_atomically(source, target)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomically(target, source.read_text(encoding="utf-8"))
         state["files"][rel] = {"given": fingerprint(source)}
         copied.append(rel)
     if copied:
         _write_state(workspace, state)
-    newer = [row["path"] for row in status(workspace, root) if row["newer"]]
+    newer = [rel for rel, source in shipped.items() if _newer(source, state["files"].get(rel, {}).get("given"))]
     return {"workspace": str(workspace), "copied": copied, "kept": kept, "newer": newer}
+
+
+def _newer(source: Path, given: str | None) -> bool:
+    """The package's version of a file differs from the version the workspace was given."""
+    return given is not None and fingerprint(source) != given
 
 
 def status(workspace: Path, root: Path | None = None) -> list[dict]:
@@ -122,7 +128,7 @@ def status(workspace: Path, root: Path | None = None) -> list[dict]:
         target, given = workspace / rel, files.get(rel, {}).get("given")
         missing = not target.exists()
         edited = not missing and given is not None and fingerprint(target) != given
-        newer = given is not None and fingerprint(source) != given
+        newer = _newer(source, given)
         if given is None and not missing:  # there before the workspace knew it: compare with the package
             edited = fingerprint(target) != fingerprint(source)
         words = ("missing (dpteach lab copies it)" if missing else
@@ -184,8 +190,7 @@ def replace(workspace: Path, name: str, *, keep_solutions: bool = True, only_if_
     rel = resolve(workspace, name, root)
     source = materials.shipped_files(root, materials.WORKSPACE_FOLDERS)[rel]
     target, state = workspace / rel, _read_state(workspace)
-    row = next(r for r in status(workspace, root) if r["path"] == rel)
-    if only_if_newer and not row["newer"]:
+    if only_if_newer and not _newer(source, state["files"].get(rel, {}).get("given")):
         return {"path": rel, "replaced": False, "why": "the package has no newer version", "backup": None}
     text = source.read_text(encoding="utf-8")
     carried = 0

@@ -14,7 +14,6 @@ that differ from their defaults: a copy keeps what a reader of the site can see.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import platform
@@ -56,10 +55,9 @@ def label(source: Path) -> str:
 
 
 def fingerprint(notebook) -> str:
-    """A hash of the notebook's cells: their types and sources, in order (not outputs, ids or metadata)."""
-    cells = [[cell["cell_type"], cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])]
-             for cell in notebook["cells"]]
-    return "sha256:" + hashlib.sha256(json.dumps(cells, ensure_ascii=False).encode("utf-8")).hexdigest()
+    """The notebook's cells, hashed as a learner's workspace tells edits apart (``dpteach.workspace``)."""
+    from dpteach.workspace import notebook_fingerprint
+    return notebook_fingerprint(notebook)
 
 
 def read_json(path: Path) -> dict:

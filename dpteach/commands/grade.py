@@ -84,25 +84,17 @@ def run(args) -> int:
     if (args.path is None) == (args.submission is None):
         raise ValueError("give PATH (a notebook or an exercise id) or --submission DIR, and not both")
     exercise = get_exercise(args.exercise) if args.exercise else None
-    if args.submission is not None:
-        if exercise is None:
-            raise ValueError("--submission needs --exercise: which exercise the submitted notebook is")
-        try:
-            path = find_submission(Path(args.submission), exercise)
-        except ValueError as exc:
-            if form != "gradescope":
-                raise
-            _emit(json.dumps(failure_results(f"Nothing was graded: {exc}."), indent=2), args.output)
-            return 1
-    else:
-        path = notebook_path(args.path)
+    if args.submission is not None and exercise is None:
+        raise ValueError("--submission needs --exercise: which exercise the submitted notebook is")
+    path = notebook_path(args.path) if args.path is not None else None  # a bad PATH is a bad argument
     try:
+        path = path or find_submission(Path(args.submission), exercise)
         report = grade_notebook(path, exercise.id if exercise else None, record=not args.no_record)
-    except ValueError as exc:  # an unreadable notebook, one that names another exercise
+    except ValueError as exc:  # nothing to grade: no notebook, an unreadable one, one of another exercise
         if form != "gradescope":
             raise
-        _emit(json.dumps(failure_results(f"Nothing was graded: {exc}"), indent=2), args.output)
-        return 1
+        _emit(json.dumps(failure_results(f"Nothing was graded: {exc}"), indent=2), args.output)  # Gradescope
+        return 1                                                                         # shows why
     if form == "gradescope":
         _emit(json.dumps(results_json(report), indent=2), args.output)
     elif form == "json":

@@ -16,17 +16,13 @@ zero for a forbidden call or tampering, whatever the single checks say.
 """
 from __future__ import annotations
 
-import json
 import shutil
 import stat
 from pathlib import Path
 
-from ..progress import write_text_atomically
 from .report import Report
 
 HIDDEN_VISIBILITY = "after_published"
-TEST_FIELDS = ("name", "number", "score", "max_score", "status", "output", "visibility")
-TOP_FIELDS = ("score", "execution_time", "output", "visibility", "stdout_visibility", "extra_data", "tests")
 
 
 def results_json(report: Report) -> dict:
@@ -147,9 +143,3 @@ def find_submission(folder: Path, exercise) -> Path:
         return notebooks[0]
     raise ValueError(f"submission={str(folder)!r} holds {len(notebooks)} notebooks and none is named "
                      f"{exercise.notebook_name}: submit that notebook")
-
-
-def write_results(path: Path, results: dict) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomically(path, json.dumps(results, indent=2) + "\n")
