@@ -130,6 +130,8 @@ class WidgetRenderer:
             return
         if name in TEXT_MODELS:
             value = state.get("value") or ""
+            if "dpteach-style" in classes:  # the panel's own CSS (its running state): nothing to show on a page
+                return
             if "dpteach-status" in classes:
                 status.append(re.sub(r"<[^>]+>", "", value))
             elif re.fullmatch(r"\s*<b>[^<]*</b>\s*", value) and top is False and not title and not body:

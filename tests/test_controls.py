@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import ipywidgets as widgets
+import pytest
 
 from dpteach.widgets.controls import Choice, choice
 from dpteach.widgets.link import link_control
@@ -51,3 +52,34 @@ def test_no_lesson_builds_a_plain_dropdown_with_a_none_option():
                 if re.search(r",\s*None\)", match.group(1)):
                     offenders.append(f"{path.name}: {match.group(0)[:80]}")
     assert not offenders, "use dpteach.widgets.controls.choice for these:\n" + "\n".join(offenders)
+
+
+def test_a_log_slider_refuses_a_start_that_is_not_one_of_its_values():
+    from dpteach.widgets.controls import log_slider
+    with pytest.raises(ValueError, match=r"value=60 is not allowed .*'checkpoint, s'.* 50 or 70"):
+        log_slider("checkpoint, s", 1, 1000, 60)
+    assert log_slider("checkpoint, s", 1, 1000, 70).value == 70
+
+
+def test_a_panel_refuses_a_slider_whose_value_the_browser_would_move_and_runs_exactly_what_a_slider_shows():
+    from dpteach.widgets.panel import ExperimentPanel
+    with pytest.raises(ValueError, match=r"slow_ms=65 .* steps of 10 from 0.* 60 or 70"):
+        ExperimentPanel("t", experiment=lambda slow_ms: slow_ms, render=lambda r: None,
+                        controls={"slow_ms": widgets.FloatSlider(value=65, min=0, max=200, step=10)})
+    panel = ExperimentPanel("t", experiment=lambda slow_ms, k: (slow_ms, k), render=lambda r: None,
+                            controls={"slow_ms": widgets.FloatSlider(value=60, min=0, max=200, step=10),
+                                      "k": widgets.IntSlider(value=4, min=1, max=8)})
+    assert panel.run() == (60.0, 4)
+
+
+def test_every_lesson_shows_its_panel_before_it_runs_it():
+    """A panel run before it is displayed shows nothing until the run ends: the learner waits blind."""
+    offenders = []
+    for path in NOTEBOOKS:
+        for index, cell in enumerate(json.loads(path.read_text())["cells"]):
+            source = "".join(cell["source"])
+            for match in re.finditer(r"(\w+)\.run\(", source):
+                shown = source.find(f"display({match.group(1)})")
+                if shown < 0 or shown > match.start():
+                    offenders.append(f"{path.name} cell {index}: {match.group(1)}.run() before display({match.group(1)})")
+    assert not offenders, "\n".join(offenders)

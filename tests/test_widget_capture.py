@@ -100,3 +100,44 @@ def test_a_second_run_marks_the_cells_below_as_describing_an_earlier_run():
     panel.controls["ranks"].value = 3
     panel.button.click()
     assert "earlier result" in panel.stale.value and "ranks W 2 &rarr; 3" in panel.stale.value
+
+
+def test_a_second_run_keeps_the_last_result_greyed_and_shows_its_progress_above_it_until_replaced():
+    seen = {}
+
+    def experiment(n):
+        print(f"step 1 of {n}")  # what a run prints while it goes: visible in the live strip at once
+        seen["status"] = panel.status.value
+        seen["old"] = [item.get("data", {}).get("text/html") for item in panel.output.outputs]
+        seen["classes"] = list(panel.output._dom_classes)
+        seen["live"] = "".join(item.get("text", "") for item in panel.live.outputs)
+        return {"n": n}
+
+    panel = ExperimentPanel("t", experiment=experiment, render=lambda result: display(HTML(f"n is {result['n']}")),
+                            controls={"n": widgets.IntSlider(value=3)})
+    panel.run()
+    assert "dpteach-replacing" not in seen["classes"]  # nothing to grey on the first run
+    panel.run(n=4)
+    assert "running" in seen["status"]
+    assert "n is 3" in seen["old"] and "dpteach-replacing" in seen["classes"]  # the last result stayed, greyed
+    assert "step 1 of 4" in seen["live"]
+    # replaced: what the run printed, then its result; the strip is empty and the output no longer greyed
+    assert [item["output_type"] for item in panel.output.outputs] == ["stream", "display_data"]
+    assert panel.output.outputs[0]["text"] == "step 1 of 4\n" and panel.output.outputs[1]["data"]["text/html"] == "n is 4"
+    assert panel.live.outputs == () and "dpteach-replacing" not in panel.output._dom_classes
+
+
+def test_a_failed_run_replaces_the_greyed_result_with_what_it_printed_and_why_it_failed():
+    def experiment(n):
+        print("started")
+        if n < 0:
+            raise ValueError(f"n must be >= 0, got {n}")
+        return {"n": n}
+
+    panel = ExperimentPanel("t", experiment=experiment, render=lambda result: display(HTML("drawn")),
+                            controls={"n": widgets.IntSlider(value=3, min=-5)})
+    panel.run()
+    panel.run(n=-1)
+    texts = "".join(item.get("text", "") for item in panel.output.outputs)
+    assert "drawn" not in str(panel.output.outputs) and texts == "started\nValueError: n must be >= 0, got -1\n"
+    assert "dpteach-replacing" not in panel.output._dom_classes and panel.live.outputs == ()

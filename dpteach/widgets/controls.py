@@ -39,9 +39,15 @@ def _label(value: float) -> str:
 
 
 def log_slider(description: str, low: float, high: float, value: float) -> widgets.SelectionSlider:
-    """A slider over the round values between ``low`` and ``high``, starting at the one nearest ``value``."""
+    """A slider over the round values between ``low`` and ``high``, starting at ``value``, which must be one
+    of them: a slider that silently started at the nearest one ran 70 where its lesson's text said 60."""
     values = round_values(low, high)
-    start = min(values, key=lambda v: abs(math.log(v) - math.log(value)))
+    start = next((v for v in values if math.isclose(v, value, rel_tol=1e-9)), None)
+    if start is None:
+        nearest = sorted(values, key=lambda v: abs(math.log(v) - math.log(value)))[:2] if value > 0 else values[:2]
+        raise ValueError(f"value={value!r} is not allowed for the slider {description!r}: it must be one of its round "
+                         f"values between {low:g} and {high:g} (1, 1.5, 2, 3, 5, 7 in every decade), e.g. "
+                         f"{' or '.join(f'{v:g}' for v in sorted(nearest))}")
     return widgets.SelectionSlider(options=[(_label(v), v) for v in values], value=start, description=description,
                                    continuous_update=False, style={"description_width": "initial"})
 

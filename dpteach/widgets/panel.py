@@ -12,6 +12,11 @@ A panel whose experiment takes ``trace=`` (the ones that draw timelines) writes 
 ``traces/<panel title>.json`` beside the notebook and shows a link to it under the results: a file that
 ui.perfetto.dev and ``chrome://tracing`` open (``dpteach/replica/trace.py``).
 
+While a run goes, the learner sees it go: at the click the status says "running", the previous result stays
+in place, greyed (class ``dpteach-replacing``), and what the run prints and its progress bars ("starting 2
+ranks", then the run's own steps) appear in a strip of their own under the button (``dpteach-live``). The old
+result is replaced only when the new one is ready, so the figure never blinks to a blank area.
+
 The button and the output carry stable CSS classes (``dpteach-run``, ``dpteach-output``,
 ``dpteach-status``, whose text carries ``data-runs``: the number of finished runs) so that a browser test can
 find them and tell a new result from the last one. What a run prints and displays is written
@@ -24,6 +29,7 @@ from __future__ import annotations
 import html
 import inspect
 import itertools
+import math
 import os
 import re
 import time
@@ -81,6 +87,23 @@ def trace_link(path: str) -> str:
 
 TRACE_FOLDER = "traces"
 _serials = itertools.count()
+# How a result being replaced looks, and the running status; one <style> per panel (front ends drop duplicates).
+STYLE = ("<style>.dpteach-replacing{opacity:0.45;filter:grayscale(1);transition:opacity .2s}"
+         ".dpteach-running{color:#8a5a00}</style>")
+
+
+def check_on_grid(name: str, control) -> None:
+    """A slider whose value is off its step grid is moved by the browser to the nearest step when it is drawn,
+    so the run would use a value the notebook never asked for: refuse it here, where the panel is built."""
+    if not isinstance(control, (widgets.IntSlider, widgets.FloatSlider)):
+        return
+    step = control.step or 1
+    position = (control.value - control.min) / step
+    if abs(position - round(position)) > 1e-6:
+        below = control.min + math.floor(position) * step
+        raise ValueError(f"{name}={control.value:g} is not allowed for the slider {control.description or name!r}: it moves in "
+                         f"steps of {step:g} from {control.min:g}, so a browser would show and run "
+                         f"{below:g} or {below + step:g} instead; start it at one of those")
 
 
 class ExperimentPanel:
@@ -97,7 +120,8 @@ class ExperimentPanel:
         ExperimentPanel._built.add(self)
         self.title, self.experiment, self.render = title, experiment, render
         self.controls = dict(controls or {})
-        for control in self.controls.values():  # whole labels ("compute ms", not "compute ...")
+        for name, control in self.controls.items():  # whole labels ("compute ms", not "compute ...")
+            check_on_grid(name, control)
             if hasattr(getattr(control, "style", None), "description_width"):
                 control.style.description_width = "initial"
         self.fixed = dict(fixed or {})
@@ -114,14 +138,18 @@ class ExperimentPanel:
         self.status.add_class("dpteach-status")
         self.output = widgets.Output()
         self.output.add_class("dpteach-output")
+        self.live = widgets.Output()  # a running run's progress bars and what it prints, above the old result
+        self.live.add_class("dpteach-live")
         self.stale = widgets.HTML()  # after a second run: the cells below describe an earlier one
         self.stale.add_class("dpteach-stale")
         self.button.on_click(lambda _: self.run())
         header = widgets.HTML(f"<b>{title}</b>")
+        style = widgets.HTML(STYLE)
+        style.add_class("dpteach-style")
         self.prediction = PredictionBox(prediction) if prediction is not None else None
         asked = [self.prediction.widget] if self.prediction else []
-        self.widget = widgets.VBox([header, *self.controls.values(), *asked,
-                                    widgets.HBox([self.button, self.status]), self.stale, self.output])
+        self.widget = widgets.VBox([header, style, *self.controls.values(), *asked,
+                                    widgets.HBox([self.button, self.status]), self.stale, self.live, self.output])
         self.widget.add_class("dpteach-panel")
 
     def values(self) -> dict:
@@ -131,13 +159,18 @@ class ExperimentPanel:
         """Run the experiment with the controls' values (``overrides`` win); render and return the result."""
         values = {**self.values(), **overrides}
         self.button.disabled = True
-        self.status.value = "running..."
+        self.status.value = "<span class='dpteach-running'>&#9203; running: the result below is the last one</span>"
+        if self.output.outputs:
+            self.output.add_class("dpteach-replacing")
+        self.live.outputs = ()
         start = time.perf_counter()
         try:
             predicted = self.prediction.read() if self.prediction else None  # a non-number: refused, nothing runs
-            with write_into(self.output):  # not `with self.output:` - see capture.py for why
+            with write_into(self.live):  # not `with self.live:` - see capture.py for why
                 extra = {"trace": self.trace_path} if self.trace_path and "trace" not in values else {}
                 self.result = self.experiment(**values, **extra)
+            with write_into(self.output):  # the new result replaces the old one only now that it is ready
+                self._take_live()
                 self.render(self.result)
                 for note in run_notes(self.result):
                     print(note)
@@ -156,12 +189,22 @@ class ExperimentPanel:
             self.error = exc
             self.runs += 1
             self.status.value = f"<span data-runs='{self.runs}' style='color:#b00'>failed: {type(exc).__name__}</span>"
-            with write_into(self.output, clear=False):
+            with write_into(self.output):  # what the failed run printed, then why it failed
+                self._take_live()
                 print(f"{type(exc).__name__}: {exc}")
             record_run(self.title, values, None, exc, time.perf_counter() - start)
         finally:
             self.button.disabled = False
+            self.output.remove_class("dpteach-replacing")
+            self.live.outputs = ()
         return self.result
+
+    def _take_live(self) -> None:
+        """Move what the run printed from the live strip into the (just cleared) output, in order; progress
+        bars have closed themselves by now and are not kept."""
+        if self.live.outputs:
+            self.output.outputs = tuple(self.output.outputs) + tuple(self.live.outputs)
+            self.live.outputs = ()
 
     def _stale_note(self) -> str:
         """What to tell the learner once the text and checks below describe an earlier run ("" before)."""
