@@ -156,8 +156,11 @@ class Ranking:
         names = quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " and " + quoted[-1]
         top = max(self.spreads[n].median for n in self.leaders)
         gap = (top / self.spreads[first].median - 1) * 100 if self.spreads[first].median > 0 else 0.0
-        return (f"{names} are within this machine's noise of each other: their medians differ by at most {gap:.0f}% "
-                f"and their intervals overlap ({'; '.join(f'`{n}` ' + show[n].text(unit, digits) for n in self.leaders)}).")
+        rest = [f"`{n}`" for n in self.order if n not in self.leaders]
+        behind = f" Behind them beyond the noise: {', '.join(rest)}." if rest else ""
+        return (f"{names} are within this machine's noise of each other: their medians differ by {gap:.0f}% "
+                f"and their intervals overlap ({'; '.join(f'`{n}` ' + show[n].text(unit, digits) for n in self.leaders)})."
+                + behind)
 
 
 def ranking(spreads: dict) -> Ranking:
