@@ -88,4 +88,6 @@ def test_every_panel_says_which_model_ran_and_why():
     assert notes[1] == "Peers: 1 GPU + 7 emulated peers: timings emulate W=8."
     fixed = run_notes({"model": "cnn", "world_size": 2})
     assert fixed and fixed[0].startswith("Model: cnn (0.6 M parameters), as the panel asked")
+    unasked = run_notes({"model": "cnn", "world_size": 2}, model_chosen=False)  # a panel without a model control
+    assert "as the panel asked" not in unasked[0] and unasked[0].startswith("Model: cnn (0.6 M parameters), the lesson's")
     assert run_notes({"sizes": [1, 2]}) == [] and run_notes(None) == []

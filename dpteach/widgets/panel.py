@@ -32,6 +32,7 @@ import itertools
 import math
 import os
 import re
+import textwrap
 import time
 import weakref
 
@@ -46,18 +47,19 @@ from .prediction import Prediction, PredictionBox
 from .record import record_run
 
 
-def run_notes(result) -> list[str]:
+def run_notes(result, model_chosen: bool = True) -> list[str]:
     """What every panel prints under a run's results: which model ran and why (a training experiment's
-    ``model_choice``), that its peers were emulated (``peers_note``), and how ranks shared GPUs."""
+    ``model_choice``), that its peers were emulated (``peers_note``), and how ranks shared GPUs.
+    ``model_chosen``: whether the panel has a model control (only then did the learner ask for the model)."""
     if not isinstance(result, dict):
         return []
     notes = []
     if isinstance(result.get("model_choice"), dict):
         notes.append(f"Model: {describe_choice(result['model_choice'])}.")
     elif result.get("model") in MODELS:  # an experiment that trains the model it was given, on every device
-        notes.append(f"Model: {result['model']} ({parameter_count(result['model']) / 1e6:.1f} M parameters), as the "
-                     f"panel asked: what this experiment shows (results, order, structure) does not depend on the "
-                     f"model's size.")
+        why = "as the panel asked" if model_chosen else "the lesson's model on every device"
+        notes.append(f"Model: {result['model']} ({parameter_count(result['model']) / 1e6:.1f} M parameters), {why}: "
+                     f"what this experiment shows (results, order, structure) does not depend on the model's size.")
     if result.get("peers_note"):
         notes.append(f"Peers: {result['peers_note']}.")
     sharing = sharing_note(result)
@@ -86,6 +88,7 @@ def trace_link(path: str) -> str:
 
 
 TRACE_FOLDER = "traces"
+NOTE_WIDTH = 110  # printed notes are wrapped between words here, so no front end breaks one mid-word
 _serials = itertools.count()
 # How a result being replaced looks, and the running status; one <style> per panel (front ends drop duplicates).
 STYLE = ("<style>.dpteach-replacing{opacity:0.45;filter:grayscale(1);transition:opacity .2s}"
@@ -172,8 +175,8 @@ class ExperimentPanel:
             with write_into(self.output):  # the new result replaces the old one only now that it is ready
                 self._take_live()
                 self.render(self.result)
-                for note in run_notes(self.result):
-                    print(note)
+                for note in run_notes(self.result, model_chosen="model" in self.controls):
+                    print(textwrap.fill(note, width=NOTE_WIDTH, break_long_words=False, break_on_hyphens=False))
                 if isinstance(self.result, dict) and self.result.get("trace"):
                     display(HTML(trace_link(self.result["trace"])))
                 scored = self.prediction.score(predicted, self.result) if self.prediction else None
