@@ -26,7 +26,8 @@ from __future__ import annotations
 import re
 import statistics
 
-from ..replica.timeline import OVERHEAD_SPANS, busy_time
+from ..measure import spread
+from ..replica.timeline import OVERHEAD_SPANS, busy_time, exposed_time
 from ..sync import strategy_class
 
 
@@ -125,6 +126,19 @@ def summarise_run(ranks: list[dict], steps: range, floor_step_s: float | None = 
     out["replicas_identical"] = all(r["replica_spread"] == 0.0 for r in ranks)
     out["starts_before_backward_ends"] = all(
         (step_structure(r["spans"], s)["launch_lead_s"] or 0.0) > 0 for r in ranks for s in steps)
+    out["spread"] = step_spreads(ranks, steps, strategy)
+    return out
+
+
+def step_spreads(ranks: list[dict], steps: range, strategy: str = "local") -> dict:
+    """The timed steps as the rounds of a measurement (``dpteach.measure``): each step's time, and where it is
+    measured its exposed communication, averaged over the ranks, then the median and its interval. Runs
+    trained side by side (``train_each_on_rank(..., interleave=True)``) take their steps in turn, so step s
+    of every run saw the same moment of the machine: the intervals of two such runs can be compared."""
+    out = {"step_s": spread([statistics.mean(r["step_times"][s] for r in ranks) for s in steps]).as_dict()}
+    if strategy_class(strategy).measures_exposure:
+        out["exposed_s"] = spread([statistics.mean(exposed_time([x for x in r["spans"] if x["step"] == s])
+                                                   for r in ranks) for s in steps]).as_dict()
     return out
 
 

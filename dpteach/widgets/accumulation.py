@@ -5,7 +5,7 @@ import matplotlib.pyplot as plt
 from IPython.display import HTML, display
 
 from .gantt import plot_gantt
-from .rendering import html_table, legend_below, show
+from .rendering import html_table, human_bytes, legend_below, show
 
 
 def k_values(k_max: int) -> list[int]:
@@ -23,12 +23,12 @@ def plot_cost_per_sample(result: dict):
     labels = [f"K={r['accum_steps']}\n{r['effective_batch']} samples" for r in rows]
     x = range(len(rows))
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    per_sample = [r["bytes_per_sample"] / 1e3 for r in rows]
+    per_sample = [r["bytes_per_sample"] / 1024 for r in rows]
     left.bar(x, per_sample, color="#DD8452")
     for i, value in enumerate(per_sample):
         left.text(i, value, f"{value:.0f}", ha="center", va="bottom", fontsize=9)
     left.set_xticks(list(x), labels, fontsize=9)
-    left.set_ylabel("gradient bytes sent per sample (kB)")
+    left.set_ylabel("gradient bytes sent per sample (KiB)")
     left.set_title("Communication per sample falls as 1/K", fontsize=10)
     left.set_ylim(0, max(per_sample) * 1.18)
     floor = [r["compute_floor_s"] * 1e3 for r in rows]
@@ -70,10 +70,10 @@ def sweep_table(result: dict):
         diff = r["max_abs_diff_vs_large_batch"]  # None with emulated peers: one rank shows no equivalence
         same = None if diff is None else diff <= result["tolerance"]
         rows.append([r["accum_steps"], r["effective_batch"], f"{r['messages_per_step']:.0f}",
-                     f"{r['bytes_per_step'] / 1e6:.2f}", f"{r['bytes_per_sample'] / 1e3:.1f}",
+                     human_bytes(r["bytes_per_step"]), human_bytes(r["bytes_per_sample"]),
                      f"{r['step_time_s'] * 1e3:.1f}", f"{r['exposed_comm_s'] * 1e3:.1f}",
                      "-" if diff is None else f"{diff:.1e}", "-" if same is None else ("yes" if same else "<b>no</b>")])
-    return html_table(["K", "effective batch B*W*K", "messages / step", "MB / step", "kB / sample", "step (ms)",
+    return html_table(["K", "effective batch B*W*K", "messages / step", "sent / step", "sent / sample", "step (ms)",
                        "exposed comm (ms)", "max |dtheta| vs large batch", "equal?"], rows, align="rrrrrrrrl")
 
 
@@ -83,10 +83,10 @@ def bugs_table(result: dict):
         return HTML("<p>The two classic bugs need real ranks to show (no_sync counts the all-reduces DDP "
                     "launches between ranks); run with real ranks to see them.</p>")
     before, after = ns["before_forward"], ns["after_forward"]
-    return html_table(["what the loop does", "all-reduces in one step", "MB all-reduced in one step", "gradient"], [
-        ["no_sync() entered before forward (right)", before["all_reduces"], f"{before['bytes'] / 1e6:.2f}",
+    return html_table(["what the loop does", "all-reduces in one step", "all-reduced in one step", "gradient"], [
+        ["no_sync() entered before forward (right)", before["all_reduces"], human_bytes(before["bytes"]),
          f"norm {lb['grad_norm_divided']:.4f} (large batch: {lb['grad_norm_large_batch']:.4f})"],
-        ["no_sync() entered after forward (bug)", after["all_reduces"], f"{after['bytes'] / 1e6:.2f}",
+        ["no_sync() entered after forward (bug)", after["all_reduces"], human_bytes(after["bytes"]),
          f"same values, K={ns['k']} times the traffic"],
         [f"loss not divided by K={lb['k']} (bug)", "-", "-",
          f"norm {lb['grad_norm_not_divided']:.4f} = {lb['norm_ratio']:.3f} x the large batch's"],

@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt
 from IPython.display import HTML, display
 
 from .gantt import plot_gantt
-from .rendering import html_table, legend_beside, show  # noqa: F401 (html_table: lesson 04 imports it from here)
+from .rendering import html_table, human_bytes, legend_beside, show  # noqa: F401 (html_table: lesson 04 imports it from here)
 
 TIMELINE_STRATEGIES = ("naive", "bucketed", "overlap", "ddp")
 CAPTIONS = {
@@ -70,13 +70,20 @@ def plot_step_breakdown(result: dict, strategies=("naive", "bucketed", "overlap"
            label="exposed communication (waited for, measured)")
     ax.bar(strategies, overhead, bottom=[floor + e for e in exposed], color="#B0B0B0",
            label="overhead (the rest of the step above local)")
-    for x, (value, extra) in enumerate(zip(exposed, overhead)):
-        ax.text(x, floor + value + extra, f"+{value:.1f}", ha="center", va="bottom", fontsize=9, color="#C44E52")
+    spreads = [(_row(result, s).get("spread") or {}).get("step_s") for s in strategies]
+    if all(spreads):  # the whole step's interval over the timed steps (the rounds of the interleaved run)
+        ax.errorbar(range(len(strategies)), [sp["median"] * 1e3 for sp in spreads],
+                    yerr=[[(sp["median"] - sp["low"]) * 1e3 for sp in spreads],
+                          [(sp["high"] - sp["median"]) * 1e3 for sp in spreads]],
+                    fmt="none", ecolor="black", capsize=4, lw=1, label="step: interval of the timed steps")
+    top = [max(floor + e + o, (sp or {}).get("high", 0) * 1e3) for e, o, sp in zip(exposed, overhead, spreads)]
+    for x, (value, height) in enumerate(zip(exposed, top)):
+        ax.text(x, height, f"+{value:.1f}", ha="center", va="bottom", fontsize=9, color="#C44E52")
     ax.set_ylabel("median time per optimizer step (ms)")
     ax.set_xlabel("strategy (the red number: communication waited for, ms)")
     ax.set_title(f"Where a step's time goes: {result['model']}, W={result['world_size']} "
-                 f"({result['backend']}, {result['device']}), bucket cap {result['bucket_mb']:g} MB", fontsize=10)
-    ax.set_ylim(0, max(floor + max((e + o for e, o in zip(exposed, overhead)), default=0), floor) * 1.2)
+                 f"({result['backend']}, {result['device']}), bucket cap {result['bucket_mb']:g} MiB", fontsize=10)
+    ax.set_ylim(0, max(max(top, default=0), floor) * 1.2)
     legend_beside(ax)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
@@ -107,9 +114,9 @@ def candidates_table(result: dict) -> HTML:
         same = "-" if c["identical"] is None else ("yes" if c["identical"] else "<b>no</b>")
         diff = "-" if c["max_abs_diff_vs_single"] is None else f"{c['max_abs_diff_vs_single']:.1e}"
         rows.append([escape(c["answer"]), c["samples_per_step"], f"{c['messages_per_step']:.0f}",
-                     f"{c['bytes_per_step'] / 1e6:.2f}", _ms(c["step_time_s"]), _ms(c["exposed_comm_s"]),
+                     human_bytes(c["bytes_per_step"]), _ms(c["step_time_s"]), _ms(c["exposed_comm_s"]),
                      f"{c['exposed_comm_per_sample_s'] * 1e6:.0f}", diff, same])
-    return html_table(["answer", "samples / step", "messages / step", "MB sent / step", "step (ms)",
+    return html_table(["answer", "samples / step", "messages / step", "sent / step", "step (ms)",
                        "exposed comm (ms)", "exposed comm / sample (us)", "max |dtheta|", "identical?"],
                       rows, align="lrrrrrrrl")
 
@@ -117,7 +124,7 @@ def candidates_table(result: dict) -> HTML:
 def render(result: dict) -> None:
     """What the panel shows after a run: timelines, the step-time breakdown, and both tables."""
     print(f"W={result['world_size']} ranks ({result['backend']} on {result['device']}), model {result['model']}, "
-          f"bucket cap {result['bucket_mb']:g} MB; each timeline shows the run's median step")
+          f"bucket cap {result['bucket_mb']:g} MiB; each timeline shows the run's median step")
     if result.get("peers_note"):
         print(f"{result['peers_note']}: the timelines show the one real rank")
     for fig in plot_timelines(result):
