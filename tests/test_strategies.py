@@ -309,3 +309,20 @@ def test_a_model_trained_by_each_strategy_in_turn_is_left_with_no_hook(model_nam
     left = dpteach.launch(_each_strategy_in_turn_on_one_model, 2, args=(names, model_name), timeout=300,
                           show_output=False)
     assert left[0] == left[1] == {name: [] for name in names}
+
+
+def test_the_single_process_reference_is_kept_per_kernel_only_for_what_it_reads():
+    from dpteach.training import reference
+    config = TrainConfig(model="mlp", steps=3, strategy="bucketed")
+    reference._REFERENCES.clear()
+    first = reference.train_single_process(config, 2)
+    # a control the one process does not read (how ranks sync, bucket, send): the kept reference, as a copy
+    again = reference.train_single_process(replace(config, strategy="overlap", bucket_mb=4.0, sync_every=3), 2)
+    assert len(reference._REFERENCES) == 1 and torch.equal(first["params"], again["params"])
+    again["params"].add_(1.0)  # a caller's copy is its own
+    assert torch.equal(reference.train_single_process(config, 2)["params"], first["params"])
+    # one it does read trains again, and gives what a fresh kernel would
+    other = reference.train_single_process(replace(config, steps=4), 2)
+    assert len(reference._REFERENCES) == 2 and not torch.equal(other["params"], first["params"])
+    reference._REFERENCES.clear()
+    assert torch.equal(reference.train_single_process(replace(config, steps=4), 2)["params"], other["params"])
