@@ -56,26 +56,33 @@ def run(args) -> int:
             print(f"B={r['batch']:>5}  {r['rule']:<6} warmup {r['warmup_steps']:>2}  lr {r['lr']:<8.4g} "
                   f"{run_outcome(r)}")
         big = result["largest"]
-        print(f"largest batch {big['batch']}: linear with warmup beats fixed: {big['linear_warmup_beats_fixed']}")
+        print(f"largest batch {big['batch']}: linear with warmup "
+              + ("took fewer steps than" if big["linear_warmup_beats_fixed"] else "did not take fewer steps than")
+              + " the fixed rate")
         return 0
     for r in result["rows"]:
-        print(f"B={r['batch']:>5}  best lr {r['best_lr']}  steps to target {r['steps_to_target']}")
+        print(f"B={r['batch']:>5}  best lr {'-' if r['best_lr'] is None else format(r['best_lr'], 'g')}  "
+              f"steps to target {r['steps_to_target'] or 'not reached'}")
     fit, noise = result["fit"], result["noise_scale"]
     if fit:
         print(f"fit S = S_min (1 + B_noise / B): S_min {fit['s_min']:.1f}, B_noise {fit['b_noise']:.0f}, "
               f"worst error {fit['worst_error']:.0%}")
-    print(f"B_simple from the ranks' gradients: {noise['b_simple']}")
+    print("B_simple from the ranks' gradients: " + (f"{noise['b_simple']:.0f}" if noise["b_simple"] else "no estimate"))
     return 0
 
 
 def _checkpointing(as_json: bool) -> int:
     from ..experiments.activations import checkpointing
+    from ..widgets.rendering import human_bytes
     result = checkpointing()
     if as_json:
         print(json.dumps(result))
         return 0
     for r in result["rows"]:
-        print(f"{r['model']:<12} {r['blocks']} blocks: kept for backward {r['saved_bytes']:,} -> "
-              f"{r['checkpointed_saved_bytes']:,} bytes ({r['share_saved']:.0%} saved); step "
-              f"{r['step_time_ratio']:.2f}x as long (one more forward predicts {r['predicted_ratio']:.2f}x)")
+        ratio, predicted = r["ratio"], r["predicted"]
+        print(f"{r['model']:<12} {r['blocks']} blocks: kept for backward {human_bytes(r['saved_bytes'])} -> "
+              f"{human_bytes(r['checkpointed_saved_bytes'])} ({r['share_saved']:.0%} saved); step "
+              f"{ratio['median']:.2f}x ({ratio['low']:.2f}-{ratio['high']:.2f}) as long, one more forward predicts "
+              f"{predicted['median']:.2f}x ({predicted['low']:.2f}-{predicted['high']:.2f}): "
+              f"{r['versus_prediction']} the prediction")
     return 0

@@ -25,6 +25,8 @@ import time
 import torch
 
 from .. import validate
+from ..measure import spread
+from ..widgets.rendering import human_bytes
 from ..ranks.backend import plain_fp32, visible_gpus
 from ..replica.activations import activation_profile, checkpointed
 from ..replica.data import loss_fn, make_dataset, sample_batch
@@ -60,9 +62,9 @@ def _models(models, on: str, default) -> list[str]:
 def _largest_batch(memory: float, states: float, fixed: float, per_sample: float) -> tuple[int, str | None]:
     room = memory - states - fixed
     if room < per_sample:
-        return 0, (f"the model states alone ({states / GB:.3g} GB) leave no room for one sample's "
-                   f"{per_sample / GB:.3g} GB of activations" if states < memory
-                   else f"the model states alone ({states / GB:.3g} GB) do not fit")
+        return 0, (f"the model states alone ({human_bytes(states)}) leave no room for one sample's "
+                   f"{human_bytes(per_sample)} of activations" if states < memory
+                   else f"the model states alone ({human_bytes(states)}) do not fit")
     return math.floor(room / per_sample), None
 
 
@@ -138,7 +140,10 @@ def checkpointing(models=("mlp", "transformer"), batch: int = LAPTOP_BATCH_PER_R
     training step - zero_grad, forward, loss, backward, SGD with momentum at the model's learning rate - of
     the plain model and of the checkpointed one (the same parameters, one optimizer), and a plain forward
     alone; the three alternate within every repeat, the order turning each time, after ``warmup`` rounds;
-    medians. ``predicted_ratio`` is (step + forward) / step, the price of one forward more. The measured ratio
+    medians, and beside them (``dpteach.measure``) each median's interval and the intervals of the ratios taken
+    round by round. ``predicted_ratio`` is (step + forward) / step, the price of one forward more;
+    ``versus_prediction`` says whether the measured ratio's interval lies above, below or within the
+    predicted one's, and ``slower`` whether the checkpointed step's interval lies wholly above the plain one's. The measured ratio
     can fall below it (the embeddings, the head and the loss are not recomputed, and the checkpointed
     forward saves nothing) or rise above it where blocks are so small that checkpoint's own bookkeeping,
     tens of microseconds per block and pass, is not small beside them (the MLP's). The default batch is the
@@ -149,7 +154,8 @@ def checkpointing(models=("mlp", "transformer"), batch: int = LAPTOP_BATCH_PER_R
     Returns ``{"batch", "repeats", "threads", "device", "source", "note", "rows": [{"model", "blocks",
     "saved_bytes", "checkpointed_saved_bytes", "share_saved", "recompute_bytes", "checkpointed_peak_bytes",
     "peak_share_saved", "same_loss", "max_grad_diff", "plain_step_s", "checkpointed_step_s", "forward_s",
-    "step_time_ratio", "predicted_ratio"}]}``.
+    "step_time_ratio", "predicted_ratio", "plain_step", "checkpointed_step", "ratio", "predicted" (each
+    ``Spread.as_dict()``), "slower", "versus_prediction"}]}``.
     """
     validate.integer("batch", batch, low=2, why=" (the slope needs two batch sizes: batch // 2 and batch)")
     validate.integer("repeats", repeats, low=1)
@@ -166,7 +172,8 @@ def checkpointing(models=("mlp", "transformer"), batch: int = LAPTOP_BATCH_PER_R
         torch.set_num_threads(before)
     return {"batch": batch, "repeats": repeats, "threads": threads, "device": on, "source": SOURCE,
             "note": "step times: medians of interleaved repeats in this process (plain, checkpointed and forward "
-                    "alone alternating, order turning), after warm-up; timings only, no claim is tested on them",
+                    "alone in turn, the order turning), after warm-up, with the interval of each median "
+                    "(dpteach.measure); a claim is made only where intervals separate",
             "rows": rows}
 
 
@@ -195,14 +202,20 @@ def _checkpointing_row(name: str, batch: int, repeats: int, warmup: int, on: str
         criterion(model(x), y)
 
     kinds = {"plain": lambda: step(model), "checkpointed": lambda: step(wrapped), "forward": forward}
+    names = list(kinds)
     times = {k: [] for k in kinds}
     for r in range(warmup + repeats):
-        order = list(kinds) if r % 2 == 0 else list(reversed(kinds))
-        for kind in order:
+        shift = r % len(names)  # the order turns every round (dpteach.measure.interleaved), no kind always first
+        for kind in names[shift:] + names[:shift]:
             elapsed = _timed(kinds[kind], on)
             if r >= warmup:
                 times[kind].append(elapsed)
     med = {k: statistics.median(v) for k, v in times.items()}
+    # Ratios round by round: the three timings of one round saw the same moment of the machine, so the
+    # spread of their ratio is the machine's noise on the ratio itself, not the sum of two spreads.
+    ratio = spread(c / p for c, p in zip(times["checkpointed"], times["plain"]))
+    predicted = spread((p + f) / p for p, f in zip(times["plain"], times["forward"]))
+    plain_s, ckpt_s = spread(times["plain"]), spread(times["checkpointed"])
     return {"model": name, "batch": batch, "blocks": plain["blocks"], "saved_bytes": plain["saved_bytes"],
             "checkpointed_saved_bytes": ckpt["saved_bytes"],
             "share_saved": 1 - ckpt["saved_bytes"] / plain["saved_bytes"], "recompute_bytes": ckpt["recompute_bytes"],
@@ -212,4 +225,17 @@ def _checkpointing_row(name: str, batch: int, repeats: int, warmup: int, on: str
             "max_grad_diff": max((a - b).abs().max().item() for a, b in zip(grads_a, grads_b)),
             "plain_step_s": med["plain"], "checkpointed_step_s": med["checkpointed"], "forward_s": med["forward"],
             "step_time_ratio": med["checkpointed"] / med["plain"],
-            "predicted_ratio": (med["plain"] + med["forward"]) / med["plain"]}
+            "predicted_ratio": (med["plain"] + med["forward"]) / med["plain"],
+            "plain_step": plain_s.as_dict(), "checkpointed_step": ckpt_s.as_dict(),
+            "ratio": ratio.as_dict(), "predicted": predicted.as_dict(),
+            "slower": plain_s.below(ckpt_s),
+            "versus_prediction": _versus(ratio, predicted)}
+
+
+def _versus(measured, predicted) -> str:
+    """'above', 'below' or 'within': where the measured ratio's interval lies against the predicted one's."""
+    if predicted.below(measured):
+        return "above"
+    if measured.below(predicted):
+        return "below"
+    return "within"

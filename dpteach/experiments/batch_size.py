@@ -38,6 +38,10 @@ from ..training.target import WINDOW, smoothed
 MODEL = "mlp"
 MAX_MICRO = 256  # samples per micro-batch at most; larger per-rank batches accumulate
 TARGET_LOSS = 0.7  # about 30% of the first loss, ln(10) = 2.30: far enough for the noise scale to have grown
+# The learning-rate rules and lesson 09's time to target compare runs, not the last stretch of one: to 1.0 every
+# batch from 32 to 512 arrives in 20 to 40 steps at a good rate, to 0.7 batch 32 needs over 90 (the critical-batch
+# table shows both). Half the steps for the same comparison.
+QUICK_TARGET = 1.0
 MOMENTUM = 0.9
 DIVERGED = 5.0  # a loss above this many times the first counts as diverged (a spike that recovers stays below)
 EDGE_LR = 0.16  # the largest rate of LR_GRID that trained this MLP at any batch (critical_batch's runs)
@@ -125,11 +129,15 @@ def _search_on_rank(batches: list[int], target: float, max_steps: int, start_lr:
     reached the target when it has taken as many steps as the best so far stops there (it cannot win)."""
     at = min(range(len(LR_GRID)), key=lambda i: abs(math.log(LR_GRID[i] / start_lr)))
     rows = []
+    if context.rank() == 0:
+        context.report_progress(0, total=len(batches), desc=f"B={batches[0]}, lr {LR_GRID[at]:g}")
     for batch in batches:
         tried = {}
 
         def attempt(i):
             best = min((r["steps_to_target"] for r in tried.values() if r["steps_to_target"]), default=None)
+            if context.rank() == 0:  # the bar's label: which batch and rate run now
+                context.report_progress(0, desc=f"B={batch}, lr {LR_GRID[i]:g}" + (f" (beat {best} steps)" if best else ""))
             run = {"batch": batch, "lr": LR_GRID[i], "base_lr": LR_GRID[i], "max_steps": max_steps, "target": target}
             tried[i] = _train(run, context.world_size(), context.rank(), stop_after=best)
 
@@ -174,11 +182,16 @@ def _check_batches(name: str, batches, world_size: int) -> list[int]:
     return batches
 
 
-def critical_batch(batches=(32, 64, 128, 256, 512, 1024), world_size: int | World = 2,
+def critical_batch(batches=(32, 64, 128, 256, 512), world_size: int | World = 2,
                    target_loss: float = TARGET_LOSS, max_steps: int = 200, start_lr: float = 0.01,
                    backend: str = "auto", timeout: float = 300.0) -> dict:
     """Steps and samples to ``target_loss`` at each global batch (its best learning rate from ``LR_GRID``), the
     fit ``S = S_min (1 + B_noise / B)``, and the simple noise scale measured from the ranks' gradients.
+
+    The default batches stop at 512: at ``TARGET_LOSS`` the fit puts ``B_noise`` near 120, so 512 is already
+    four times past it and on the flat part; 1024 showed the same flat steps (24 at both, in the run of
+    ``benchmarks/results/critical_batch_mlp_w2.json``) at twice the cost per step. Rank 0 reports progress per
+    batch, and labels the bar with the batch and rate running.
 
     Returns ``{"model", "world_size", "target_loss", "window", "rows": [{"batch", "micro_batch", "accum_steps",
     "best_lr", "steps_to_target", "samples_to_target", "losses", "noise", "tried"}], "fit" (see
@@ -204,8 +217,8 @@ def critical_batch(batches=(32, 64, 128, 256, 512, 1024), world_size: int | Worl
             "noise_scale": pooled.as_dict(), "b_crit": fit["b_noise"] if fit else None}
 
 
-def lr_rules(batches=(32, 128, 1024), world_size: int | World = 2, base_lr: float | None = None, base_batch: int = 32,
-             rules=LR_RULES, warmup_steps: int = 10, target_loss: float = TARGET_LOSS, max_steps: int = 60,
+def lr_rules(batches=(32, 64, 256), world_size: int | World = 2, base_lr: float | None = None, base_batch: int = 32,
+             rules=LR_RULES, warmup_steps: int = 10, target_loss: float = QUICK_TARGET, max_steps: int = 60,
              backend: str = "auto", timeout: float = 300.0) -> dict:
     """The same model at each global batch with ``base_lr`` (good at ``base_batch``) scaled by each rule, with and
     without ``warmup_steps`` of linear warmup; every run stops at ``target_loss`` or after ``max_steps``.
@@ -220,6 +233,11 @@ def lr_rules(batches=(32, 128, 1024), world_size: int | World = 2, base_lr: floa
     by 32 or more is far past the edge: the linear rule's premise, that k steps' worth of gradient can be taken in
     one, holds only while the larger step stays stable (Goyal et al. section 2.1), which a learner sees by choosing
     it. Warmup changes nothing when the rate does not change (``fixed``), so ``fixed`` runs once.
+
+    The defaults are the smallest run that shows every point: batches 32, 64 and 256 to ``QUICK_TARGET`` (1.0),
+    where the auto base is 0.01, close to the best rate of batch 32 alone, so every run of every rule arrives
+    within ``max_steps`` and the samples each batch needed can be compared. A larger batch (512, 1024) shows the
+    same at several times the cost per step; to ``TARGET_LOSS`` batch 32 alone needs over 90 steps.
 
     Returns ``{"rows": [{"batch", "rule", "warmup_steps", "lr", "losses", "lrs", "steps_to_target",
     "samples_to_target", "diverged_at", "stopped_at", "micro_batch", "accum_steps"}], "largest": {"batch",
@@ -268,7 +286,7 @@ def lr_rules(batches=(32, 128, 1024), world_size: int | World = 2, base_lr: floa
 
 
 def time_to_target_scaling(scaling: dict, critical: dict | None = None, world_size: int | World = 2,
-                           target_loss: float = TARGET_LOSS, backend: str = "auto") -> dict:
+                           target_loss: float = QUICK_TARGET, max_steps: int = 100, backend: str = "auto") -> dict:
     """Lesson 09's weak-scaling run judged by time to a target loss instead of samples per second.
 
     At W ranks the global batch is W x the per-rank batch, so a step takes the time ``scaling`` measured at W
@@ -277,9 +295,17 @@ def time_to_target_scaling(scaling: dict, critical: dict | None = None, world_si
     09's, is the speed-up over W = 1 divided by W. Below the critical batch the two efficiencies agree;
     past it, more ranks still add samples per second but hardly save steps.
 
+    The two efficiencies differ by a factor that is counted, not timed: time to target at W over W times the
+    time at 1 is ``(step(1) / step(W)) x steps(1) / (W steps(W))``, the samples-per-second efficiency times
+    ``steps_factor`` = steps(1) / (W steps(W)), the same on a busy machine as on a quiet one. The step times
+    carry their intervals (``efficiency_interval`` of lesson 09's rows), so the time-to-target efficiency
+    gets one too. ``target_loss`` defaults to ``QUICK_TARGET``: the steps at three batches with a search over
+    rates cost a few seconds, not the half minute of ``TARGET_LOSS``.
+
     Returns ``{"rows": [{"world_size", "global_batch", "step_time_s", "steps_to_target", "time_to_target_s",
-    "efficiency" (samples per second, lesson 09's), "efficiency_to_target"}], "critical", "target_loss",
-    "b_crit"}``; it needs a run of the MLP (the model ``critical_batch`` trains).
+    "efficiency" (samples per second, lesson 09's), "efficiency_interval", "steps_factor", "efficiency_to_target",
+    "efficiency_to_target_interval"}], "critical", "target_loss", "b_crit"}``; it needs a run of the MLP (the
+    model ``critical_batch`` trains).
     """
     if scaling.get("model") != MODEL:
         raise ValueError(f"scaling with model={scaling.get('model')!r} is not allowed: the steps to target are "
@@ -290,7 +316,7 @@ def time_to_target_scaling(scaling: dict, critical: dict | None = None, world_si
     batch_at = {r["world_size"]: r["world_size"] * r["batch_per_rank"] for r in scaling["rows"]}
     if critical is None:
         critical = critical_batch(sorted(set(batch_at.values())), world_size=world_size, target_loss=target_loss,
-                                  backend=backend)
+                                  max_steps=max_steps, backend=backend)
     steps = {r["batch"]: r["steps_to_target"] for r in critical["rows"]}
     missing = sorted(set(batch_at.values()) - set(steps))
     if missing:
@@ -300,9 +326,14 @@ def time_to_target_scaling(scaling: dict, critical: dict | None = None, world_si
         s = steps[batch_at[r["world_size"]]]
         rows.append({"world_size": r["world_size"], "global_batch": batch_at[r["world_size"]],
                      "step_time_s": r["step_time_s"], "steps_to_target": s,
-                     "time_to_target_s": s * r["step_time_s"] if s else None, "efficiency": r["efficiency"]})
+                     "time_to_target_s": s * r["step_time_s"] if s else None, "efficiency": r["efficiency"],
+                     "efficiency_interval": r.get("efficiency_interval", (r["efficiency"], r["efficiency"]))})
     one = rows[0]["time_to_target_s"] if rows[0]["world_size"] == 1 else None
+    first = rows[0]["steps_to_target"] if one else None
     for row in rows:
-        t = row["time_to_target_s"]
+        t, s = row["time_to_target_s"], row["steps_to_target"]
         row["efficiency_to_target"] = one / (row["world_size"] * t) if one and t else None
+        row["steps_factor"] = first / (row["world_size"] * s) if first and s else None
+        row["efficiency_to_target_interval"] = (tuple(e * row["steps_factor"] for e in row["efficiency_interval"])
+                                                if row["steps_factor"] else None)
     return {"rows": rows, "critical": critical, "target_loss": critical["target_loss"], "b_crit": critical["b_crit"]}

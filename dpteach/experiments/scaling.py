@@ -31,6 +31,7 @@ from dataclasses import replace
 import torch
 
 from .. import validate
+from ..measure import Spread, ranking, spread
 from ..network import scaling as simulator
 from ..network.link import PRESETS, resolve_link
 from ..ranks import context
@@ -80,14 +81,24 @@ def _scaling_on_rank(configs: list[TrainConfig], repeats: int, threads: int | No
     if rank == 0:
         context.report_progress(1)
     runs = [[] for _ in configs]
-    for _ in range(repeats):  # local and the strategy side by side, step by step: same conditions for both
+    for _ in range(repeats):  # every config side by side, step by step: the same conditions for all
         for i, out in enumerate(train_interleaved_on_rank(configs)):
             runs[i].append({"median_step_s": out["median_step_s"], "final_loss": out["losses"][-1],
-                            "link": out["link"], "step_times": out["step_times"],
+                            "link": out["link"], "step_times": out["step_times"][configs[i].timing_warmup:],
                             "breakdown": _breakdown(out["spans"], out["step_times"], configs[i].timing_warmup)})
         if rank == 0:
             context.report_progress(1)
     return {"link": link, "runs": runs}
+
+
+def _step_spread(ranks: list[dict], index: int) -> Spread:
+    """Every timed step of config ``index`` over all passes, each step's time averaged over the ranks (a
+    synchronous step ends together on all of them): the median and its interval (``dpteach.measure``).
+    The configs of a world ran step by step in turn, so their spreads saw the same moments of the machine."""
+    passes = ranks[0]["runs"][index]
+    steps = [statistics.mean(r["runs"][index][p]["step_times"][s] for r in ranks)
+             for p in range(len(passes)) for s in range(len(passes[p]["step_times"]))]
+    return spread(steps)
 
 
 def _best_pass(ranks: list[dict], index: int) -> dict:
@@ -108,7 +119,8 @@ SCALINGS = ("weak", "strong")
 def scaling_sweep(world_sizes=(1, 2, 3, 4), model: str = "auto", steps: int = 10, strategy: str = "overlap",
                   batch_per_rank: int | None = None, bucket_mb: float | None = None, repeats: int = 2,
                   threads_per_rank: int | None = 1, scaling: str = "weak", global_batch: int | None = None,
-                  link=None, backend: str = "auto", device: str = "auto", peers: str | None = None) -> dict:
+                  link=None, backend: str = "auto", device: str = "auto", peers: str | None = None,
+                  strong_too: bool = False) -> dict:
     """Throughput and scaling efficiency at each W, with the overheads split out.
 
     ``scaling="weak"`` keeps ``batch_per_rank`` fixed, so the global batch grows with W;
@@ -120,6 +132,15 @@ def scaling_sweep(world_sizes=(1, 2, 3, 4), model: str = "auto", steps: int = 10
     ``peers="emulated"``: every W > 1 is one real rank whose exchange the link times as among W
     (``dpteach.ranks.world``): the throughput is what W such ranks would reach if each computed what this one
     does, so the efficiency is the communication's alone.
+    ``strong_too`` (weak scaling only): every world also runs strong scaling's configs (the global batch of
+    the largest weak world, shared), step by step beside the weak ones, and the result carries that strong
+    result under ``"strong"``: one launch per W for both, and at each W the two measured side by side. At the
+    largest W the two configs are the same and run once.
+
+    Every step time is the median of all timed steps (``repeats`` passes of ``steps`` less two warm-up) with
+    its interval (``dpteach.measure.spread``); efficiency and speed-up carry the interval that the two step
+    times' intervals allow, and ``throughput`` ranks the worlds by time per sample, naming the fastest only
+    when its interval separates from every other.
 
     Returns plain data::
 
@@ -160,6 +181,7 @@ def scaling_sweep(world_sizes=(1, 2, 3, 4), model: str = "auto", steps: int = 10
     # NCCL to gloo when W outgrew the GPUs would compare two transports, not two world sizes. With
     # emulated peers every world is one real rank.
     placement = choose_placement(1 if emulate else sizes[-1], backend, device)
+    validate.choice("strong_too", strong_too, (False, True))
     load = RunLoad(steps=len(sizes) * repeats * 2 * steps, models_at_once=2, cpu_model="mlp", batch_per_rank=32,
                    launches=len(sizes), link=resolve_link(link))
     choice = choose_model(model, World(sizes[-1], placement), load)
@@ -179,55 +201,121 @@ def scaling_sweep(world_sizes=(1, 2, 3, 4), model: str = "auto", steps: int = 10
         asked = (placement.backend, placement.device_type)
         return World(1, placement, asked, emulated_size=w) if emulate and w > 1 else World(w, placement, asked)
 
+    strong_global = batch_per_rank * sizes[-1]
+    # The strong companion needs its global batch to split evenly at every W; where it does not, none is run.
+    kinds = [scaling] + (["strong"] if strong_too and scaling == "weak"
+                         and not any(strong_global % w for w in sizes) else [])
+
+    def batch_of(kind, w):
+        return (global_batch if scaling == "strong" else strong_global) // w if kind == "strong" else batch_per_rank
+
     def configs_for(w):
-        b = global_batch // w if scaling == "strong" else batch_per_rank
-        return [replace(base, strategy=name, batch_per_rank=b).check(world_of(w)) for name in ("local", strategy)]
+        """[local, strategy] per kind; a kind whose batch equals an earlier one's shares its configs."""
+        configs, index = [], {}
+        for kind in kinds:
+            b = batch_of(kind, w)
+            if b not in index:
+                index[b] = len(configs)
+                configs += [replace(base, strategy=name, batch_per_rank=b).check(world_of(w))
+                            for name in ("local", strategy)]
+            index[kind] = index[b]
+        return configs, index
     for w in sizes:
         configs_for(w)
     cpus = cores_available()
-    rows = []
+    rows = {kind: [] for kind in kinds}
     for w in sizes:
-        configs = configs_for(w)
+        configs, index = configs_for(w)
         world = world_of(w)
         ranks = launch(_scaling_on_rank, world, args=(configs, repeats, threads_per_rank), timeout=600)
-        local, run = _best_pass(ranks, 0), _best_pass(ranks, 1)
-        step = run["median_step_s"]
-        exposed = run["breakdown"]["exposed"]  # measured: what the step waited for
-        # The simulator's "overlap": the share of the compute time that hid communication,
-        # exposed = comm - overlap x compute, so overlap = (comm - exposed) / compute.
-        hidden = max(0.0, run["breakdown"]["comm_busy"] - exposed)
-        rows.append({
-            "world_size": w, "step_time_s": step, "local_step_s": local["median_step_s"],
-            "samples_per_s": w * configs[1].batch_per_rank / step, "exposed_comm_s": exposed,
-            "batch_per_rank": configs[1].batch_per_rank, "time_set_by": run["time_set_by"],
-            "hidden_comm_s": hidden, "overlap_fraction": min(1.0, hidden / local["median_step_s"]),
-            "breakdown": run["breakdown"], "local_breakdown": local["breakdown"],
-            "alpha_s": (ranks[0]["link"] or emulated.as_dict())["alpha_s"],
-            "beta_s_per_byte": (ranks[0]["link"] or emulated.as_dict())["beta_s_per_byte"],
-            "oversubscribed": placement.oversubscribed(world.size), "sharing": placement.describe_sharing(world.size),
-            "final_loss": run["final_loss"], "backend": placement.backend, "device": placement.device_type,
-        })
-    one = rows[0]["samples_per_s"]
-    for row in rows:
-        row["speedup"] = row["samples_per_s"] / one
-        row["efficiency"] = row["samples_per_s"] / (row["world_size"] * one)
-    # The link the simulator extrapolates from: the largest world that still had a core per rank.
-    with_link = [r for r in rows if r["world_size"] > 1]
-    fair = [r for r in with_link if not r["oversubscribed"]]
-    link = fair[-1] if fair else (with_link[0] if with_link else rows[0])
+        for kind in kinds:
+            rows[kind].append(_row(ranks, index[kind], configs[index[kind] + 1], w, world, placement, emulated))
     grad_bytes = sum(p.numel() * p.element_size() for p in build_model(choice.name, device="meta").parameters()
                      if p.requires_grad)
     facts = run_facts(world_of(sizes[-1]), choice)
-    return {"model": choice.name, "model_choice": choice.as_dict(), "peers": facts["peers"],
-            "peers_note": facts["peers_note"], "strategy": strategy, "scaling": scaling, "backend": placement.backend,
+    results = {}
+    for kind in kinds:
+        _efficiencies(rows[kind])
+        # The link the simulator extrapolates from: the largest world that still had a core per rank.
+        with_link = [r for r in rows[kind] if r["world_size"] > 1]
+        fair = [r for r in with_link if not r["oversubscribed"]]
+        link = fair[-1] if fair else (with_link[0] if with_link else rows[kind][0])
+        results[kind] = {
+            "model": choice.name, "model_choice": choice.as_dict(), "peers": facts["peers"],
+            "peers_note": facts["peers_note"], "strategy": strategy, "scaling": kind, "backend": placement.backend,
             "device": placement.device_type, "gpus": placement.gpus,
-            "global_batch": global_batch if scaling == "strong" else None,
+            "global_batch": batch_of(kind, 1) if kind == "strong" else None,
             "emulated_link": None if emulated is None else emulated.as_dict(),
-            "batch_per_rank": batch_per_rank, "bucket_mb": base.bucket_mb,
-            "cpus": cpus, "grad_bytes": grad_bytes, "world_sizes": sizes, "compute_s": rows[0]["local_step_s"],
+            "batch_per_rank": batch_per_rank, "bucket_mb": base.bucket_mb, "steps": steps, "repeats": repeats,
+            "cpus": cpus, "grad_bytes": grad_bytes, "world_sizes": sizes, "compute_s": rows[kind][0]["local_step_s"],
             "link": {"alpha_s": link["alpha_s"], "beta_s_per_byte": link["beta_s_per_byte"],
                      "world_size": link["world_size"], "overlap_fraction": link.get("overlap_fraction", 0.0)},
-            "rows": rows}
+            "rows": rows[kind], "throughput": _throughput_ranking(rows[kind])}
+    result = results[scaling]
+    if len(kinds) > 1:
+        result["strong"] = {**results["strong"], "measured_with": "weak"}
+    return result
+
+
+def strong_scaling(weak: dict, model: str = "auto", link=None, steps: int | None = None, **options) -> dict:
+    """Lesson 09's strong-scaling panel: the strong result that ``weak`` (a ``scaling_sweep(strong_too=True)``
+    result) measured beside its weak runs when ``model`` and ``link`` are the ones it ran with, else a new
+    ``scaling_sweep(scaling="strong")`` over the same worlds, strategy and global batch (``options`` go to it)."""
+    companion = weak.get("strong")
+    asked = resolve_link(link)
+    same_link = (None if asked is None else asked.as_dict()) == weak.get("emulated_link")
+    if companion and model == weak["model"] and same_link and steps in (None, weak.get("steps")):
+        return companion
+    return scaling_sweep(world_sizes=tuple(weak["world_sizes"]), model=model, steps=steps or weak.get("steps", 8),
+                         strategy=weak["strategy"], scaling="strong",
+                         global_batch=weak["batch_per_rank"] * max(weak["world_sizes"]), link=link,
+                         peers=weak.get("peers"), **options)
+
+
+def _row(ranks, i: int, config: TrainConfig, w: int, world: World, placement, emulated) -> dict:
+    """One world's row from its ranks' passes: config ``i`` is local, ``i + 1`` the strategy."""
+    local, run = _best_pass(ranks, i), _best_pass(ranks, i + 1)
+    step, local_step = _step_spread(ranks, i + 1), _step_spread(ranks, i)
+    exposed = run["breakdown"]["exposed"]  # measured: what the step waited for
+    # The simulator's "overlap": the share of the compute time that hid communication,
+    # exposed = comm - overlap x compute, so overlap = (comm - exposed) / compute.
+    hidden = max(0.0, run["breakdown"]["comm_busy"] - exposed)
+    link = ranks[0]["link"] or emulated.as_dict()
+    return {
+        "world_size": w, "step_time_s": step.median, "local_step_s": local_step.median,
+        "step": step.as_dict(), "local_step": local_step.as_dict(),
+        "samples_per_s": w * config.batch_per_rank / step.median, "exposed_comm_s": exposed,
+        "batch_per_rank": config.batch_per_rank, "time_set_by": run["time_set_by"],
+        "hidden_comm_s": hidden, "overlap_fraction": min(1.0, hidden / local["median_step_s"]),
+        "breakdown": run["breakdown"], "local_breakdown": local["breakdown"],
+        "alpha_s": link["alpha_s"], "beta_s_per_byte": link["beta_s_per_byte"],
+        "oversubscribed": placement.oversubscribed(world.size), "sharing": placement.describe_sharing(world.size),
+        "final_loss": run["final_loss"], "backend": placement.backend, "device": placement.device_type,
+    }
+
+
+def _efficiencies(rows: list[dict]) -> None:
+    """Speed-up and efficiency against W = 1, each with an interval from the two step times' intervals: the
+    widest the ratio can be when each step time lies anywhere in its own (a conservative interval)."""
+    one, base = rows[0], rows[0]["step"]
+    for row in rows:
+        row["speedup"] = row["samples_per_s"] / one["samples_per_s"]
+        row["efficiency"] = row["samples_per_s"] / (row["world_size"] * one["samples_per_s"])
+        per = row["batch_per_rank"] / one["batch_per_rank"]  # weak: 1; strong: 1 / W
+        row["efficiency_interval"] = ((1.0, 1.0) if row is one else  # W = 1 against itself: 1 by definition
+                                      (per * base["low"] / row["step"]["high"], per * base["high"] / row["step"]["low"]))
+        row["speedup_interval"] = tuple(e * row["world_size"] for e in row["efficiency_interval"])
+
+
+def _throughput_ranking(rows: list[dict]) -> dict:
+    """Which W trained the most samples per second, beyond the noise: the worlds ranked by time per sample
+    (all ranks together), from each world's step-time spread. ``sentence`` names one only where the
+    intervals separate (``dpteach.measure.ranking``)."""
+    per_sample = {f"W={r['world_size']}": spread(t / (r["world_size"] * r["batch_per_rank"])
+                                                 for t in r["step"]["samples"]) for r in rows}
+    order = ranking(per_sample)
+    return {"order": order.order, "leaders": order.leaders, "winner": order.winner,
+            "sentence": order.sentence("µs per sample", scale=1e6, digits=1)}
 
 
 def scaling_simulation(compute_ms: float = 200.0, grad_mb: float = 2000.0, overlap: float = 0.6,

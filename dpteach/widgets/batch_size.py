@@ -2,6 +2,8 @@
 size, and lesson 09's scaling judged by time to a target loss."""
 from __future__ import annotations
 
+import math
+
 from ..training.batch_rules import run_outcome
 from ..training.target import smoothed
 from .rendering import human_bytes, legend_below, show, table
@@ -68,7 +70,7 @@ def plot_checkpointing(result: dict):
     rows = result["rows"]
     fig, (memory, time) = plt.subplots(1, 2, figsize=(11, 3.8))
     x = range(len(rows))
-    panels = ((memory, "saved_bytes", "checkpointed_saved_bytes", "MB kept for backward", 1e6),
+    panels = ((memory, "saved_bytes", "checkpointed_saved_bytes", "MiB kept for backward", 2 ** 20),
               (time, "plain_step_s", "checkpointed_step_s", "ms per training step", 1e-3))
     for ax, plain, ckpt, unit, scale in panels:
         ax.bar([i - 0.2 for i in x], [r[plain] / scale for r in rows], width=0.4, color="#4C72B0", label="plain")
@@ -145,7 +147,7 @@ def _predicted(fit: dict | None, row: dict) -> list[str]:
 
 def plot_critical_batch(result: dict):
     import matplotlib.pyplot as plt
-    fig, (steps_ax, samples_ax) = plt.subplots(1, 2, figsize=(12, 4.4))
+    fig, (steps_ax, samples_ax) = plt.subplots(1, 2, figsize=(12, 5.6))
     rows = [r for r in result["rows"] if r["steps_to_target"]]
     batches = [r["batch"] for r in rows]
     steps_ax.plot(batches, [r["steps_to_target"] for r in rows], "o", color="#4C72B0", label="measured")
@@ -158,19 +160,23 @@ def plot_critical_batch(result: dict):
                       label=f"fit: S_min {fit['s_min']:.1f}, B_noise {fit['b_noise']:.0f}")
         samples_ax.plot(grid, [fit["e_min"] * (1 + b / fit["b_noise"]) for b in grid], color="#DD8452",
                         label=f"fit: E_min {fit['e_min']:,.0f} = S_min x B_noise")
-        steps_ax.axhline(fit["s_min"], color="#DD8452", linestyle=":", linewidth=1)
+        steps_ax.axhline(fit["s_min"], color="#DD8452", linestyle=":", linewidth=1,
+                         label=f"S_min {fit['s_min']:.1f}: the fewest steps, at any batch")
+        samples_ax.axhline(fit["e_min"], color="#DD8452", linestyle=":", linewidth=1,
+                           label=f"E_min {fit['e_min']:,.0f}: the fewest samples")
+    measured = [r["batch"] for r in result["rows"]]
     for ax in (steps_ax, samples_ax):
-        if fit:
-            ax.axvline(fit["b_noise"], color="#DD8452", linestyle="--", linewidth=1, label="B_crit from the fit")
+        if fit and fit["b_noise"]:
+            ax.axvline(fit["b_noise"], color="#DD8452", linestyle="--", linewidth=1,
+                       label=f"B_crit from the fit: {fit['b_noise']:.0f}")
         if noise:
             ax.axvline(noise, color="#55A868", linestyle="--", linewidth=1, label=f"B_simple measured: {noise:.0f}")
         ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xticks(batches, [str(b) for b in batches])
-        ax.minorticks_off()
+        ax.set_xticks(measured, [str(b) for b in measured])  # every measured batch labelled, whatever the target
+        _readable_log_y(ax)
         ax.set_xlabel("global batch B (log scale)")
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize="small")
+        legend_below(ax, ncol=1)
     steps_ax.set_ylabel("steps to the target loss")
     samples_ax.set_ylabel("samples to the target loss")
     steps_ax.set_title("Steps: halve while B << B_noise, then flat at S_min", fontsize="medium")
@@ -179,14 +185,40 @@ def plot_critical_batch(result: dict):
     return fig
 
 
+NICE = (1, 1.5, 2, 3, 4, 5, 6, 8)  # tick mantissas: at least two fall in any range wider than a factor 1.5
+
+
+def _readable_log_y(ax) -> None:
+    """A log y axis labelled with plain numbers at several round values inside its range (20, 30, 40, 60 or
+    2,000, 3,000, 5,000): a range narrower than a decade gets no label from matplotlib's decade ticks."""
+    ax.set_yscale("log")
+    low, high = ax.get_ylim()
+    ticks = [m * 10 ** e for e in range(math.floor(math.log10(low)), math.ceil(math.log10(high)) + 1) for m in NICE]
+    ticks = [t for t in ticks if low <= t <= high]
+    if len(ticks) > 7:  # a wide range: the 1-2-5 steps are enough
+        ticks = [t for t in ticks if round(t / 10 ** math.floor(math.log10(t)), 3) in (1, 2, 5)]
+    ax.set_yticks(ticks, [f"{t:,.0f}" if t >= 10 else f"{t:g}" for t in ticks])
+    ax.minorticks_off()
+    ax.set_ylim(low, high)
+
+
 def render_time_to_target_scaling(result: dict) -> None:
     """Lesson 09's efficiency in samples per second beside its efficiency in time to the target loss."""
     table(["ranks W", "global batch", "step time", "steps to target", "time to target", "efficiency (samples/s)",
-           "efficiency (time to target)"],
+           "steps(1) / (W steps(W)), counted", "efficiency (time to target)"],
           [[r["world_size"], r["global_batch"], f"{r['step_time_s'] * 1e3:.1f} ms", _steps(r["steps_to_target"]),
-            "-" if r["time_to_target_s"] is None else f"{r['time_to_target_s']:.2f} s", f"{r['efficiency']:.0%}",
-            "-" if r["efficiency_to_target"] is None else f"{r['efficiency_to_target']:.0%}"] for r in result["rows"]])
+            "-" if r["time_to_target_s"] is None else f"{r['time_to_target_s']:.2f} s",
+            _with_interval(r["efficiency"], r.get("efficiency_interval")),
+            "-" if r.get("steps_factor") is None else f"{r['steps_factor']:.2f}",
+            "-" if r["efficiency_to_target"] is None else
+            _with_interval(r["efficiency_to_target"], r.get("efficiency_to_target_interval"))] for r in result["rows"]])
     show(plot_time_to_target_scaling(result))
+
+
+def _with_interval(value: float, interval) -> str:
+    if not interval or interval[0] == interval[1]:
+        return f"{value:.0%}"
+    return f"{value:.0%} ({interval[0]:.0%}-{interval[1]:.0%})"
 
 
 def plot_time_to_target_scaling(result: dict):

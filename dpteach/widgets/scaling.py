@@ -20,6 +20,11 @@ def plot_measured(result: dict):
     one = rows[0]["samples_per_s"]
     left.plot(ws, [w * one for w in ws], "--", color="grey", label="ideal: W x throughput(1)")
     left.plot(ws, [r["samples_per_s"] for r in rows], "o-", color="#4C72B0", label=f"measured ({result['strategy']})")
+    if all("step" in r for r in rows):  # the interval of each median step, as samples per second
+        per = [r["world_size"] * r["batch_per_rank"] for r in rows]
+        left.errorbar(ws, [r["samples_per_s"] for r in rows], fmt="none", ecolor="#4C72B0", capsize=3,
+                      yerr=[[r["samples_per_s"] - n / r["step"]["high"] for r, n in zip(rows, per)],
+                            [n / r["step"]["low"] - r["samples_per_s"] for r, n in zip(rows, per)]])
     for r in rows:
         left.annotate(f"{r['efficiency']:.0%}", (r["world_size"], r["samples_per_s"]), textcoords="offset points",
                       xytext=(0, 8), ha="center", fontsize="small")
@@ -54,13 +59,28 @@ def plot_measured(result: dict):
     return fig
 
 
+def _ms(row: dict, key: str, median_key: str) -> str:
+    """A step time in ms with its interval where the run measured one: ``12.3 (11.9-13.0)``."""
+    spread = row.get(key)
+    if not spread:
+        return f"{row[median_key] * 1e3:.1f}"
+    return f"{spread['median'] * 1e3:.1f} ({spread['low'] * 1e3:.1f}-{spread['high'] * 1e3:.1f})"
+
+
+def _efficiency(row: dict) -> str:
+    low, high = row.get("efficiency_interval", (row["efficiency"], row["efficiency"]))
+    return f"{row['efficiency']:.0%}" + ("" if low == high else f" ({low:.0%}-{high:.0%})")
+
+
 def render_measured(result: dict) -> None:
-    table(["W", "step (ms)", "local (ms)", "exposed comm (ms)", "wait (ms)", "fetch+other (ms)", "samples/s",
-           "speedup", "efficiency", "a device per rank?"],
-          [[r["world_size"], f"{r['step_time_s'] * 1e3:.1f}", f"{r['local_step_s'] * 1e3:.1f}",
+    table(["W", "step (ms), median (interval)", "local (ms)", "exposed comm (ms)", "wait (ms)", "fetch+other (ms)",
+           "samples/s", "speedup", "efficiency (interval)", "a device per rank?"],
+          [[r["world_size"], _ms(r, "step", "step_time_s"), _ms(r, "local_step", "local_step_s"),
             f"{r['exposed_comm_s'] * 1e3:.1f}", f"{r['breakdown']['wait'] * 1e3:.1f}",
             f"{r['breakdown']['data_and_other'] * 1e3:.1f}", f"{r['samples_per_s']:,.0f}", f"{r['speedup']:.2f}x",
-            f"{r['efficiency']:.0%}", "no" if r["oversubscribed"] else "yes"] for r in result["rows"]])
+            _efficiency(r), "no" if r["oversubscribed"] else "yes"] for r in result["rows"]])
+    if result.get("throughput"):
+        print("Time per sample: " + result["throughput"]["sentence"].replace("`", ""))
     shared = [r for r in result["rows"] if r.get("sharing")]
     if shared:
         print(f"Note: {shared[0]['sharing']}.")
