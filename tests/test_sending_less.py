@@ -8,7 +8,10 @@ import sys
 import pytest
 
 from dpteach.experiments.compare import compare_strategies, parse_variant
-from dpteach.experiments.sending_less import methods_to_target, projected_times, time_to_target
+from dpteach.experiments.sending_less import _total, methods_to_target, outer_step, time_to_target
+from dpteach.experiments.step_parts import in_rounds, message_key, parse_key
+from dpteach.measure import spread
+from dpteach.sync.diloco import stability_at_one_step
 from dpteach.training.reference import exact_tolerance
 from dpteach.training.target import default_target, smoothed, steps_to_target, time_to_target as seconds_to_target
 from dpteach.training.train import TrainConfig
@@ -23,11 +26,50 @@ def test_the_target_is_judged_on_a_running_mean_and_the_time_is_the_sum_of_the_s
     assert default_target([3.0, 1.0, 1.0], window=1) == 1.0 + 0.25 * 2.0
 
 
-def test_step_times_are_continued_in_the_pattern_they_were_measured_in():
-    assert projected_times([9.0, 1.0, 3.0], period=1, steps=5) == [9.0, 1.0, 3.0, 2.0, 2.0]  # the first is start-up
-    assert projected_times([9.0, 9.0, 1.0, 3.0], period=1, steps=5, steady_from=2)[-1] == 2.0  # PowerSGD's plain steps
-    round_of_two = projected_times([5.0, 1.0, 4.0, 1.0], period=2, steps=7)
-    assert round_of_two == [5.0, 1.0, 4.0, 1.0, 4.0, 1.0, 4.0]  # local SGD: the same round again
+def test_a_total_adds_each_round_s_parts_and_counts_only_the_messages_sent_before_the_target():
+    messages = [["big"], [], ["big"], ["small", "small"], ["big"]]
+    compute = [0.010, 0.020]  # two rounds
+    exchange = {"big": [0.100, 0.300], "small": [0.001, 0.002]}
+    totals = _total(messages, 4, compute, exchange)  # 4 steps: two "big", two "small"
+    assert totals == pytest.approx([4 * 0.010 + 2 * 0.100 + 2 * 0.001, 4 * 0.020 + 2 * 0.300 + 2 * 0.002])
+    assert _total(messages, 1, compute, exchange) == pytest.approx([0.110, 0.320])
+
+
+def test_a_message_key_names_kind_dtype_and_bytes_and_reads_back():
+    import torch
+    key = message_key("all_gather", 2178068, torch.int8)
+    assert key == "all_gather int8 2178068" and parse_key(key) == ("all_gather", "int8", 2178068)
+
+
+def test_the_rounds_rotate_the_order_and_keep_each_part_s_samples_in_round_order(monkeypatch):
+    import dpteach.experiments.step_parts as parts
+    monkeypatch.setattr(parts.dist, "barrier", lambda: None)  # one process: nothing to wait for
+    ran = []
+    items = {name: (lambda name=name: ran.append(name) or len(ran)) for name in "abc"}
+    samples = in_rounds(items, rounds=3, warmup=1)
+    assert ran == list("abc" "bca" "cab" "abc")  # the first round untimed, then rotated
+    assert samples == {"a": [6, 8, 10], "b": [4, 9, 11], "c": [5, 7, 12]}
+
+
+def test_diloco_at_one_step_is_local_sgd_with_a_plain_outer_step_and_unstable_with_the_paper_s():
+    plain = stability_at_one_step(1.0, 0.0, 0.9)
+    assert plain["steady_gain"] == 1.0 and plain["largest_stable"] == pytest.approx(3.8, rel=1e-6)  # heavy ball
+    nesterov = stability_at_one_step(1.0, 0.9, 0.0)  # Nesterov alone: (2 + 2 mu) / (1 + 2 mu)
+    assert nesterov["largest_stable"] == pytest.approx(3.8 / 2.8, rel=1e-6)
+    paper = stability_at_one_step(0.7, 0.9, 0.9)
+    assert paper["steady_gain"] == pytest.approx(7.0)
+    assert paper["largest_stable"] < plain["largest_stable"] / 100
+
+    def grows(a, eta=0.7, mo=0.9, mi=0.9, steps=2000):  # the recurrences of sync/diloco.py at H = 1, by hand
+        theta, m, b = 1.0, 0.0, 0.0
+        for _ in range(steps):
+            m = mi * m + a * theta  # lr x the inner momentum buffer: the pseudo-gradient
+            b = mo * b + m
+            theta -= eta * (m + mo * b)
+        return abs(theta) > 1.0
+    assert grows(paper["largest_stable"] * 1.5) and not grows(paper["largest_stable"] * 0.5)
+    with pytest.raises(ValueError, match="outer_momentum"):
+        stability_at_one_step(0.7, 1.0)
 
 
 def test_a_variant_names_a_strategy_and_its_main_knob_and_bad_ones_are_refused_before_any_rank_starts():
@@ -43,7 +85,11 @@ def test_a_variant_names_a_strategy_and_its_main_knob_and_bad_ones_are_refused_b
     with pytest.raises(ValueError, match="outer_momentum"):
         TrainConfig(strategy="diloco", outer_momentum=1.5).check(2)
     with pytest.raises(ValueError, match="links"):
-        time_to_target({"world_size": 2}, links=[None])
+        time_to_target({"world_size": 2, "rows": []}, links=[None])
+    with pytest.raises(ValueError, match="methods"):
+        methods_to_target(2, methods="ddp")
+    with pytest.raises(ValueError, match="rounds"):
+        methods_to_target(2, rounds=0)
 
 
 @pytest.mark.slow
@@ -99,15 +145,49 @@ def test_the_compare_command_reports_bytes_and_time_to_target_and_the_bars_on_by
 
 
 @pytest.mark.slow
-def test_lesson_14_methods_share_one_loss_run_and_each_link_is_timed_in_its_own_pattern():
-    methods = methods_to_target(4, methods=("ddp", "local_sgd@8"), steps=24)
+def test_lesson_14_trains_once_and_measures_the_parts_of_a_step_in_the_same_world():
+    methods = methods_to_target(2, methods=("ddp", "local_sgd@8", "powersgd@4"), steps=24, links=("10gbe", "wan"),
+                                rounds=3)
     rows = {row["method"]: row for row in methods["rows"]}
     assert rows["local_sgd@8"]["bytes_vs_ddp"] == pytest.approx(1 / 8, rel=0.01)  # 3 averages of the weights in 24
     assert rows["ddp"]["max_abs_diff_vs_single"] <= exact_tolerance(TrainConfig())
-    timing = time_to_target(methods, links=("10gbe",))
-    timed = {row["method"]: row for row in timing["rows"]}
-    assert len(timed["local_sgd@8"]["step_times"]) == 16 and timed["local_sgd@8"]["period"] == 8
-    assert len(timed["ddp"]["seconds"]) == 24 and timed["ddp"]["seconds"] == sorted(timed["ddp"]["seconds"])
+    # what each step sent, as its Comm saw it: local SGD only at the end of a round, PowerSGD three messages
+    assert [bool(step) for step in rows["local_sgd@8"]["messages"]] == [(s + 1) % 8 == 0 for s in range(24)]
+    assert [len(step) for step in rows["powersgd@4"]["messages"]] == [1, 1] + [3] * 22
+    parts = methods["parts"]
+    assert all(len(samples) == 3 for samples in parts["compute"].values())
+    assert set(parts["exchange"]) == {"10gbe", "wan"} and parts["local_link_messages"] == {"10gbe": 0, "wan": 0}
+    for key, samples in parts["exchange"]["wan"].items():  # the emulated link holds every message to its floor
+        assert min(samples) >= (2 if key.startswith("all_reduce") else 1) * 30e-3
+    timing = time_to_target(methods)
+    timed = {(row["method"], row["link"]): row for row in timing["rows"]}
+    ddp = timed["ddp", "wan"]
     reached = rows["ddp"]["steps_to_target"]
-    assert timed["ddp"]["time_to_target_s"] == (None if reached is None else timed["ddp"]["seconds"][reached - 1])
-    assert timing["winner"]["10gbe"] in rows
+    if reached is not None:  # the total is each round's parts added up; its interval holds its median
+        assert ddp["totals"] == pytest.approx(
+            [reached * c + reached * e for c, e in zip(parts["compute"]["ddp"],
+                                                      parts["exchange"]["wan"]["all_reduce float32 4356136"])])
+        assert ddp["low"] <= ddp["time_to_target_s"] <= ddp["high"]
+        assert ddp["exchanges"] == [{"messages": ["all_reduce float32 4356136"], "count": reached,
+                                     "each_s": pytest.approx(spread(parts["exchange"]["wan"]["all_reduce float32 4356136"]).median)}]
+    assert len(ddp["seconds"]) == 24 and ddp["seconds"] == sorted(ddp["seconds"])
+    for link, verdict in timing["ranking"].items():
+        assert verdict["winner"] is None or verdict["leaders"] == [verdict["winner"]]
+        assert set(verdict["leaders"]) <= {m for m in rows if rows[m]["steps_to_target"] is not None}
+    # a convergence run that measured no parts: they are measured now, the messages continued in their period
+    bare = {**methods, "parts": None, "rows": [{k: v for k, v in row.items() if k != "messages"} for row in methods["rows"]]}
+    again = time_to_target(bare, links=("1gbe",), rounds=2)
+    assert {row["link"] for row in again["rows"]} == {"1gbe"} and again["rounds"] == 2
+    later = {row["method"]: row for row in again["rows"]}
+    assert sum(e["count"] for e in later["local_sgd@8"]["exchanges"]) == (rows["local_sgd@8"]["steps_to_target"] or 24) // 8
+
+
+@pytest.mark.slow
+def test_the_outer_step_panel_reads_a_run_that_already_trained_its_two_methods():
+    known = methods_to_target(2, methods=("local_sgd@8", "diloco@8"), steps=16, links=(), check_powersgd=False)
+    reused = outer_step(8, 0.7, 0.9, steps=16, known=known)
+    assert reused["reused"] and [r["method"] for r in reused["rows"]] == ["local_sgd@8", "diloco@8"]
+    assert reused["rows"][1]["losses"] == known["rows"][1]["losses"]
+    fresh = outer_step(8, 1.0, 0.0, steps=16, known=known)  # other settings: trained again, and DiLoCo is local SGD
+    assert "reused" not in fresh
+    assert fresh["rows"][0]["losses"] == pytest.approx(fresh["rows"][1]["losses"], abs=1e-6)

@@ -116,7 +116,7 @@ def _on_rank(rank: int, start: int, steps: int, seed: int) -> list[dict]:
 
 
 def powersgd_against_torch(world_size: int | World = 2, rank: int = 4, steps: int = 4, seed: int = 0, start: int = 2,
-                           timeout: float = 120.0) -> dict:
+                           timeout: float = 120.0, known: dict | None = None) -> dict:
     """The course's PowerSGD and torch's ``powerSGD_hook`` on the same gradients, ``steps`` steps, of which the
     first ``start`` are plain all-reduce (torch requires ``start >= 2`` with error feedback or warm start).
 
@@ -124,7 +124,9 @@ def powersgd_against_torch(world_size: int | World = 2, rank: int = 4, steps: in
     "compressed", "max_abs_diff", "max_abs_grad", "torch_bytes", "course_bytes", "course_comm_bytes", "uncompressed_bytes",
     "torch_all_reduces", "course_all_reduces"}], "max_abs_diff", "compression_ratio", "torch_compression_ratio"}``:
     per step the worst rank's difference and rank 0's bytes; the ratios are uncompressed bytes over sent
-    bytes on the compressing steps (None when none compressed).
+    bytes on the compressing steps (None when none compressed). ``known``: a run that already made this check
+    in its own world with the same arguments (``sending_less.methods_to_target`` makes it beside its methods, and
+    hands back each rank's rows as ``"powersgd_check"``): its rows are read instead of starting ranks again.
     """
     if not isinstance(world_size, World):
         validate.integer("world_size", world_size, low=2, why=": one rank has nothing to average")
@@ -133,9 +135,15 @@ def powersgd_against_torch(world_size: int | World = 2, rank: int = 4, steps: in
     validate.integer("seed", seed, low=0)
     validate.integer("start", start, low=2, why=": torch's PowerSGDState refuses less with error feedback on")
     validate.number("timeout", timeout, above=0, unit="a number of seconds")
-    world = resolve_world(world_size)
-    validate.ranks(world, 2, "one rank has nothing to average")
-    per_rank = launch(_on_rank, world, args=(rank, start, steps, seed), timeout=timeout, show_output=False)
+    made = (known or {}).get("powersgd_check")
+    size = world_size.size if isinstance(world_size, World) else world_size
+    if made and made["args"] == [rank, start, steps, seed] and made["world_size"] == size:
+        per_rank = made["per_rank"]
+    else:
+        world = resolve_world(world_size)
+        validate.ranks(world, 2, "one rank has nothing to average")
+        per_rank = launch(_on_rank, world, args=(rank, start, steps, seed), timeout=timeout, show_output=False)
+        size = world.size
     rows = [{**row, "max_abs_diff": max(r[i]["max_abs_diff"] for r in per_rank),
              "max_abs_grad": max(r[i]["max_abs_grad"] for r in per_rank)} for i, row in enumerate(per_rank[0])]
     compressing = [row for row in rows if row["compressed"]]
@@ -143,7 +151,7 @@ def powersgd_against_torch(world_size: int | World = 2, rank: int = 4, steps: in
     def ratio(key):
         sent = sum(row[key] for row in compressing)
         return sum(row["uncompressed_bytes"] for row in compressing) / sent if sent else None
-    return {"model": MODEL, "world_size": world.size, "rank": rank, "start": start, "steps": steps,
+    return {"model": MODEL, "world_size": size, "rank": rank, "start": start, "steps": steps,
             "bucket_sizes": [b.buffer.numel() for b in build_buckets(build_model(MODEL, device="meta"),
                                                                      SPECS[MODEL].bucket_mb)],
             "compared": ("torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook.powerSGD_hook "

@@ -1,153 +1,302 @@
 """Lesson 14: methods that send less, judged by the time they take to reach a target loss on a given link.
 
-``methods_to_target`` trains every method once, in one world, step by step side by side, with no emulated
-link: the loss after each step, the bytes sent per step, and the steps each needs to reach the target
-loss (``dpteach/training/target.py``). ``time_to_target`` then times each method's steps on each emulated
-link and puts the two together.
+``methods_to_target`` starts one world and does everything in it. Every method trains side by side, step by
+step (the order rotated every step), with no emulated link: its loss after each step, the bytes it sent and
+the messages (``step_parts.Listener``). Then, in the same world, the parts of a step are measured in
+interleaved rounds (``step_parts.py``): each method's compute per step, each message it sent on each link,
+and a local step on each link. Last, rank 0 trains the single-process reference that the target is read from.
+``time_to_target`` adds the parts up, and only that is arithmetic::
 
-Why two runs and not one per link: a link only delays messages, it changes no number in them, so the
-loss after step s is the same on every link (``tests/test_sending_less.py`` checks it, bit for bit); only
-the seconds differ. Training a hundred steps on a 30 ms wide-area link for every method would take the
-lesson minutes of sleeping. So each method's steps are timed on each link for a short run - a few steps, or
-for local SGD and DiLoCo two whole rounds of H steps - and the time to the target is the sum of those
-measured step times, continued in the same pattern (one step like the last ones; for local SGD the same
-round again) up to the step the loss run reached the target. ``dpteach compare --link`` does it the long
-way, every step on the link, and reports the same measure (``time_to_target_s``).
+    seconds to the target on a link = steps to target x compute per step
+                                      + for each kind of message: how many it sent until then x one on that link
+
+Why a sum of parts is allowed: a link only delays messages and changes no number in them, so the loss after
+step s is the same on every link (``tests/test_sending_less.py`` checks it bit for bit), and a step's compute
+does not depend on the link (the lesson checks it: a step that sends nothing times the same with every link in
+place). Why not time each method's whole steps on each link instead: that takes a run per link, each lands on
+whatever else the machine did then, and noise picked the winner (the same local step took 23 ms on one link and
+19 ms on another). Measured once, in rounds, every method and link sees the same moods of the machine.
+
+The interval of a total: each round measured every part once, so each round gives one whole total (its compute
+and its messages as that round timed them); a method's time to target is the median of its rounds' totals, with
+the order-statistic interval of ``measure.spread``. A method is named fastest on a link only when its interval
+lies below every other's (``measure.ranking``). ``dpteach compare --link`` does it the long way, every step on
+the link, and reports the same measure (``time_to_target_s``).
 """
 from __future__ import annotations
 
+import math
 import statistics
-from dataclasses import replace
+from collections import Counter
+from dataclasses import asdict, replace
 from itertools import accumulate
 
+import torch
+import torch.distributed as dist
+
 from .. import validate
+from ..measure import FEWEST_ROUNDS, ranking, spread
 from ..network.link import resolve_link
+from ..ranks import context
 from ..ranks.launcher import launch
 from ..ranks.world import World, resolve_world
-from ..training.target import WINDOW, smoothed
-from ..training.train import TrainConfig, train_each_on_rank
-from .compare import compare_strategies, parse_variant
+from ..replica.build import flat_weights
+from ..replica.timeline import start_together
+from ..sync import strategy_class
+from ..training.reference import train_single_process
+from ..training.target import TARGET_RULE, WINDOW, default_target, smoothed, steps_to_target
+from ..training.train import SyncTrainer, TrainConfig
+from .compare import parse_variant
+from .powersgd import _on_rank as powersgd_rows
+from .step_parts import Listener, measure_parts
 
 METHODS = ("ddp", "bf16", "int8_ef", "powersgd@1", "powersgd@4", "powersgd@16",
            "local_sgd@1", "local_sgd@8", "local_sgd@32", "diloco@1", "diloco@8", "diloco@32")
 LINKS = ("1gbe", "10gbe", "wan")
+STEPS = 48
 BUCKET_MB = 25.0  # DDP's default bucket_cap_mb: the MLP's gradients travel as one bucket, as with torch's hooks
 POWERSGD_START = 2  # compress from the third step on (torch's powerSGD_hook needs at least 2 plain steps first)
 
 
-def methods_to_target(world_size: int | World | None = 2, methods=METHODS, steps: int = 60,
-                      optimizer: str = "sgd", target_loss: float | None = None, seed: int = 0,
-                      backend: str = "auto", timeout: float = 600.0, **knobs) -> dict:
-    """Every method of ``methods`` (names, or ``name@knob`` variants) trained ``steps`` steps on the MLP.
-
-    Two ranks by default: twelve methods side by side on a laptop's two cores, each rank on a core of its
-    own. ``dpteach compare -w 4`` runs the same methods on four.
-
-    Returns ``{"world_size", "steps", "optimizer", "target_loss", "target_rule", "window", "reference":
-    smoothed single-process curve, "rows": [{"method", "strategy", "knobs", "bytes_per_step",
-    "bytes_vs_ddp", "steps_to_target", "final_loss", "curve", "losses", "exact", "max_abs_diff_vs_single"}]}``;
-    ``curve`` is the loss averaged over the last ``window`` steps. ``knobs``: the strategies' own options for
-    every method (``outer_lr=1.0``, ``outer_momentum=0.0``; ``TrainConfig``'s fields).
-    """
-    validate.integer("steps", steps, low=WINDOW)
-    report = compare_strategies(world_size, model="mlp", steps=steps, strategies=list(methods), optimizer=optimizer,
-                                interleave=True, bucket_mb=BUCKET_MB, target_loss=target_loss, seed=seed,
-                                backend=backend, timeout=timeout, **{"powersgd_start": POWERSGD_START, **knobs})
-    ddp = next((row["bytes_per_step"] for row in report["rows"] if row["strategy"] == "ddp"), None)
-    rows = []
-    for row in report["rows"]:
-        method = row["strategy"]  # the name as asked: powersgd@4
-        losses = report["runs"][method][0]["losses"]  # the mean over the ranks, step by step
-        curve = smoothed(losses)
-        rows.append({"method": method, "strategy": method.partition("@")[0], "knobs": row["knobs"],
-                     "bytes_per_step": row["bytes_per_step"],
-                     "bytes_vs_ddp": None if not ddp else row["bytes_per_step"] / ddp,
-                     "steps_to_target": row["steps_to_target"], "final_loss": curve[-1], "losses": losses,
-                     "curve": curve, "exact": row["exact"], "max_abs_diff_vs_single": row["max_abs_diff_vs_single"]})
-    return {"world_size": report["world_size"], "steps": steps, "optimizer": optimizer, "seed": seed, "knobs": knobs,
-            "bucket_mb": BUCKET_MB, "powersgd_start": POWERSGD_START, "batch_per_rank": report["batch_per_rank"],
-            "target_loss": report["target_loss"], "target_rule": report["target_rule"], "window": WINDOW,
-            "reference": smoothed(report["reference_losses"]), "rows": rows}
-
-
-def timing_steps(config: TrainConfig) -> tuple[int, int, int]:
-    """How many steps to time a method for, the period its step times repeat with, and the first step that is
-    like every later one (``projected_times``' ``steady_from``): two whole rounds of
-    H steps for local SGD and DiLoCo (at least three steps); PowerSGD's plain steps plus two compressed ones; three
-    otherwise (the first carries the start-up, so two are steady)."""
-    if "sync_every" in config.knobs():
-        return max(2 * config.sync_every, 3), config.sync_every, 1
-    if "powersgd_start" in config.knobs():
-        return config.powersgd_start + 2, 1, config.powersgd_start
-    return 3, 1, 1
-
-
-def projected_times(measured: list[float], period: int, steps: int, steady_from: int = 1) -> list[float]:
-    """``steps`` step times: the measured ones, then the last ``period`` of them again and again (for period
-    1, the mean of the measured steps from ``steady_from`` on: the first carries the start-up, and PowerSGD's
-    first steps are plain all-reduces)."""
-    if period == 1:
-        steady = statistics.mean(measured[steady_from:] or measured)
-        return [measured[s] if s < len(measured) else steady for s in range(steps)]
-    cycle = measured[-period:]
-    return [measured[s] if s < len(measured) else cycle[(s - len(measured)) % period] for s in range(steps)]
-
-
-def _timed_on_rank(configs: list[TrainConfig]) -> list[dict]:
-    """Only what the timing needs travels back: each run's step times and its link's account."""
-    return [{k: out[k] for k in ("step_times", "link")} for out in train_each_on_rank(configs)]
-
-
-def time_to_target(convergence: dict, links=LINKS, backend: str = "auto", timeout: float = 600.0) -> dict:
-    """Each method of ``convergence`` (what ``methods_to_target`` returned) timed on each link of ``links``.
-
-    Returns ``{"links": [link dicts], "target_loss", "rows": [{"method", "link", "step_times" (measured),
-    "period", "mean_step_s", "time_to_target_s" (None: the target was not reached), "seconds": projected
-    cumulative seconds after each step, for loss-against-time plots, "time_set_by"}], "winner": {link: method}}``.
-    """
+def _links(links, allow_none: bool = False) -> list:
+    if allow_none and (links is None or links == () or links == []):
+        return []
     if isinstance(links, str) or not links or None in links:
         raise validate.refusal("links", links, "give a list of one or more emulated links (preset names such as "
                                "'1gbe', '10gbe', 'wan', or {'alpha_s', 'beta_s_per_byte'})")
-    emulated = [resolve_link(link, "links") for link in links]
+    return [resolve_link(link, "links") for link in links]
+
+
+def _configs(world, methods, base: TrainConfig) -> list:
+    if isinstance(methods, str) or not methods:
+        raise validate.refusal("methods", methods, "give a list of one or more names such as 'ddp', 'powersgd@4'")
+    configs = []
+    for spec in methods:
+        name, variant = parse_variant(spec)
+        configs.append(replace(base, strategy=name, **variant).check(world))
+    return configs
+
+
+def _on_rank(configs: list, names: list, steps: int, links: list, rounds: int, reference: bool,
+             check: tuple | None = None) -> dict:
+    """Train every config ``steps`` steps side by side (the order rotated each step), noting each step's
+    messages; then measure the parts (``links``: none, no parts); then, on rank 0, the reference; ``check``:
+    PowerSGD against torch's hook as well (``powersgd._on_rank``'s arguments), in this world."""
+    trainers = [SyncTrainer(config) for config in configs]
+    listeners = [Listener(trainer.strategy.comm) for trainer in trainers]
+    start_together(*(trainer.timeline for trainer in trainers))
+    messages = [[] for _ in trainers]
+    n = len(trainers)
+    for step in range(steps):
+        for i in [(step + k) % n for k in range(n)]:
+            mark = len(listeners[i].log)
+            trainers[i].step(step)
+            messages[i].append(listeners[i].log[mark:])
+    losses = torch.tensor([trainer.losses for trainer in trainers], dtype=torch.float64)
+    dist.all_reduce(losses)  # each step's loss, the mean over the ranks
+    losses /= dist.get_world_size()
+    me = context.rank()
+    params = [flat_weights(trainer.model) for trainer in trainers] if reference and me == 0 else None
+    out = {"losses": losses.tolist(), "wire_bytes": [list(trainer.wire_bytes) for trainer in trainers],
+           "messages": messages, "parts": None}
+    if links:
+        keys = sorted({key for run in messages for step in run for key in step})
+        out["parts"] = measure_parts(dict(zip(names, trainers)), keys, links, rounds,
+                                     replace(configs[0], strategy="local_sgd"), first_step=steps)
+    for trainer in trainers:
+        trainer.strategy.close()
+    if check is not None:
+        out["powersgd_check"] = powersgd_rows(*check)
+    if params is not None:  # single-process training, on this rank's one core, after every timing is done
+        single = train_single_process(replace(configs[0], strategy="ddp", steps=steps), dist.get_world_size())
+        out["reference_losses"] = single["losses"]
+        out["max_abs_diff"] = [(p - single["params"]).abs().max().item() for p in params]
+    return out
+
+
+def _slowest(per_rank: list, pick) -> list:
+    """Round by round, the slowest rank's sample of one part (a step ends when every rank has)."""
+    return [max(values) for values in zip(*(pick(ranks["parts"]) for ranks in per_rank))]
+
+
+def _gather_parts(per_rank: list, links: list, rounds: int) -> dict | None:
+    first = per_rank[0]["parts"]
+    if first is None:
+        return None
+    return {"rounds": rounds, "links": [link.as_dict() for link in links],
+            "compute": {m: _slowest(per_rank, lambda p, m=m: p["compute"][m]) for m in first["compute"]},
+            "exchange": {link: {key: _slowest(per_rank, lambda p, link=link, key=key: p["exchange"][link][key])
+                                for key in keys} for link, keys in first["exchange"].items()},
+            "local_step": {name: _slowest(per_rank, lambda p, name=name: p["local_step"][name])
+                           for name in first["local_step"]},
+            "local_link_messages": {name: max(r["parts"]["local_link_messages"][name] for r in per_rank)
+                                    for name in first["local_link_messages"]},
+            "link_reports": first["link_reports"]}
+
+
+def methods_to_target(world_size: int | World | None = 2, methods=METHODS, steps: int = STEPS, links=LINKS,
+                      rounds: int = FEWEST_ROUNDS, optimizer: str = "sgd", target_loss: float | None = None,
+                      seed: int = 0, backend: str = "auto", timeout: float = 600.0, check_powersgd: bool = True,
+                      **knobs) -> dict:
+    """Every method of ``methods`` (names, or ``name@knob`` variants) trained ``steps`` steps on the MLP, and the
+    parts of its step measured in ``rounds`` interleaved rounds on each of ``links`` (``()``: none), in one world.
+
+    Two ranks by default: twelve methods side by side on a laptop's two cores, each rank on a core of its own.
+
+    Returns ``{"world_size", "steps", "optimizer", "target_loss", "target_rule", "window", "reference": smoothed
+    single-process curve, "rows": [{"method", "strategy", "knobs", "bytes_per_step", "bytes_vs_ddp",
+    "steps_to_target", "final_loss", "diverged_at", "curve", "losses", "messages", "exact",
+    "max_abs_diff_vs_single"}], "parts"}``; ``curve`` is the loss averaged over the last ``window`` steps,
+    ``messages`` each step's messages (``step_parts.message_key``), ``parts`` the slowest rank's samples, round by
+    round (``time_to_target`` adds them up). ``knobs``: the strategies' own options for every method
+    (``outer_lr=1.0``, ``outer_momentum=0.0``; ``TrainConfig``'s fields). ``check_powersgd``: in the same world,
+    also feed the course's PowerSGD and torch's hook the same gradients (``powersgd_against_torch(known=...)``
+    reads it: one start of the ranks fewer).
+    """
+    validate.integer("steps", steps, low=WINDOW)
+    validate.integer("rounds", rounds, low=1)
+    validate.optional(validate.number, "target_loss", target_loss, above=0)
+    emulated = _links(links, allow_none=True)
+    world = resolve_world(world_size, backend, "auto")
+    base = TrainConfig(model="mlp", steps=steps, optimizer=optimizer, seed=seed, bucket_mb=BUCKET_MB,
+                       **{"powersgd_start": POWERSGD_START, **knobs})
+    configs = _configs(world, methods, base)
+    check = (4, 2, 4, seed) if check_powersgd else None  # powersgd_against_torch's defaults: rank, start, steps, seed
+    per_rank = launch(_on_rank, world, args=(configs, list(methods), steps, emulated, rounds, True, check),
+                      timeout=timeout)
+    first = per_rank[0]
+    target = target_loss if target_loss is not None else default_target(first["reference_losses"])
+    rows = []
+    for i, (method, config) in enumerate(zip(methods, configs)):
+        steady = strategy_class(config.strategy).steady_from(asdict(config))  # PowerSGD: after its plain steps
+        sent = statistics.mean(statistics.mean(r["wire_bytes"][i][steady:] or r["wire_bytes"][i]) for r in per_rank)
+        losses = first["losses"][i]
+        bad = [s for s, loss in enumerate(losses) if not math.isfinite(loss)]
+        rows.append({"method": method, "strategy": config.strategy, "knobs": config.knobs(), "bytes_per_step": sent,
+                     "steps_to_target": steps_to_target(losses, target), "losses": losses, "curve": smoothed(losses),
+                     "final_loss": smoothed(losses)[-1], "diverged_at": bad[0] + 1 if bad else None,
+                     "messages": first["messages"][i], "exact": strategy_class(config.strategy).exact,
+                     "max_abs_diff_vs_single": first["max_abs_diff"][i]})
+    ddp = next((row["bytes_per_step"] for row in rows if row["strategy"] == "ddp"), None)
+    for row in rows:
+        row["bytes_vs_ddp"] = None if not ddp else row["bytes_per_step"] / ddp
+    return {"world_size": world.size, "steps": steps, "optimizer": optimizer, "seed": seed, "knobs": knobs,
+            "bucket_mb": BUCKET_MB, "powersgd_start": POWERSGD_START, "batch_per_rank": base.batch_per_rank,
+            "target_loss": target, "target_rule": "given" if target_loss is not None else TARGET_RULE,
+            "window": WINDOW, "reference": smoothed(first["reference_losses"]), "rows": rows,
+            "parts": _gather_parts(per_rank, emulated, rounds),
+            "powersgd_check": None if check is None else {"args": list(check), "world_size": world.size,
+                                                          "per_rank": [r["powersgd_check"] for r in per_rank]}}
+
+
+def _measure(convergence: dict, links: list, rounds: int, backend: str, timeout: float) -> tuple[dict, dict]:
+    """The parts for a convergence run that did not measure them (or not on these links): one world that runs
+    each method until it has sent a whole period of its messages, then the rounds. Returns the parts and each
+    method's messages step by step, the recorded ones continued in their period up to the run's steps."""
     world = resolve_world(convergence["world_size"], backend, "auto")
     base = TrainConfig(model="mlp", optimizer=convergence["optimizer"], seed=convergence["seed"],
                        bucket_mb=convergence["bucket_mb"], batch_per_rank=convergence["batch_per_rank"],
-                       powersgd_start=convergence["powersgd_start"], timing_warmup=0, **convergence["knobs"])
-    configs, plan = [], []
+                       powersgd_start=convergence["powersgd_start"], **convergence["knobs"])
+    methods = [row["method"] for row in convergence["rows"]]
+    configs = _configs(world, methods, base)
+    periods = [(c.sync_every if "sync_every" in c.knobs() else 1, strategy_class(c.strategy).steady_from(asdict(c)))
+               for c in configs]
+    record = max(period + steady for period, steady in periods)
+    per_rank = launch(_on_rank, world, args=([replace(c, steps=record) for c in configs], methods, record, links,
+                                             rounds, False), timeout=timeout)
+    messages = {}
+    for method, run, (period, steady) in zip(methods, per_rank[0]["messages"], periods):
+        messages[method] = [run[s] if s < record else run[steady + (s - steady) % period]
+                            for s in range(convergence["steps"])]
+    return _gather_parts(per_rank, links, rounds), messages
+
+
+def _total(messages: list, steps: int, compute: list, exchange: dict) -> list:
+    """Round by round: ``steps`` x that round's compute + each message sent in those steps x that round's time."""
+    counts = Counter(key for step in messages[:steps] for key in step)
+    return [steps * compute[r] + sum(n * exchange[key][r] for key, n in counts.items()) for r in range(len(compute))]
+
+
+def time_to_target(convergence: dict, links=None, rounds: int = FEWEST_ROUNDS, backend: str = "auto",
+                   timeout: float = 600.0) -> dict:
+    """Each method of ``convergence`` (what ``methods_to_target`` returned) on each link of ``links`` (default:
+    the links it measured): its parts, and their sum up to the step it reached the target. Links it did not
+    measure are measured now, in a world of their own.
+
+    Returns ``{"links", "target_loss", "steps", "rounds", "rows": [{"method", "link", "steps_to_target",
+    "compute": samples of compute per step, "exchanges": [{"messages", "count", "each_s"}] (one exchange: the messages
+    one step sends, the sum of their medians),
+    "compute_s", "exchange_s" (medians x counts), "totals": each round's total (None: target not reached),
+    "time_to_target_s" (median), "low", "high" (its interval), "seconds": cumulative seconds after each step from
+    the parts' medians, "mean_step_s"}], "ranking": {link: {"order", "leaders", "winner", "sentence"}},
+    "winner": {link: method, or None when the leaders are within noise}}``.
+    """
+    parts = convergence.get("parts")
+    emulated = _links([link["name"] for link in parts["links"]] if links is None and parts else links or LINKS)
+    messages = {row["method"]: row.get("messages") for row in convergence["rows"]}
+    if parts is None or any(link.name not in parts["exchange"] for link in emulated) or None in messages.values():
+        parts, messages = _measure(convergence, emulated, rounds, backend, timeout)
+    rows, result = [], {}
     for link in emulated:
+        exchange = parts["exchange"][link.name]
         for row in convergence["rows"]:
-            name, knobs = parse_variant(row["method"])
-            config = replace(base, strategy=name, **knobs, link=link)
-            steps, period, steady_from = timing_steps(config)
-            configs.append(replace(config, steps=steps, num_samples=convergence["steps"] * config.global_batch(
-                world.size)).check(world))
-            plan.append((row, link, period, steady_from))
-    per_rank = launch(_timed_on_rank, world, args=(configs,), timeout=timeout)
-    rows, steps = [], convergence["steps"]
-    for i, (row, link, period, steady_from) in enumerate(plan):
-        measured = [max(per_rank[r][i]["step_times"][s] for r in range(world.size))  # a step ends when all have
-                    for s in range(len(per_rank[0][i]["step_times"]))]
-        seconds = list(accumulate(projected_times(measured, period, steps, steady_from)))
-        reached = row["steps_to_target"]
-        report = per_rank[0][i]["link"] or {}
-        rows.append({"method": row["method"], "link": link.name, "step_times": measured, "period": period,
-                     "mean_step_s": seconds[-1] / steps, "seconds": seconds,
-                     "time_to_target_s": None if reached is None else seconds[reached - 1],
-                     "time_set_by": report.get("time_set_by")})
-    winner = {}
-    for link in emulated:
-        timed = [r for r in rows if r["link"] == link.name and r["time_to_target_s"] is not None]
-        winner[link.name] = min(timed, key=lambda r: r["time_to_target_s"])["method"] if timed else None
+            method, reached = row["method"], row["steps_to_target"]
+            compute, sent = parts["compute"][method], messages[method]
+            until = sent[:reached or convergence["steps"]]
+            counts = Counter(key for step in until for key in step)
+            each = {key: statistics.median(exchange[key]) for key in exchange}
+            per_step = [statistics.median(compute) + sum(each[key] for key in step) for step in sent]
+            patterns = Counter(tuple(step) for step in until if step)  # one exchange: what one step sends
+            seconds = list(accumulate(per_step))
+            totals = None if reached is None else _total(sent, reached, compute, exchange)
+            whole = None if totals is None else spread(totals)
+            rows.append({"method": method, "link": link.name, "steps_to_target": reached, "compute": compute,
+                         "exchanges": [{"messages": list(keys), "count": n, "each_s": sum(each[key] for key in keys)}
+                                       for keys, n in patterns.items()],
+                         "compute_s": (reached or convergence["steps"]) * statistics.median(compute),
+                         "exchange_s": sum(n * each[key] for key, n in counts.items()), "totals": totals,
+                         "time_to_target_s": None if whole is None else whole.median,
+                         "low": None if whole is None else whole.low, "high": None if whole is None else whole.high,
+                         "seconds": seconds, "mean_step_s": seconds[-1] / len(seconds)})
+        timed = {r["method"]: spread(r["totals"]) for r in rows if r["link"] == link.name and r["totals"]}
+        if timed:
+            order = ranking(timed)
+            result[link.name] = {"order": order.order, "leaders": order.leaders, "winner": order.winner,
+                                 "sentence": order.sentence("s", digits=2, lower="sooner")}
+        else:
+            result[link.name] = {"order": [], "leaders": [], "winner": None, "sentence": "No method reached the target."}
     return {"links": [link.as_dict() for link in emulated], "target_loss": convergence["target_loss"],
-            "steps": steps, "rows": rows, "winner": winner}
+            "steps": convergence["steps"], "rounds": parts["rounds"], "rows": rows, "ranking": result,
+            "winner": {name: r["winner"] for name, r in result.items()},
+            "exchange": {link.name: parts["exchange"][link.name] for link in emulated},
+            "link_reports": {link.name: parts["link_reports"][link.name] for link in emulated},
+            "local_step": parts["local_step"], "local_link_messages": parts["local_link_messages"]}
 
 
-def outer_step(sync_every: int = 8, outer_lr: float = 0.7, outer_momentum: float = 0.9, steps: int = 60,
+def _reusable(known: dict, names: tuple, steps: int, world_size, optimizer: str, outer_lr: float,
+              outer_momentum: float) -> bool:
+    """Whether run ``known`` already trained these two methods with these settings (the lesson's main run holds
+    local_sgd@8 and diloco@8 at the paper's outer step: the panel's first run need not train them again)."""
+    rows = {row["method"]: row for row in known.get("rows", ())}
+    size = world_size.size if isinstance(world_size, World) else world_size
+    return (all(name in rows for name in names) and known.get("steps") == steps and known.get("seed") == 0
+            and known.get("optimizer") == optimizer and known.get("world_size") == size
+            and set(known.get("knobs", {})) <= {"outer_lr", "outer_momentum"}
+            and rows[names[1]]["knobs"].get("outer_lr") == outer_lr
+            and rows[names[1]]["knobs"].get("outer_momentum") == outer_momentum)
+
+
+def outer_step(sync_every: int = 8, outer_lr: float = 0.7, outer_momentum: float = 0.9, steps: int = STEPS,
                world_size: int | World | None = 2, optimizer: str = "sgd", backend: str = "auto",
-               timeout: float = 300.0) -> dict:
+               timeout: float = 300.0, known: dict | None = None) -> dict:
     """Local SGD against DiLoCo at the same H, with DiLoCo's outer step as given (outer_lr 1 and momentum 0 is
-    local SGD again): what ``methods_to_target`` returns for those two."""
+    local SGD again): what ``methods_to_target`` returns for those two, with no link timed. ``known``: a run
+    that may already hold both (``methods_to_target``'s): then nothing trains again."""
     validate.integer("sync_every", sync_every, low=1)
-    return methods_to_target(world_size, methods=(f"local_sgd@{sync_every}", f"diloco@{sync_every}"), steps=steps,
-                             optimizer=optimizer, backend=backend, timeout=timeout, outer_lr=outer_lr,
-                             outer_momentum=outer_momentum)
+    names = (f"local_sgd@{sync_every}", f"diloco@{sync_every}")
+    if known is not None and _reusable(known, names, steps, world_size, optimizer, outer_lr, outer_momentum):
+        return {**known, "rows": [row for row in known["rows"] if row["method"] in names], "parts": None,
+                "powersgd_check": None, "reused": True}
+    return methods_to_target(world_size, methods=names, steps=steps, links=(), optimizer=optimizer, backend=backend,
+                             timeout=timeout, check_powersgd=False, outer_lr=outer_lr, outer_momentum=outer_momentum)
+

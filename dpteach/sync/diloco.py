@@ -22,8 +22,11 @@ of the weights plus a momentum buffer: two more model-sized tensors per rank.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch.nn.utils import parameters_to_vector
+
+from .. import validate
 
 from .local_sgd import LocalSGD, copy_into_parameters
 
@@ -57,3 +60,42 @@ class DiLoCo(LocalSGD):
                 self.outer.step()
                 self.anchor.grad = None
                 copy_into_parameters(self.anchor, self.params)  # every rank starts the next round here
+
+
+def stability_at_one_step(outer_lr: float = 0.7, outer_momentum: float = 0.9, inner_momentum: float = 0.9) -> dict:
+    """DiLoCo averaging after every step (H = 1) on a quadratic ``f = c x^2 / 2``, read from ``synchronise`` above.
+
+    With H = 1 each round is one inner step, so the pseudo-gradient is that step: ``delta = lr m``, ``m`` the
+    inner momentum buffer (``m <- mu_in m + grad``). The outer step is torch's SGD with Nesterov momentum:
+    ``b <- mu_out b + delta``, ``theta <- theta - lr_out (delta + mu_out b)``. Against a steady gradient ``b``
+    settles at ``delta / (1 - mu_out)``, so the weights move ``lr_out / (1 - mu_out)`` times as far per step as
+    synchronous SGD with the same inner optimizer (``steady_gain``). Worse, two momentum buffers now sit in series,
+    each remembering a gradient for about ``1 / (1 - mu)`` steps: the push keeps going long after the gradient
+    turned, and on a curved loss the weights overshoot further every swing. The state (theta, lr m, b) goes
+    linearly from step to step; the run is stable while every eigenvalue of that map is inside the unit circle.
+    ``largest_stable``: the largest ``lr x c`` for which it is (bisected); ``synchronous_limit``: the same for
+    synchronous SGD with momentum ``mu_in``, ``2 (1 + mu_in)`` (heavy ball's bound, Polyak 1964).
+    """
+    validate.number("outer_lr", outer_lr, above=0)
+    validate.number("outer_momentum", outer_momentum, low=0, high=0.999)
+    validate.number("inner_momentum", inner_momentum, low=0, high=0.999)
+
+    def stable(a: float) -> bool:  # a = lr x curvature; state (theta, lr m, b)
+        mi, mo, eta = inner_momentum, outer_momentum, outer_lr
+        m_next = np.array([a, mi, 0.0])  # lr m' = mi (lr m) + a theta
+        b_next = np.array([0.0, 0.0, mo]) + m_next  # b' = mo b + delta, delta = lr m'
+        if mo > 0:  # Nesterov: theta' = theta - eta (delta + mo b')
+            theta_next = np.array([1.0, 0.0, 0.0]) - eta * (m_next + mo * b_next)
+        else:  # plain SGD: theta' = theta - eta delta
+            theta_next = np.array([1.0, 0.0, 0.0]) - eta * m_next
+        return max(abs(np.linalg.eigvals(np.array([theta_next, m_next, b_next])))) < 1.0
+
+    grid = np.geomspace(1e-6, 10.0, 400)
+    first_bad = next((a for a in grid if not stable(a)), None)
+    low, high = (grid[0], first_bad) if first_bad is not None else (grid[-1], grid[-1])
+    for _ in range(60 if first_bad is not None else 0):
+        mid = (low + high) / 2
+        low, high = (mid, high) if stable(mid) else (low, mid)
+    return {"outer_lr": outer_lr, "outer_momentum": outer_momentum, "inner_momentum": inner_momentum,
+            "steady_gain": outer_lr / (1 - outer_momentum), "largest_stable": float(low),
+            "synchronous_limit": 2 * (1 + inner_momentum)}
