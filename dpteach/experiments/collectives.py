@@ -12,7 +12,9 @@ Three experiments, each one launch:
 * ``allreduce_sweep`` times the algorithms over message sizes (``dpteach.experiments.bench``), fits the link's
   alpha and beta to the ring, and predicts every algorithm from that one fit (Thakur et al. 2005;
   Patarasuk & Yuan 2009), which is how NCCL's tuner chooses: predicted time per algorithm for the
-  message at hand, on the topology at hand.
+  message at hand, on the topology at hand. The algorithms are timed in interleaved rounds, their order
+  rotated every round, and each keeps its rounds: a median with an interval (``dpteach.measure``), so that
+  one algorithm is said to beat another at a size only when their intervals separate.
 """
 from __future__ import annotations
 
@@ -26,12 +28,13 @@ from .. import validate
 from ..ranks import context
 
 from ..collectives import ALL_REDUCE, chunk_bounds
+from ..measure import ranking, spread
 from ..network import costmodel
 from ..network.link import resolve_link
 from ..ranks.backend import backend_for
 from ..ranks.launcher import launch
 from ..ranks.world import World, resolve_world
-from .bench import allreduce_benchmark, parse_size
+from .bench import _one_call, check_config, parse_size, time_calls
 
 TRACE_ALGORITHMS = tuple(ALL_REDUCE)  # ring, tree, naive
 MODEL_ALGORITHMS = ("ring", "tree", "naive")
@@ -163,6 +166,43 @@ def collective_trace(world_size: int | World | None = 4, numel: int = 8, algorit
 
 # -- the alpha-beta model against measured times -------------------------------------------------
 
+def _sweep_on_rank(sizes: list[int], algorithms: list[str], iters: int, warmup: int) -> list[dict]:
+    """Every algorithm at every size, in ``iters`` interleaved rounds whose order rotates (``dpteach.measure``'s
+    first rule): each round is one ``bench.time_calls`` pass, so every call starts after a barrier and counts as
+    long as its slowest rank took. Returns rank 0's rows, each with its rounds as a spread."""
+    world, me, device = dist.get_world_size(), dist.get_rank(), context.device()
+    if me == 0:
+        context.report_progress(0, total=len(sizes), desc="all-reduce sweep")
+    rows = []
+    for nbytes in sizes:
+        source = torch.ones(max(1, nbytes // 4), dtype=torch.float32, device=device)
+        buf = source.clone()
+
+        def must_be_right(algorithm):  # a benchmark of a wrong answer is worthless
+            if not torch.all(buf == world):
+                raise RuntimeError(f"{algorithm} all-reduce of {nbytes} bytes gave a wrong result")
+        samples = {a: [] for a in algorithms}
+        for r in range(iters):
+            order = algorithms[r % len(algorithms):] + algorithms[:r % len(algorithms)]
+            seconds = time_calls({a: (lambda a=a: _one_call(a, buf, 1)) for a in order}, 1, warmup if r == 0 else 0,
+                                 before=lambda _: buf.copy_(source), after=must_be_right)
+            for a in algorithms:
+                samples[a].append(seconds[a])
+        for a in algorithms:
+            s = spread(samples[a])
+            rows.append({"algorithm": a, "bytes": buf.numel() * 4, "time_s": s.median, "spread": s.as_dict(),
+                         "algbw_GBps": buf.numel() * 4 / s.median / 1e9,
+                         "busbw_GBps": buf.numel() * 4 / s.median / 1e9 * costmodel.busbw_factor(world)})
+        if me == 0:
+            context.report_progress(1)
+    return rows
+
+
+def _faster(spreads: dict) -> str | None:
+    """The one name faster than every other beyond the noise, or None (a tie: ``dpteach.measure.ranking``)."""
+    return ranking(spreads).winner
+
+
 def allreduce_sweep(world_size: int = 4, sizes=("4KiB", "64KiB", "1MiB", "8MiB", "32MiB"),
                     algorithms=("ring", "tree", "naive", "builtin"), iters: int = 5, backend: str = "auto",
                     device: str = "auto") -> dict:
@@ -171,42 +211,52 @@ def allreduce_sweep(world_size: int = 4, sizes=("4KiB", "64KiB", "1MiB", "8MiB",
     Returns plain data::
 
         {"world_size", "backend", "device", "sizes": [bytes], "rows": [benchmark rows],
-         "measured": {algorithm: [seconds per size]},
-         "fit": {alpha_s, beta_s_per_byte, bandwidth_GBps, r2},      # from the ring's times
+         "measured": {algorithm: [median seconds per size]},
+         "spreads": {algorithm: [Spread.as_dict() per size]},        # the rounds: median and interval
+         "fit": {alpha_s, beta_s_per_byte, bandwidth_GBps, r2},      # from the ring's medians
          "predicted": {ring/tree/naive: [seconds per size]},          # all from that one fit
          "fits": {algorithm: its own alpha and beta, through its own formula},
          "crossover_bytes": tree-vs-ring crossover at this W, or None (ring never loses),
-         "model_choice": [ring|tree per size], "measured_winner": [faster of ring/tree per size],
-         "measured_fastest": [fastest of every measured algorithm per size], "cores": CPU cores here}
+         "model_choice": [ring|tree per size],
+         "measured_winner": [ring, tree, or None where their intervals overlap, per size],
+         "measured_fastest": [the one algorithm faster than all others beyond the noise, or None, per size],
+         "iters", "cores": CPU cores here}
     """
     algorithms = list(algorithms)
     if "ring" not in algorithms:
         raise ValueError(f"algorithms={algorithms!r} is not allowed: include 'ring', which the fit uses")
     byte_sizes = sorted({parse_size(s) if isinstance(s, str) else int(s) for s in sizes})
-    # largest first, so that the one-off costs of a fresh world do not land on the smallest size
-    report = allreduce_benchmark(world_size, byte_sizes[::-1], algorithms, iters=iters, warmup=1,
-                                 backend=backend, device=device)
-    if "fit" not in report:
+    check_config(byte_sizes, algorithms, iters, 1)
+    world = resolve_world(world_size, backend, device)
+    if world.size < 2 or len(byte_sizes) < 2:
         raise ValueError(f"world_size={world_size!r} and sizes={list(sizes)!r} are not allowed together: "
                          f"a fit needs at least 2 ranks and 2 different sizes")
-    link = resolve_link(report["fit"], "fit")
-    measured = {a: [next(r["time_s"] for r in report["rows"] if r["algorithm"] == a and r["bytes"] == n)
-                    for n in byte_sizes] for a in algorithms}
-    predicted = {a: [costmodel.predict(a, n, world_size, link) for n in byte_sizes] for a in MODEL_ALGORITHMS}
+    # largest first, so that the one-off costs of a fresh world do not land on the smallest size
+    rows = launch(_sweep_on_rank, world, args=(byte_sizes[::-1], algorithms, iters, 1), timeout=900.0)[0]
+    at = {(r["algorithm"], r["bytes"]): r for r in rows}
+    measured = {a: [at[(a, n)]["time_s"] for n in byte_sizes] for a in algorithms}
+    spreads = {a: [at[(a, n)]["spread"] for n in byte_sizes] for a in algorithms}
+    fit = costmodel.fit_alpha_beta([(n, world.size, t) for n, t in zip(byte_sizes, measured["ring"])], algorithm="ring")
+    link = resolve_link(fit.as_dict(), "fit")
+    predicted = {a: [costmodel.predict(a, n, world.size, link) for n in byte_sizes] for a in MODEL_ALGORITHMS}
     fits = {}
     for a, times in measured.items():  # each algorithm's own alpha and beta, seen through its own formula
         shape = a if a in MODEL_ALGORITHMS else "ring"  # gloo's built-in is ring-like for large messages
-        fit = costmodel.fit_alpha_beta([(n, world_size, t) for n, t in zip(byte_sizes, times)], algorithm=shape)
-        fits[a] = {**fit.as_dict(), "formula": shape}
+        own = costmodel.fit_alpha_beta([(n, world.size, t) for n, t in zip(byte_sizes, times)], algorithm=shape)
+        fits[a] = {**own.as_dict(), "formula": shape}
+
+    def as_spreads(names, i):
+        return {a: spread(spreads[a][i]["samples"]) for a in names}
     winners = None
     if "tree" in measured:
-        winners = ["tree" if t < r else "ring" for t, r in zip(measured["tree"], measured["ring"])]
+        winners = [_faster(as_spreads(("ring", "tree"), i)) for i in range(len(byte_sizes))]
     return {
-        "world_size": world_size, "backend": report["backend"], "device": report["device"],
-        "sizes": byte_sizes, "rows": report["rows"], "measured": measured, "fit": report["fit"],
-        "predicted": predicted, "fits": fits, "crossover_bytes": costmodel.crossover_bytes(world_size, link),
-        "model_choice": [costmodel.choose_algorithm(n, world_size, link).algorithm for n in byte_sizes],
+        "world_size": world.size, "backend": world.backend, "device": world.device_type,
+        "sizes": byte_sizes, "rows": rows, "measured": measured, "spreads": spreads, "iters": iters,
+        "fit": fit.as_dict(), "predicted": predicted, "fits": fits,
+        "crossover_bytes": costmodel.crossover_bytes(world.size, link),
+        "model_choice": [costmodel.choose_algorithm(n, world.size, link).algorithm for n in byte_sizes],
         "measured_winner": winners,
-        "measured_fastest": [min(measured, key=lambda a: measured[a][i]) for i in range(len(byte_sizes))],
+        "measured_fastest": [_faster(as_spreads(algorithms, i)) for i in range(len(byte_sizes))],
         "cores": os.cpu_count() or 1,
     }

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..measure import ranking, spread
 from ..network import costmodel
 from ..network.link import resolve_link
 from .capture import write_into
@@ -92,11 +93,20 @@ def trace_player(result: dict):
     return widgets.VBox([widgets.HBox([play, slider]), out])
 
 
+def per_rank(values) -> str:
+    """``[6, 6, 6, 6]`` as prose: "6 each", or "3, 0, 0 and 3"."""
+    values = [f"{v:g}" for v in values]
+    if len(set(values)) == 1:
+        return f"{values[0]} each"
+    return ", ".join(values[:-1]) + " and " + values[-1]
+
+
 def render_trace(result: dict) -> None:
     from IPython.display import display
-    print(f"{result['algorithm']}: {len(result['frames']) - 1} steps; messages sent per rank "
-          f"{result['messages_sent']}, elements sent per rank {result['elements_sent']} (of {result['numel']}); "
-          f"replay matches the real buffers: {result['replay_matches_run']}")
+    print(f"{result['algorithm']}: {len(result['frames']) - 1} steps; messages sent by ranks 0, 1, ...: "
+          f"{per_rank(result['messages_sent'])}; elements sent: {per_rank(result['elements_sent'])} (of "
+          f"{result['numel']} per rank); the replay {'matches' if result['replay_matches_run'] else 'does NOT match'} "
+          f"the real buffers")
     display(trace_player(result))
 
 
@@ -109,7 +119,11 @@ def plot_sweep(result: dict):
     dense = np.geomspace(sizes[0], sizes[-1], 100)
     for algorithm, times in result["measured"].items():
         color, marker = ALGO_STYLE.get(algorithm, ("#777777", "o"))
-        ax.plot(sizes, [t * 1e3 for t in times], marker, color=color, markersize=7, label=f"{algorithm} measured")
+        spreads = result.get("spreads", {}).get(algorithm)
+        yerr = None if spreads is None else [[(t - s["low"]) * 1e3 for t, s in zip(times, spreads)],
+                                              [(s["high"] - t) * 1e3 for t, s in zip(times, spreads)]]
+        ax.errorbar(sizes, [t * 1e3 for t in times], yerr=yerr, fmt=marker, color=color, markersize=7, capsize=3,
+                    label=f"{algorithm} measured")
         if algorithm in result["predicted"]:
             ax.plot(dense, [costmodel.predict(algorithm, float(round(n)), world, fitted) * 1e3 for n in dense],
                     "-", color=color, alpha=0.8, label=f"{algorithm} predicted")
@@ -119,7 +133,7 @@ def plot_sweep(result: dict):
     size_axis(ax, sizes)
     log_axis(ax)
     ax.set_xlabel("message size per rank")
-    ax.set_ylabel("all-reduce time (ms, log scale)")
+    ax.set_ylabel("all-reduce time (ms, log scale)\nmedian, bars: interval of the rounds")
     ax.set_title(f"W={world} ({result['backend']}): one fit to the ring, alpha={fit['alpha_s'] * 1e6:.0f} us, "
                  f"{fit['bandwidth_GBps']:.2f} GB/s")
     legend_beside(ax)
@@ -138,15 +152,31 @@ def oversubscription_note(result: dict) -> str | None:
             f"with fewer steps in sequence gains from that, whatever the network would do.")
 
 
+def _ms(result: dict, algorithm: str, i: int) -> str:
+    s = result["spreads"][algorithm][i]
+    return f"{s['median'] * 1e3:.2f} ({s['low'] * 1e3:.2f}-{s['high'] * 1e3:.2f})"
+
+
+def fastest_at(result: dict, i: int) -> str:
+    """The algorithm faster than every other at size ``i`` beyond the noise, or the ones within noise of the first."""
+    if result["measured_fastest"][i] is not None:
+        return result["measured_fastest"][i]
+    spreads = {a: spread(result["spreads"][a][i]["samples"]) for a in result["measured"]}
+    return "tie: " + ", ".join(ranking(spreads).leaders)
+
+
 def render_sweep(result: dict) -> None:
     note = oversubscription_note(result)
     if note:
         print(note)
-    ring_vs_tree = result["measured_winner"] or ["-"] * len(result["sizes"])
+    ring_vs_tree = [w or "within noise" for w in result["measured_winner"]] if result["measured_winner"] \
+        else ["-"] * len(result["sizes"])
+    print(f"Each time: the median of {result['iters']} interleaved rounds, and in brackets the interval of that median "
+          f"(dpteach.measure); an algorithm is named faster only where its whole interval lies below the others'.")
     table(["size"] + [f"{a} (ms)" for a in result["measured"]]
           + ["model picks (ring/tree)", "measured: ring or tree", "measured fastest of all"],
-          [[human_bytes(n)] + [f"{result['measured'][a][i] * 1e3:.2f}" for a in result["measured"]]
-           + [result["model_choice"][i], ring_vs_tree[i], result["measured_fastest"][i]]
+          [[human_bytes(n)] + [_ms(result, a, i) for a in result["measured"]]
+           + [result["model_choice"][i], ring_vs_tree[i], fastest_at(result, i)]
            for i, n in enumerate(result["sizes"])])
     table(["algorithm", "own fit: alpha (us/message)", "bandwidth (GB/s)", "R^2"],
           [[a, f"{f['alpha_s'] * 1e6:.0f}", f"{f['bandwidth_GBps']:.2f}", f"{f['r2']:.3f}"]
