@@ -191,6 +191,8 @@ def accumulation_sweep(world_size: int | World | None = None, accum_steps_list=(
             "comm_after_last_forward": all(_comm_waits_for_last_micro_batch(r["spans"], s) for r in runs for s in timed),
             "max_abs_diff_vs_large_batch": (runs[0]["params"] - reference["params"]).abs().max().item() if real else None,
             "replicas_identical": summary["replicas_identical"], "time_set_by": summary["time_set_by"],
+            # the timed steps as interleaved rounds (every K took its step s in turn): median and interval
+            "spread": summary["spread"], "compute_floor_spread": floor_summary["spread"]["step_s"],
         })
         shown = typical_step(runs[0]["step_times"], timed)
         timelines[k] = {r: [s for s in runs[r]["spans"] if s["step"] == shown] for r in range(world.size)}
