@@ -28,6 +28,7 @@ from torch.nn.utils import parameters_to_vector
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from .. import validate
+from ..measure import spread
 
 from ..network.costmodel import busbw_factor
 from ..network.link import resolve_link
@@ -178,8 +179,9 @@ def compression_on_links(world_size: int | World | None = None, model: str = "au
     whose models' gradients are a hundred times larger (over 1 Gbit/s a step would take seconds).
     Returns ``{"world_size", "model", "model_choice", "peers", "links": [link dicts], "steps", "rows":
     [{"strategy", "link", "step_time_s", "local_step_s", "bytes_per_step", "losses", "time_set_by",
-    "exposed_comm_s", "overhead_s", "overhead_parts"}], "local_step_s"}``; ``local`` (no communication)
-    is the compute floor.
+    "exposed_comm_s", "overhead_s", "overhead_parts", "spread": {"step_s": Spread.as_dict()}}], "local_step_s",
+    "local_spread"}``; ``local`` (no communication) is the compute floor. Every run takes its steps interleaved
+    with the others', and ``spread`` holds its timed steps as the rounds of a measurement.
     """
     check_model(model)
     world = resolve_world(world_size, backend, device, peers, emulated_peers_ok=True)
@@ -199,14 +201,24 @@ def compression_on_links(world_size: int | World | None = None, model: str = "au
     configs += [replace(base, strategy=s, link=link).check(world) for link in emulated for s in strategies]
     per_rank = launch(_timed_on_rank, world, args=(configs,), timeout=timeout)
     local = statistics.mean(per_rank[r][0]["median_step_s"] for r in range(world.size))
+    timed = range(min(base.timing_warmup, steps - 1), steps)
     rows = []
     for i, config in enumerate(configs[1:], start=1):
         ranks = [per_rank[r][i] for r in range(world.size)]
         rows.append({"strategy": config.strategy, "link": config.link.name, **step_costs(config.strategy, ranks, local),
+                     "spread": {"step_s": _rounds([per_rank[r][i] for r in range(world.size)], timed)},
                      "local_step_s": local, "bytes_per_step": statistics.mean(r["wire_bytes_per_step"] for r in ranks),
                      "losses": ranks[0]["losses"], "time_set_by": (link_report(ranks) or {}).get("time_set_by")})
     return {**run_facts(world, choice), "links": [link.as_dict() for link in emulated], "steps": steps,
-            "batch_per_rank": base.batch_per_rank, "local_step_s": local, "rows": rows}
+            "batch_per_rank": base.batch_per_rank, "local_step_s": local,
+            "local_spread": _rounds([per_rank[r][0] for r in range(world.size)], timed), "rows": rows}
+
+
+def _rounds(ranks: list[dict], timed: range) -> dict:
+    """The timed steps of one run as the rounds of a measurement: each step's time averaged over the ranks, then
+    the median and its interval (``dpteach.measure``). Every run here took its step s in turn with the others, so
+    the intervals of two runs can be compared (``Spread.below``)."""
+    return spread([statistics.mean(r["step_times"][s] for r in ranks) for s in timed]).as_dict()
 
 
 def half_precision_range(model: str = "mlp", world_sizes=(2, 64), samples: int = 128, seed: int = 0,

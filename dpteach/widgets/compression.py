@@ -6,7 +6,7 @@ import matplotlib.pyplot as plt
 from IPython.display import display
 
 from ..sync import strategy_class
-from .rendering import html_table, legend_below, legend_beside, show
+from .rendering import html_table, human_bytes, legend_below, legend_beside, show
 
 
 
@@ -38,12 +38,13 @@ def tradeoff_table(result: dict):
     rows = []
     for row in result["rows"]:
         same = row["max_abs_diff_vs_single"] <= result["tolerance"]
-        rows.append([strategy_class(row["strategy"]).title(), f"{row['bytes_per_step'] / 1e6:.2f}",
-                     f"{row['bytes_vs_fp32']:.3f}", f"{row['step_time_s'] * 1e3:.1f}",
-                     f"{row['max_abs_diff_vs_single']:.1e}", f"{row['losses'][-1]:.4f}",
+        rows.append([strategy_class(row["strategy"]).title(), human_bytes(row["bytes_per_step"]),
+                     f"{row['bytes_vs_fp32']:.3f}", f"{row['max_abs_diff_vs_single']:.1e}", f"{row['losses'][-1]:.4f}",
                      "yes" if same else "<b>no</b>"])
-    return html_table(["strategy", "MB sent / step", "vs float32", "step (ms)", "final max |dtheta|",
-                       "final loss", "equals single process?"], rows, align="lrrrrrl")
+    # no step times here: these runs train one after another, so their times met different moments of the
+    # machine; the panel on two links times the same strategies side by side, step by step
+    return html_table(["strategy", "sent / step", "vs float32", "final max |dtheta|",
+                       "final loss", "equals single process?"], rows, align="lrrrrl")
 
 
 def plot_bytes(bytes_result: dict):
@@ -56,15 +57,15 @@ def plot_bytes(bytes_result: dict):
     for j, name in enumerate(strategies):
         xs = [i + (j - (len(strategies) - 1) / 2) * width for i in range(len(worlds))]
         by_world = {r["world_size"]: r for r in rows if r["strategy"] == name}
-        ax.bar(xs, [by_world[w]["measured"] / 1e6 for w in worlds], width, color=strategy_class(name).colour,
+        ax.bar(xs, [by_world[w]["measured"] / 2**20 for w in worlds], width, color=strategy_class(name).colour,
                label=f"{strategy_class(name).title()} (counter)")
-        ax.plot(xs, [by_world[w]["formula"] / 1e6 for w in worlds], linestyle="none", marker="_",
+        ax.plot(xs, [by_world[w]["formula"] / 2**20 for w in worlds], linestyle="none", marker="_",
                 markersize=18, color="black", label="formula" if j == 0 else None)
     ax.set_xticks(range(len(worlds)), [f"W={w}" for w in worlds])
     ax.set_xlabel("world size (one gradient exchange measured in each world)")
-    ax.set_ylabel("MB each rank sends per step")
+    ax.set_ylabel("MiB each rank sends per step")
     ax.set_title(f"int8 all-gather vs ring all-reduce: {bytes_result['model']} gradients, "
-                 f"bucket cap {bytes_result['bucket_mb']:g} MB", fontsize=10)
+                 f"bucket cap {bytes_result['bucket_mb']:g} MiB", fontsize=10)
     legend_beside(ax)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
@@ -105,13 +106,16 @@ def plot_on_links(result: dict):
     legend_below(left, ncol=2)
     width = 0.8 / len(links)
     for j, link in enumerate(links):
-        times = [next(r for r in result["rows"] if r["strategy"] == s and r["link"] == link)["step_time_s"] * 1e3
-                 for s in strategies]
+        runs = [next(r for r in result["rows"] if r["strategy"] == s and r["link"] == link) for s in strategies]
+        times = [r["step_time_s"] * 1e3 for r in runs]
+        # the bar is the step's median; the error bar, the interval of the timed steps (interleaved rounds)
+        below = [max(0.0, t - r["spread"]["step_s"]["low"] * 1e3) for t, r in zip(times, runs)]
+        above = [max(0.0, r["spread"]["step_s"]["high"] * 1e3 - t) for t, r in zip(times, runs)]
         right.bar([i + (j - (len(links) - 1) / 2) * width for i in range(len(strategies))], times, width,
-                  label=f"emulated {link}")
+                  yerr=[below, above], capsize=3, label=f"emulated {link}")
     right.axhline(result["local_step_s"] * 1e3, color="grey", linestyle="--", label="local (no communication)")
     right.set_xticks(range(len(strategies)), strategies)
-    right.set_ylabel("time per step (ms)")
+    right.set_ylabel("time per step (ms): median,\nbars: interval of the timed steps")
     right.set_title("Time per step: where the bytes saved are worth their cost", fontsize=10)
     legend_below(right, ncol=2)
     for ax in (left, right):
@@ -121,9 +125,15 @@ def plot_on_links(result: dict):
 
 
 def links_table(result: dict):
-    rows = [[r["strategy"], r["link"], f"{r['bytes_per_step'] / 1e6:.2f}", f"{r['step_time_s'] * 1e3:.1f}",
+    rows = [[r["strategy"], r["link"], human_bytes(r["bytes_per_step"]), step_ms(r["step_time_s"], r["spread"]["step_s"]),
              r["time_set_by"] or "-"] for r in result["rows"]]
-    return html_table(["strategy", "link", "MB / step", "step (ms)", "time set by"], rows, align="llrrl")
+    return html_table(["strategy", "link", "sent / step", "step (ms): median (interval)", "time set by"], rows,
+                      align="llrrl")
+
+
+def step_ms(value: float, spread: dict) -> str:
+    """``43.3 (41.0-47.9)``: the step's median in ms, then the interval of the timed steps."""
+    return f"{value * 1e3:.1f} ({spread['low'] * 1e3:.1f}-{spread['high'] * 1e3:.1f})"
 
 
 def render_on_links(result: dict) -> None:
