@@ -54,6 +54,15 @@ def test_sweep_predicts_every_algorithm_from_one_ring_fit():
     assert result["crossover_bytes"] is None and result["model_choice"] == ["ring", "ring"]
     assert all(t >= r for t, r in zip(result["predicted"]["tree"], result["predicted"]["ring"]))
     assert len(result["measured_winner"]) == 2
+    # a winner is named only where its whole interval lies below the other's; otherwise None (within noise)
+    for i, winner in enumerate(result["measured_winner"]):
+        ring, tree = result["spreads"]["ring"][i], result["spreads"]["tree"][i]
+        assert len(ring["samples"]) == len(tree["samples"]) == 2
+        separated = ring["high"] < tree["low"] or tree["high"] < ring["low"]
+        assert (winner is not None) == separated
+        if winner is not None:
+            assert result["spreads"][winner][i]["high"] < result["spreads"]["tree" if winner == "ring" else "ring"][i]["low"]
+    assert all(w is None or w in result["measured"] for w in result["measured_fastest"])
     assert set(result["fits"]) == {"ring", "tree", "naive"}
     assert result["fits"]["ring"]["alpha_s"] == pytest.approx(result["fit"]["alpha_s"])
 
@@ -63,3 +72,9 @@ def test_sweep_predicts_every_algorithm_from_one_ring_fit():
 def test_bad_trace_arguments_fail_before_any_rank_starts(kwargs, word):
     with pytest.raises(ValueError, match=word):
         collective_trace(**kwargs)
+
+
+def test_per_rank_counts_read_as_prose():
+    from dpteach.widgets.collectives import per_rank
+    assert per_rank([6, 6, 6, 6]) == "6 each"
+    assert per_rank([3, 0, 3]) == "3, 0 and 3"
