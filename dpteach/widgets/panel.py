@@ -35,6 +35,7 @@ import re
 import textwrap
 import time
 import weakref
+from types import SimpleNamespace
 
 import ipywidgets as widgets
 from IPython.display import HTML, display
@@ -172,8 +173,8 @@ class ExperimentPanel:
             with write_into(self.live):  # not `with self.live:` - see capture.py for why
                 extra = {"trace": self.trace_path} if self.trace_path and "trace" not in values else {}
                 self.result = self.experiment(**values, **extra)
-            with write_into(self.output):  # the new result replaces the old one only now that it is ready
-                self._take_live()
+            drawn = SimpleNamespace(outputs=())  # the new result is drawn off screen, then replaces the old at once
+            with write_into(drawn):
                 self.render(self.result)
                 for note in run_notes(self.result, model_chosen="model" in self.controls):
                     print(textwrap.fill(note, width=NOTE_WIDTH, break_long_words=False, break_on_hyphens=False))
@@ -182,6 +183,7 @@ class ExperimentPanel:
                 scored = self.prediction.score(predicted, self.result) if self.prediction else None
                 if scored:
                     display(HTML(scored))
+            self._replace_output(drawn.outputs)
             self.error = None
             self.runs += 1
             self.status.value = f"<span data-runs='{self.runs}'>done in {time.perf_counter() - start:.1f} s</span>"
@@ -192,9 +194,7 @@ class ExperimentPanel:
             self.error = exc
             self.runs += 1
             self.status.value = f"<span data-runs='{self.runs}' style='color:#b00'>failed: {type(exc).__name__}</span>"
-            with write_into(self.output):  # what the failed run printed, then why it failed
-                self._take_live()
-                print(f"{type(exc).__name__}: {exc}")
+            self._replace_output(({"output_type": "stream", "name": "stdout", "text": f"{type(exc).__name__}: {exc}\n"},))
             record_run(self.title, values, None, exc, time.perf_counter() - start)
         finally:
             self.button.disabled = False
@@ -202,12 +202,11 @@ class ExperimentPanel:
             self.live.outputs = ()
         return self.result
 
-    def _take_live(self) -> None:
-        """Move what the run printed from the live strip into the (just cleared) output, in order; progress
-        bars have closed themselves by now and are not kept."""
-        if self.live.outputs:
-            self.output.outputs = tuple(self.output.outputs) + tuple(self.live.outputs)
-            self.live.outputs = ()
+    def _replace_output(self, items) -> None:
+        """The output becomes, in one change, what the run printed (its progress bars have closed by now and are
+        not kept) followed by ``items``: no moment in which the learner sees an empty area."""
+        self.output.outputs = tuple(self.live.outputs) + tuple(items)
+        self.live.outputs = ()
 
     def _stale_note(self) -> str:
         """What to tell the learner once the text and checks below describe an earlier run ("" before)."""
