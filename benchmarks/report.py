@@ -108,6 +108,20 @@ def speed_tables(data: dict) -> list[str]:
     return out
 
 
+def lesson_times_tables(data: dict) -> list[str]:
+    """benchmarks/lesson_times.py: each lesson's wall time per run, against the bar, and its check cells."""
+    out = [f"{data['busy_processes']} busy process(es) beside the lessons; bar: every lesson within "
+           f"**{data['bar_s']:.0f} s**; over it: **{', '.join(data['over_bar']) or 'none'}**.", "",
+           "| lesson | wall time per run (s) | median (s) | runs with every check cell passing | slowest cells (s) |",
+           "|---|---|---:|---:|---|"]
+    for r in data["lessons"]:
+        slow = "; ".join(", ".join(f"{c['cell']}: {c['seconds']:.1f}" for c in run["slowest_cells"][:2])
+                         for run in r["runs"][:1])
+        out.append(f"| {r['notebook']} | {', '.join(f'{t:.1f}' for t in r['wall_s'])} | **{r['median_wall_s']:.1f}** | "
+                   f"{r['passed']}/{len(r['runs'])} | {slow} |")
+    return out
+
+
 def sending_less_lines(report: dict) -> list[str]:
     """Lesson 14's bars: bytes per step against ddp's and the time to the target loss, measured in one run."""
     rows = {r["strategy"]: r for r in report["rows"]}
@@ -180,6 +194,9 @@ def main() -> int:
         print(f"Machine: {data['machine']}\n")
         if "grading" in data:
             print("\n".join(speed_tables(data)) + "\n")
+            continue
+        if "lessons" in data:  # benchmarks/lesson_times.py
+            print("\n".join(lesson_times_tables(data)) + "\n")
             continue
         report = data["report"]
         if "plain_step_s" in report:  # benchmarks/lone_rank.py
