@@ -3,13 +3,9 @@ from __future__ import annotations
 
 from ..sync import strategy_class
 from .gantt import plot_gantt
-from .rendering import legend_beside, show, table
+from .rendering import human_bytes, legend_beside, show, table
 
 STAGE_COLORS = ["#4C72B0", "#DD8452", "#55A868", "#C44E52"]
-
-
-def _mib(n: float) -> str:
-    return f"{n / 2**20:.2f}"
 
 
 def plot_sharding_memory(result: dict):
@@ -48,12 +44,13 @@ def render_sharding_memory(result: dict) -> None:
     print(f"parameters of the {result['model']}: {result['param_bytes']:,} bytes (fp32); {result['steps']} steps "
           f"of {result['optimizer']} on {result['world_size']} ranks ({result['backend']}, {result['device']})")
     allocator = any(r.get("allocator_peak_bytes") for r in result["rows"])  # GPU ranks: the allocator's own peak
-    table(["strategy", "held MiB", "predicted MiB", "held / ddp", "peak MiB", "activations MiB", "MiB sent / step",
-           "sent / ddp", "max |dθ| vs 1 process", "replicas equal"] + (["allocator peak MiB"] if allocator else []),
-          [[r["strategy"], _mib(r["state_bytes"]), _mib(r["predicted_state_bytes"]), f"{r['state_vs_ddp']:.3f}",
-            _mib(r["peak_bytes"]), _mib(r["activation_bytes"]), _mib(r["bytes_per_step"]), f"{r['bytes_vs_ddp']:.2f}",
+    table(["strategy", "held", "predicted", "held / ddp", "peak", "activations", "sent / step",
+           "sent / ddp", "max |dθ| vs 1 process", "replicas equal"] + (["allocator peak"] if allocator else []),
+          [[r["strategy"], human_bytes(r["state_bytes"]), human_bytes(r["predicted_state_bytes"]),
+            f"{r['state_vs_ddp']:.3f}", human_bytes(r["peak_bytes"]), human_bytes(r["activation_bytes"]),
+            human_bytes(r["bytes_per_step"]), f"{r['bytes_vs_ddp']:.2f}",
             f"{r['max_abs_diff_vs_single']:.1e}", "yes" if r["replicas_identical"] else "no"]
-           + ([_mib(r["allocator_peak_bytes"] or 0)] if allocator else []) for r in result["rows"]])
+           + ([human_bytes(r["allocator_peak_bytes"] or 0)] if allocator else []) for r in result["rows"]])
     print(f"activations: what one forward pass of a rank's micro-batch ({result['batch_per_rank']} samples) keeps for "
           "backward, counted from the saved tensors - on top of the held bytes, the same under every strategy")
     if allocator:
