@@ -22,6 +22,9 @@ def test_precision_drift_keeps_fp32_state_and_halves_saved_activations(drift):
         assert rows[name]["saved_weight_copy_bytes"] > 0 and rows[name]["relative_drift"] > 0
         assert rows[name]["replicas_identical"]
     assert rows["fp32"]["saved_weight_copy_bytes"] == 0
+    for row in rows.values():  # the timed steps, taken in turn by the three runs: the lesson's intervals
+        d = row["spread"]["step_s"]
+        assert d["n"] == 4 - 2 and d["low"] <= d["median"] <= d["high"]
 
 
 def test_loss_scaling_skips_halve_the_scale_and_the_mistake_stalls_training():

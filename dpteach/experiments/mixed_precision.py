@@ -13,12 +13,14 @@
 """
 from __future__ import annotations
 
+import statistics
 from dataclasses import replace
 
 import torch
 from torch.nn.utils import parameters_to_vector
 
 from .. import validate
+from ..measure import spread
 from ..ranks.backend import plain_fp32
 from ..ranks.launcher import launch
 from ..ranks.world import World, resolve_world
@@ -45,9 +47,14 @@ def _side_by_side(world: World, configs: dict, timeout: float) -> dict:
     checked = [config.check(world.size) for config in configs.values()]
     per_rank = launch(train_each_on_rank, world, args=(checked, True), timeout=timeout)
     runs = {}
-    for i, name in enumerate(configs):
+    for i, (name, config) in enumerate(zip(configs, checked)):
+        timed = range(min(config.timing_warmup, config.steps - 1), config.steps)
         runs[name] = {**per_rank[0][i], "replicas_identical": all(rank[i]["replica_spread"] == 0.0 for rank in per_rank),
-                      "bytes_per_step": max(rank[i]["wire_bytes_per_step"] for rank in per_rank)}
+                      "bytes_per_step": max(rank[i]["wire_bytes_per_step"] for rank in per_rank),
+                      # the timed steps as the rounds of a measurement (averaged over the ranks): step s of every
+                      # run was taken in turn, so two runs' intervals can be compared (dpteach.measure)
+                      "step_spread": spread([statistics.mean(rank[i]["step_times"][s] for rank in per_rank)
+                                             for s in timed]).as_dict()}
     return runs
 
 
@@ -82,7 +89,9 @@ def precision_drift(world_size: int | World | None = None, model: str = "auto", 
     Returns ``{"world_size", "backend", "device", "model", "model_choice", "optimizer", "steps",
     "tolerance", "fp32_vs_single", "rows": [{"precision", "losses", "final_loss", "max_abs_diff_vs_fp32",
     "relative_drift", "skipped_steps", "state_bytes", "saved_activation_bytes", "saved_weight_copy_bytes",
-    "step_time_s", "step_vs_fp32", "allocator_peak_bytes", "replicas_identical"}]}``. ``fp32_vs_single`` is
+    "step_time_s", "step_vs_fp32", "spread": {"step_s": Spread.as_dict()}, "allocator_peak_bytes",
+    "replicas_identical"}]}``. The three run side by side, step by step, and ``spread`` holds each one's timed
+    steps as the rounds of a measurement, so that a step is called faster only beyond the noise. ``fp32_vs_single`` is
     the fp32 run's largest difference from one process (within ``tolerance``: the run is exact).
     """
     _checked(model, optimizer, steps)
@@ -109,6 +118,7 @@ def precision_drift(world_size: int | World | None = None, model: str = "auto", 
                      "state_bytes": run["state_bytes"], "saved_activation_bytes": saved["activations"],
                      "saved_weight_copy_bytes": saved["weight_copies"], "step_time_s": run["median_step_s"],
                      "step_vs_fp32": run["median_step_s"] / runs["fp32"]["median_step_s"],
+                     "spread": {"step_s": run["step_spread"]},
                      "allocator_peak_bytes": run.get("allocator_peak_bytes"),
                      "replicas_identical": run["replicas_identical"]})
     if on.startswith("cuda"):  # the models measured here are gone: give their memory back to the GPU

@@ -9,8 +9,10 @@ PRECISION_COLORS = {"fp32": "#4C72B0", "bf16": "#55A868", "fp16": "#DD8452"}
 RUN_COLORS = ["#55A868", "#C44E52", "#4C72B0"]
 
 
-def _kib(n: float) -> str:
-    return f"{n / 2**10:,.0f}"
+def step_ms(row: dict) -> str:
+    """``12.3 (11.9-13.0)``: the step's median in ms, then the interval of the timed steps."""
+    d = row["spread"]["step_s"]
+    return f"{row['step_time_s'] * 1e3:.1f} ({d['low'] * 1e3:.1f}-{d['high'] * 1e3:.1f})"
 
 
 def plot_precision_drift(result: dict):
@@ -40,7 +42,7 @@ def plot_precision_drift(result: dict):
     mem.set_xticks(x, [r["precision"] for r in rows])
     mem.set_ylabel("KiB saved for backward, per rank")
     mem.set_title(f"one forward pass, {result['batch_per_rank']} samples (held in fp32 by every run: "
-                  f"{rows[0]['state_bytes'] / 2**20:.1f} MiB)", fontsize="medium")
+                  f"{human_bytes(rows[0]['state_bytes'])})", fontsize="medium")
     mem.grid(axis="y", alpha=0.3)
     mem.legend(fontsize="small")
     fig.tight_layout()
@@ -52,10 +54,12 @@ def render_precision_drift(result: dict) -> None:
           f"{result['optimizer']}; the fp32 run is {result['fp32_vs_single']:.1e} from one process "
           f"(tolerance {result['tolerance']:.0e})")
     table(["precision", "final loss", "max |dθ| vs fp32", "drift / distance trained", "skipped steps",
-           "held KiB", "saved activations KiB", "saved weight copies KiB", "step ms"],
+           "held", "saved activations", "saved weight copies", "step ms: median (interval)"],
           [[r["precision"], f"{r['final_loss']:.4f}", f"{r['max_abs_diff_vs_fp32']:.1e}", f"{r['relative_drift']:.2%}",
-            r["skipped_steps"], _kib(r["state_bytes"]), _kib(r["saved_activation_bytes"]),
-            _kib(r["saved_weight_copy_bytes"]), f"{r['step_time_s'] * 1e3:.1f}"] for r in result["rows"]])
+            r["skipped_steps"], human_bytes(r["state_bytes"]), human_bytes(r["saved_activation_bytes"]),
+            human_bytes(r["saved_weight_copy_bytes"]), step_ms(r)] for r in result["rows"]])
+    print("step: the median of the timed steps, which the three precisions took in turn, and the interval of that "
+          "median (dpteach.measure)")
     show(plot_precision_drift(result))
 
 
