@@ -21,6 +21,9 @@ def test_rows_and_communication_per_sample(result):
     assert set(result["timelines"]) == {1, 2} and set(result["timelines"][2]) == {0, 1}
     forwards = [s for s in result["timelines"][2][0] if s["name"] == "forward"]
     assert len(forwards) == 2  # one step, two micro-batches
+    for row in (one, two):  # the timed steps of each K, which took them in turn: the lesson's intervals
+        assert row["spread"]["step_s"]["n"] == row["spread"]["exposed_s"]["n"] == 3 - 2
+        assert row["compute_floor_spread"]["n"] == 3 - 2
 
 
 def test_equal_to_single_process_training_on_the_large_batch(result):

@@ -72,6 +72,14 @@ def test_on_two_links_the_arithmetic_is_the_same_and_only_time_differs():
     # on 1 Gbit/s, float32's 4.4 MB per step take 35 ms on the wire: fp16 halves that
     assert rows[("bucketed", "1gbe")]["step_time_s"] >= 0.9 * 4.36e6 * 8e-9
     assert rows[("fp16", "1gbe")]["bytes_per_step"] == pytest.approx(rows[("bucketed", "1gbe")]["bytes_per_step"] / 2)
+    # every run's timed steps are its rounds: the median and interval the lesson ranks the strategies by
+    timed = 3 - min(2, 3 - 1)
+    for row in rows.values():
+        d = row["spread"]["step_s"]
+        assert d["n"] == timed and d["low"] <= d["median"] <= d["high"]
+    assert result["local_spread"]["n"] == timed
+    # the link's wait is a sleep: float32 on 1 Gbit/s cannot step faster than its bytes take on the wire
+    assert rows[("bucketed", "1gbe")]["spread"]["step_s"]["low"] >= 0.9 * 4.36e6 * 8e-9
 
 
 def test_compression_on_links_needs_links():
