@@ -56,7 +56,8 @@ def render_profile(result: dict) -> None:
     m = result["machine"]
     gpus = ", ".join(m["gpus"]) if m["gpus"] else "none"
     print(f"python {m['python']}, torch {m['torch']}, CUDA {m['cuda'] or 'none'}")
-    print(f"CPU cores: {m['cpus']}   GPUs: {gpus}   gloo: {m['gloo']}   nccl: {m['nccl']}")
+    built = ", ".join(name for name in ("gloo", "nccl") if m[name]) or "neither gloo nor nccl"
+    print(f"CPU cores: {m['cpus']}   GPUs: {gpus}   backends this torch can use: {built}")
     print(f"{result['world_size']} ranks use backend {result['backend']} on {result['device']}\n")
     rows = sorted(result["rows"], key=lambda r: (r["bytes"], r["algorithm"]))
     table(["size", "algorithm", "time (ms)", "algbw (MB/s)", "busbw (MB/s)"],
