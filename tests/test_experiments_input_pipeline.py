@@ -26,6 +26,14 @@ def test_synchronous_loading_pays_the_decode_time_every_step(result):
     assert sync["decode_per_batch_s"] == pytest.approx(8 * 1e-3)
     assert min(sync["waits_rank0"]) >= sync["decode_per_batch_s"]  # sleep guarantees a lower bound
 
+def test_each_loader_keeps_its_steady_waits_as_rounds(result):
+    for row in result["rows"]:
+        d = row["wait_spread"]
+        assert d["n"] == 6 - 2  # each epoch's first batch left out: the workers' start-up is not a steady wait
+        assert d["low"] <= d["median"] <= d["high"]
+    sync = result["rows"][0]["wait_spread"]  # the mean over ranks of sleeps of the decode time: never below it
+    assert sync["low"] >= result["rows"][0]["decode_per_batch_s"]
+
 
 def test_forgotten_set_epoch_repeats_the_order(result):
     assert [r["epoch_orders_repeat"] for r in result["rows"]] == [False, False, False, False, True]

@@ -198,16 +198,26 @@ def uneven_inputs(world_size: int | World | None = 2, model: str = "mlp", batche
     common = dict(show_output=False)
     folder = tempfile.mkdtemp(prefix="dpteach-uneven-")
     try:
-        start = time.perf_counter()
-        plain = {"outcome": "finished", "message": ""}
-        try:
-            launch(_uneven_on_rank, world, args=(["plain"], model, per_rank, batch_per_rank, seed, folder),
-                   timeout=stall_timeout_s, **common)
-        except TimeoutError as err:
-            plain = {"outcome": "stalled", "message": str(err)}
-        except RankError as err:
-            plain = {"outcome": "raised" if err.exc_type else "crashed", "message": str(err).splitlines()[0]}
-        plain.update(seconds=time.perf_counter() - start, where=_notes(folder, world.size))
+        # The launcher's timeout also covers the ranks' start-up (importing torch: seconds, more on a busy
+        # machine). A timeout before every rank has said where it is timed the start-up, not a stall: then the
+        # plain loop runs once more, allowed the start-up it was seen to need on top of the stall timeout.
+        timeout = stall_timeout_s
+        for attempt in range(2):
+            for name in os.listdir(folder):  # what an earlier attempt's ranks said is not where these ranks are
+                os.remove(os.path.join(folder, name))
+            start = time.perf_counter()
+            plain = {"outcome": "finished", "message": ""}
+            try:
+                launch(_uneven_on_rank, world, args=(["plain"], model, per_rank, batch_per_rank, seed, folder),
+                       timeout=timeout, **common)
+            except TimeoutError as err:
+                plain = {"outcome": "stalled", "message": str(err)}
+            except RankError as err:
+                plain = {"outcome": "raised" if err.exc_type else "crashed", "message": str(err).splitlines()[0]}
+            plain.update(seconds=time.perf_counter() - start, where=_notes(folder, world.size))
+            if plain["outcome"] != "stalled" or len(plain["where"]) == world.size:
+                break
+            timeout = stall_timeout_s + plain["seconds"]
         start = time.perf_counter()
         fixed = launch(_uneven_on_rank, world, args=(FIXES, model, per_rank, batch_per_rank, seed, folder),
                        timeout=120, **common)

@@ -26,6 +26,13 @@ longer wait on an epoch's first batch) and with the ``fork`` start method on Lin
 rank on a busy 2-core machine, the first batch of an epoch took about 0.1 s with ``fork``, 4 s with
 ``forkserver`` and 7-9 s with ``spawn``, which re-imports torch in every worker. Each iterator is shut down before the next epoch, and every rank reports how many child
 processes it still has at the end (0: nothing leaked).
+
+The configurations run one after another, not interleaved step by step: a loader's workers prefetch while
+the process does anything else, so stepping another loader between two of its steps would hand it free
+time and flatter it. What keeps the comparison honest instead is a floor no machine can lower: the sleep.
+A synchronous step waits at least the decode time of a batch, so a loader whose steady wait lies wholly
+below that floor (``wait_spread``: the steady steps as rounds, ``dpteach.measure``) hid part of it, beyond
+the noise, however busy the machine was during the synchronous run.
 """
 from __future__ import annotations
 
@@ -41,6 +48,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset
 
 from .. import validate
+from ..measure import spread
 
 from ..ranks import context
 from ..ranks.launcher import launch
@@ -222,8 +230,12 @@ def _summarise(ranks: list[dict], batch: int, decode_ms: float) -> dict:
     steady_steps = [w + c for r in ranks for i, (w, c) in enumerate(zip(r["waits"], r["computes"])) if i not in first]
     orders = [r["orders"] for r in ranks]  # [rank][epoch] -> sample indices
     epochs = len(orders[0])
+    # the steady steps as the rounds of a measurement: each step's wait averaged over the ranks, then the
+    # median and its interval (dpteach.measure)
+    rounds = [i for i in range(len(ranks[0]["waits"])) if i not in first] or [0]
     return {
         "name": ranks[0]["name"],
+        "wait_spread": spread([statistics.mean(r["waits"][i] for r in ranks) for i in rounds]).as_dict(),
         "median_wait_s": statistics.median(steady) if steady else statistics.median(ranks[0]["waits"]),
         "first_batch_wait_s": statistics.mean(r["waits"][i] for r in ranks for i in first),
         "median_compute_s": statistics.median(c for r in ranks for c in r["computes"]),

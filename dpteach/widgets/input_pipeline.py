@@ -15,13 +15,16 @@ def plot_step_breakdown(result: dict):
     wait = [r["median_wait_s"] * 1e3 for r in rows]
     compute = [r["median_compute_s"] * 1e3 for r in rows]
     fig, ax = plt.subplots(figsize=(9, 0.55 * len(rows) + 1.8))
-    ax.barh(names, wait, color="#937860", label="waiting for the next batch")
+    spreads = [r["wait_spread"] for r in rows]
+    ax.barh(names, wait, color="#937860", label="waiting for the next batch (bar: interval of the steady steps)",
+            xerr=[[max(0.0, w - s["low"] * 1e3) for w, s in zip(wait, spreads)],
+                  [max(0.0, s["high"] * 1e3 - w) for w, s in zip(wait, spreads)]], capsize=3)
     ax.barh(names, compute, left=wait, color="#55A868", label="forward + backward (DDP) + optimizer")
     for i, row in enumerate(rows):
         share = wait[i] / (wait[i] + compute[i]) if wait[i] + compute[i] else 0.0  # what the bar shows
         ax.text(wait[i] + compute[i], i, f"  waiting {share:.0%}", va="center", fontsize=9)
     ax.invert_yaxis()
-    ax.set_xlim(0, max(w + c for w, c in zip(wait, compute)) * 1.25)
+    ax.set_xlim(0, max(max(w + c for w, c in zip(wait, compute)), max(s["high"] * 1e3 for s in spreads)) * 1.25)
     ax.set_xlabel("median time per step, excluding each epoch's first batch (ms); label: the median wait's share")
     ax.set_title(f"Decoding costs {result['decode_ms']:g} ms per sample, {result['batch_per_rank']} samples per "
                  f"batch; W={result['world_size']} ({result['backend']}, {result['device']})", fontsize=10)
@@ -68,12 +71,14 @@ def pipeline_table(result: dict):
     rows = []
     for r in result["rows"]:
         pin = r["config"]["pin_memory"]
-        rows.append([r["name"], f"{r['median_wait_s'] * 1e3:.1f}", f"{r['first_batch_wait_s'] * 1e3:.1f}",
+        d = r["wait_spread"]
+        rows.append([r["name"], f"{r['median_wait_s'] * 1e3:.1f} ({d['low'] * 1e3:.1f}-{d['high'] * 1e3:.1f})",
+                     f"{r['first_batch_wait_s'] * 1e3:.1f}",
                      f"{r['median_compute_s'] * 1e3:.1f}", f"{r['steady_idle_fraction']:.0%}",
                      f"{r['idle_fraction']:.0%}",
                      ("used" if r["pin_memory_effective"] else "skipped (no CUDA)") if pin else "-",
                      "yes" if r["epoch_orders_repeat"] else "no"])
-    return html_table(["loader", "data wait (ms)", "epoch's first batch (ms)", "compute (ms)", "idle (steady)",
+    return html_table(["loader", "data wait (ms): median (interval)", "epoch's first batch (ms)", "compute (ms)", "idle (steady)",
                        "idle (all steps)", "pin_memory", "epochs repeat the order?"], rows, align="lrrrrrll")
 
 
