@@ -164,6 +164,17 @@ def test_checkpointing_reports_bytes_and_times_of_the_same_step():
     assert 0 < row["share_saved"] < 1 and row["peak_share_saved"] < row["share_saved"]
     assert all(row[k] > 0 for k in ("plain_step_s", "checkpointed_step_s", "forward_s", "step_time_ratio"))
     assert math.isclose(row["step_time_ratio"], row["checkpointed_step_s"] / row["plain_step_s"])
+    assert row["ratio"]["low"] <= row["ratio"]["median"] <= row["ratio"]["high"] and row["ratio"]["n"] == 1
+    assert row["versus_prediction"] in ("above", "below", "within") and row["slower"] in (True, False)
+
+
+def test_a_ratio_is_called_above_or_below_its_prediction_only_when_the_intervals_separate():
+    from dpteach.experiments.activations import _versus
+    from dpteach.measure import spread
+    predicted = spread([1.30, 1.32, 1.28, 1.31, 1.29])
+    assert _versus(spread([1.5, 1.6, 1.55, 1.52, 1.58]), predicted) == "above"
+    assert _versus(spread([1.1, 1.05, 1.08, 1.12, 1.07]), predicted) == "below"
+    assert _versus(spread([1.1, 1.5, 1.3, 1.2, 1.4]), predicted) == "within"
 
 
 @pytest.mark.parametrize("call,message", [

@@ -104,3 +104,35 @@ def test_a_sweep_on_an_emulated_link_reports_who_set_the_time():
 def test_bad_sweep_arguments_fail_before_any_rank_starts(kwargs, word):
     with pytest.raises(ValueError, match=word):
         scaling_sweep(**kwargs)
+
+
+def test_a_weak_sweep_measures_strong_scaling_in_the_same_worlds_and_the_strong_panel_reuses_it():
+    """strong_too: one launch per W runs both; at the largest W the two configs are one run; every efficiency
+    carries the interval its two step times allow, and the strong panel takes the companion when model and link
+    match."""
+    from dpteach.experiments.scaling import strong_scaling
+    weak = scaling_sweep(world_sizes=(1, 2), model="mlp", steps=5, repeats=1, batch_per_rank=8, strong_too=True,
+                         backend="gloo", device="cpu")
+    strong = weak["strong"]
+    assert strong["scaling"] == "strong" and strong["global_batch"] == 16 and strong["measured_with"] == "weak"
+    assert [(r["world_size"], r["batch_per_rank"]) for r in strong["rows"]] == [(1, 16), (2, 8)]
+    assert strong["rows"][-1]["step"] == weak["rows"][-1]["step"]  # the same config at the largest W ran once
+    for result in (weak, strong):
+        assert result["rows"][0]["efficiency_interval"] == (1.0, 1.0)
+        for r in result["rows"]:
+            assert len(r["step"]["samples"]) == 5 - 2  # the timed steps of the one pass, warm-up left out
+            assert r["step"]["low"] <= r["step_time_s"] == r["step"]["median"] <= r["step"]["high"]
+            low, high = r["efficiency_interval"]
+            assert low <= r["efficiency"] <= high
+        names = {f"W={r['world_size']}" for r in result["rows"]}
+        assert set(result["throughput"]["order"]) == names and result["throughput"]["sentence"]
+    assert strong_scaling(weak, model="mlp", link=None) is strong
+    assert strong_scaling(weak, model="mlp", link=None, steps=5) is strong
+
+
+def test_without_a_companion_the_strong_panel_refuses_bad_input_before_any_rank_starts():
+    from dpteach.experiments.scaling import strong_scaling
+    weak = {"world_sizes": [1, 2], "model": "mlp", "strategy": "overlap", "batch_per_rank": 8, "steps": 4,
+            "emulated_link": None, "peers": "real"}
+    with pytest.raises(ValueError, match="link='5gbe'"):
+        strong_scaling(weak, model="mlp", link="5gbe")

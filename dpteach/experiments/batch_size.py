@@ -129,15 +129,13 @@ def _search_on_rank(batches: list[int], target: float, max_steps: int, start_lr:
     reached the target when it has taken as many steps as the best so far stops there (it cannot win)."""
     at = min(range(len(LR_GRID)), key=lambda i: abs(math.log(LR_GRID[i] / start_lr)))
     rows = []
-    if context.rank() == 0:
-        context.report_progress(0, total=len(batches), desc=f"B={batches[0]}, lr {LR_GRID[at]:g}")
+    if context.rank() == 0:  # announced at once: the bar shows from the first run on, not after the first batch
+        context.report_progress(0, total=len(batches), desc=f"batches {batches[0]} to {batches[-1]}")
     for batch in batches:
         tried = {}
 
         def attempt(i):
             best = min((r["steps_to_target"] for r in tried.values() if r["steps_to_target"]), default=None)
-            if context.rank() == 0:  # the bar's label: which batch and rate run now
-                context.report_progress(0, desc=f"B={batch}, lr {LR_GRID[i]:g}" + (f" (beat {best} steps)" if best else ""))
             run = {"batch": batch, "lr": LR_GRID[i], "base_lr": LR_GRID[i], "max_steps": max_steps, "target": target}
             tried[i] = _train(run, context.world_size(), context.rank(), stop_after=best)
 
@@ -182,16 +180,17 @@ def _check_batches(name: str, batches, world_size: int) -> list[int]:
     return batches
 
 
-def critical_batch(batches=(32, 64, 128, 256, 512), world_size: int | World = 2,
+def critical_batch(batches=(32, 64, 128, 256), world_size: int | World = 2,
                    target_loss: float = TARGET_LOSS, max_steps: int = 200, start_lr: float = 0.01,
                    backend: str = "auto", timeout: float = 300.0) -> dict:
     """Steps and samples to ``target_loss`` at each global batch (its best learning rate from ``LR_GRID``), the
     fit ``S = S_min (1 + B_noise / B)``, and the simple noise scale measured from the ranks' gradients.
 
-    The default batches stop at 512: at ``TARGET_LOSS`` the fit puts ``B_noise`` near 120, so 512 is already
-    four times past it and on the flat part; 1024 showed the same flat steps (24 at both, in the run of
-    ``benchmarks/results/critical_batch_mlp_w2.json``) at twice the cost per step. Rank 0 reports progress per
-    batch, and labels the bar with the batch and rate running.
+    The default batches stop at 256: at ``TARGET_LOSS`` the fit puts ``B_noise`` near 120, so 256 is past the
+    bend, and the search at 512 would cost as much as the four smaller batches together (twice the samples per
+    step) to show the flat part once more (24 steps at 512 and at 1024 in the run of
+    ``benchmarks/results/critical_batch_mlp_w2.json``). Rank 0 announces the bar before the first run and
+    advances it per batch.
 
     Returns ``{"model", "world_size", "target_loss", "window", "rows": [{"batch", "micro_batch", "accum_steps",
     "best_lr", "steps_to_target", "samples_to_target", "losses", "noise", "tried"}], "fit" (see
@@ -217,7 +216,7 @@ def critical_batch(batches=(32, 64, 128, 256, 512), world_size: int | World = 2,
             "noise_scale": pooled.as_dict(), "b_crit": fit["b_noise"] if fit else None}
 
 
-def lr_rules(batches=(32, 64, 256), world_size: int | World = 2, base_lr: float | None = None, base_batch: int = 32,
+def lr_rules(batches=(32, 256), world_size: int | World = 2, base_lr: float | None = None, base_batch: int = 32,
              rules=LR_RULES, warmup_steps: int = 10, target_loss: float = QUICK_TARGET, max_steps: int = 60,
              backend: str = "auto", timeout: float = 300.0) -> dict:
     """The same model at each global batch with ``base_lr`` (good at ``base_batch``) scaled by each rule, with and
@@ -234,10 +233,11 @@ def lr_rules(batches=(32, 64, 256), world_size: int | World = 2, base_lr: float 
     one, holds only while the larger step stays stable (Goyal et al. section 2.1), which a learner sees by choosing
     it. Warmup changes nothing when the rate does not change (``fixed``), so ``fixed`` runs once.
 
-    The defaults are the smallest run that shows every point: batches 32, 64 and 256 to ``QUICK_TARGET`` (1.0),
-    where the auto base is 0.01, close to the best rate of batch 32 alone, so every run of every rule arrives
-    within ``max_steps`` and the samples each batch needed can be compared. A larger batch (512, 1024) shows the
-    same at several times the cost per step; to ``TARGET_LOSS`` batch 32 alone needs over 90 steps.
+    The defaults are the smallest run that shows every point: batches 32 and 256 (k = 8) to ``QUICK_TARGET``
+    (1.0), where the auto base is 0.01, close to the best rate of batch 32 alone, so every run of every rule
+    arrives within ``max_steps`` and the samples each batch needed can be compared. A batch between them adds a
+    trend and five runs; a larger one (512, 1024) shows the same at several times the cost per step; to
+    ``TARGET_LOSS`` batch 32 alone needs over 90 steps.
 
     Returns ``{"rows": [{"batch", "rule", "warmup_steps", "lr", "losses", "lrs", "steps_to_target",
     "samples_to_target", "diverged_at", "stopped_at", "micro_batch", "accum_steps"}], "largest": {"batch",

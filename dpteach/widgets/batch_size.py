@@ -6,7 +6,7 @@ import math
 
 from ..training.batch_rules import run_outcome
 from ..training.target import smoothed
-from .rendering import human_bytes, legend_below, show, table
+from .rendering import human_bytes, legend_below, log_axis, show, table
 
 RULE_COLOURS = {"fixed": "#8C8C8C", "linear": "#4C72B0", "sqrt": "#DD8452"}
 
@@ -76,12 +76,17 @@ def plot_checkpointing(result: dict):
         ax.bar([i - 0.2 for i in x], [r[plain] / scale for r in rows], width=0.4, color="#4C72B0", label="plain")
         ax.bar([i + 0.2 for i in x], [r[ckpt] / scale for r in rows], width=0.4, color="#55A868",
                label="every block checkpointed")
+    for offset, key in ((-0.2, "plain_step"), (0.2, "checkpointed_step")):  # each median's interval
+        if all(key in r for r in rows):
+            time.errorbar([i + offset for i in x], [r[key]["median"] * 1e3 for r in rows], fmt="none", ecolor="black",
+                          capsize=3, yerr=[[(r[key]["median"] - r[key]["low"]) * 1e3 for r in rows],
+                                           [(r[key]["high"] - r[key]["median"]) * 1e3 for r in rows]])
         ax.set_xticks(list(x), [r["model"] for r in rows])
         ax.set_ylabel(unit)
         ax.grid(axis="y", alpha=0.3)
         ax.legend(fontsize="small")
     memory.set_title(f"Memory at a micro-batch of {result['batch']}", fontsize="medium")
-    time.set_title("Time: forward + backward + optimizer step (median)", fontsize="medium")
+    time.set_title("Time: forward + backward + optimizer step (median, interval)", fontsize="medium")
     fig.tight_layout()
     return fig
 
@@ -114,7 +119,7 @@ def plot_lr_rules(result: dict):
         ax.set_ylim(0.9 * min(result["target_loss"], min(min(r["losses"]) for r in result["rows"])), top)
         ax.set_xlabel(name)
         ax.grid(alpha=0.3)
-    by_sample.set_xscale("log")
+    log_axis(by_sample, "x")  # 100, 200, 500, 1000, ... rather than 10^2, 10^3
     by_step.set_ylabel(f"training loss (mean of the last {result['window']} steps)")
     by_step.set_title(f"Per step: base lr {result['base_lr']:g} at B={result['base_batch']}", fontsize="medium")
     by_sample.set_title("Per sample: what each step's batch cost", fontsize="medium")
