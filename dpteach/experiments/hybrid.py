@@ -68,7 +68,7 @@ def _across_set_by(ranks: list[dict]) -> str | None:
     return max(reports, key=lambda rep: rep["machine_bound_share"])["time_set_by"] if reports else None
 
 
-def hybrid_sharding(world_size: int | World = 4, link="pcie/1gbe", ranks_per_node: int = 2, steps: int = 6,
+def hybrid_sharding(world_size: int | World = 4, link="pcie/1gbe", ranks_per_node: int = 2, steps: int = 4,
                     model: str = "auto", backend: str = "auto", device: str = "auto", timeout: float = 300.0) -> dict:
     """ddp, zero3, fsdp, hsdp and hsdp_torch on ``world_size`` ranks, nodes of ``ranks_per_node``, on ``link``
     ("INSIDE/BETWEEN" of two presets, or a ``TwoLevelLink`` of the same node size).

@@ -53,7 +53,7 @@ from .step_parts import Listener, measure_parts
 METHODS = ("ddp", "bf16", "int8_ef", "powersgd@1", "powersgd@4", "powersgd@16",
            "local_sgd@1", "local_sgd@8", "local_sgd@32", "diloco@1", "diloco@8", "diloco@32")
 LINKS = ("1gbe", "10gbe", "wan")
-STEPS = 48
+STEPS = 36  # the smallest run in which every averaging method (H up to 32) averages and reaches the target
 BUCKET_MB = 25.0  # DDP's default bucket_cap_mb: the MLP's gradients travel as one bucket, as with torch's hooks
 POWERSGD_START = 2  # compress from the third step on (torch's powerSGD_hook needs at least 2 plain steps first)
 

@@ -16,6 +16,10 @@ With outer learning rate 1 and no momentum the outer step is ``theta - delta = m
 then exactly local SGD (``local_sgd.py``); ``tests/test_sending_less.py`` checks it. Bytes: one all-reduce of
 the model every H steps, the same as local SGD; what DiLoCo changes is how much each round buys.
 
+At H = 1 the paper's outer step diverges on the course's MLP: the pseudo-gradient is then one inner step,
+and Nesterov momentum on top of the inner momentum stacks two slow memories of the gradient in series
+(``stability_at_one_step`` below works out by how much, from this file's update rule); lesson 14 shows it.
+
 Every rank keeps its own inner optimizer state (never averaged) and the same outer state (it applies
 the same all-reduced ``delta``, so the outer step is identical everywhere). The outer state is a copy
 of the weights plus a momentum buffer: two more model-sized tensors per rank.
