@@ -124,11 +124,12 @@ def sampler_sharding(world_size: int | World | None = 2, model: str = "mlp", sam
 FIXES = ("join", "drop_last")
 
 
-def _note(folder: str, text: str) -> None:
-    """Say where this rank is, atomically, so the caller can read it even after a timeout."""
+def _note(folder: str, text: str, since: float) -> None:
+    """Say where this rank is, atomically, so the caller can read it even after a timeout; ``since``: when this
+    rank began its loop (wall clock), so the caller can tell time spent in the loop from time spent starting."""
     path = os.path.join(folder, f"rank{dist.get_rank()}.json")
     with open(f"{path}.tmp", "w") as f:
-        json.dump({"rank": dist.get_rank(), "at": text}, f)
+        json.dump({"rank": dist.get_rank(), "at": text, "since": since}, f)
     os.replace(f"{path}.tmp", path)
 
 
@@ -141,7 +142,7 @@ def _train(mode: str, model_name: str, batches: list[int], batch: int, seed: int
     model = build_model(model_name, seed=seed)
     ddp = wrap_ddp(model)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.05)
-    steps = mine
+    steps, since = mine, time.time()
     if mode == "drop_last":
         count = torch.tensor([mine], device=context.device())
         dist.all_reduce(count, op=dist.ReduceOp.MIN)
@@ -149,7 +150,7 @@ def _train(mode: str, model_name: str, batches: list[int], batch: int, seed: int
 
     def loop():
         for s in range(steps):
-            _note(folder, f"{mode}: step {s + 1} of {steps} (forward, backward, gradient all-reduce)")
+            _note(folder, f"{mode}: step {s + 1} of {steps} (forward, backward, gradient all-reduce)", since)
             x, y = (t.to(context.device()) for t in
                     sample_batch(dataset, range(first + s * batch, first + (s + 1) * batch)))
             optimizer.zero_grad()
@@ -161,9 +162,9 @@ def _train(mode: str, model_name: str, batches: list[int], batch: int, seed: int
             loop()
     else:
         loop()
-    _note(folder, f"{mode}: finished {steps} steps; waiting at the barrier before saving a checkpoint")
+    _note(folder, f"{mode}: finished {steps} steps; waiting at the barrier before saving a checkpoint", since)
     dist.barrier()
-    _note(folder, f"{mode}: done")
+    _note(folder, f"{mode}: done", since)
     return {"mode": mode, "batches": mine, "steps": steps, "replica_spread": replica_spread(flat_weights(model))}
 
 
@@ -171,13 +172,13 @@ def _uneven_on_rank(modes, model_name, batches, batch, seed, folder):
     return [_train(mode, model_name, batches, batch, seed, folder) for mode in modes]
 
 
-def _notes(folder: str, world_size: int) -> dict:
+def _notes(folder: str, world_size: int, key: str = "at") -> dict:
     notes = {}
     for rank in range(world_size):
         path = os.path.join(folder, f"rank{rank}.json")
         if os.path.exists(path):
             with open(path) as f:
-                notes[rank] = json.load(f)["at"]
+                notes[rank] = json.load(f)[key]
     return notes
 
 
@@ -199,8 +200,8 @@ def uneven_inputs(world_size: int | World | None = 2, model: str = "mlp", batche
     folder = tempfile.mkdtemp(prefix="dpteach-uneven-")
     try:
         # The launcher's timeout also covers the ranks' start-up (importing torch: seconds, more on a busy
-        # machine). A timeout before every rank has said where it is timed the start-up, not a stall: then the
-        # plain loop runs once more, allowed the start-up it was seen to need on top of the stall timeout.
+        # machine). A timeout before every rank had spent half the stall timeout in its loop timed the start-up,
+        # not a stall: then the plain loop runs once more, allowed the start-up it was seen to need on top.
         timeout = stall_timeout_s
         for attempt in range(2):
             for name in os.listdir(folder):  # what an earlier attempt's ranks said is not where these ranks are
@@ -215,7 +216,9 @@ def uneven_inputs(world_size: int | World | None = 2, model: str = "mlp", batche
             except RankError as err:
                 plain = {"outcome": "raised" if err.exc_type else "crashed", "message": str(err).splitlines()[0]}
             plain.update(seconds=time.perf_counter() - start, where=_notes(folder, world.size))
-            if plain["outcome"] != "stalled" or len(plain["where"]) == world.size:
+            since = _notes(folder, world.size, "since")
+            in_loop = time.time() - max(since.values()) if len(since) == world.size else 0.0
+            if plain["outcome"] != "stalled" or in_loop >= stall_timeout_s / 2:
                 break
             timeout = stall_timeout_s + plain["seconds"]
         start = time.perf_counter()
