@@ -10,6 +10,10 @@ and a local step on each link. Last, rank 0 trains the single-process reference 
     seconds to the target on a link = steps to target x compute per step
                                       + for each kind of message: how many it sent until then x one on that link
 
+The sum leaves out no overlap, because there is none to leave out here: the gradients travel as one bucket
+after backward (``BUCKET_MB``), PowerSGD's three messages go one after another between its products, and local
+SGD and DiLoCo average after the optimizer's step.
+
 Why a sum of parts is allowed: a link only delays messages and changes no number in them, so the loss after
 step s is the same on every link (``tests/test_sending_less.py`` checks it bit for bit), and a step's compute
 does not depend on the link (the lesson checks it: a step that sends nothing times the same with every link in
@@ -264,7 +268,8 @@ def time_to_target(convergence: dict, links=None, rounds: int = FEWEST_ROUNDS, b
             result[link.name] = {"order": order.order, "leaders": order.leaders, "winner": order.winner,
                                  "sentence": order.sentence("s", digits=2, lower="sooner")}
         else:
-            result[link.name] = {"order": [], "leaders": [], "winner": None, "sentence": "No method reached the target."}
+            result[link.name] = {"order": [], "leaders": [], "winner": None,
+                                 "sentence": "No method reached the target."}
     return {"links": [link.as_dict() for link in emulated], "target_loss": convergence["target_loss"],
             "steps": convergence["steps"], "rounds": parts["rounds"], "rows": rows, "ranking": result,
             "winner": {name: r["winner"] for name, r in result.items()},

@@ -27,7 +27,9 @@ def _reached(row: dict) -> str:
 
 def _final(row: dict) -> str:
     """The loss over the last steps, or where a diverged run's loss stopped being a number."""
-    return f"{row['final_loss']:.3f}" if row.get("diverged_at") is None else f"diverged: nan from step {row['diverged_at']}"
+    if row.get("diverged_at") is None:
+        return f"{row['final_loss']:.3f}"
+    return f"diverged: nan from step {row['diverged_at']}"
 
 
 def _loss_range(result: dict) -> tuple[float, float]:
