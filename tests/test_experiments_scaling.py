@@ -107,12 +107,16 @@ def test_bad_sweep_arguments_fail_before_any_rank_starts(kwargs, word):
 
 
 def test_a_weak_sweep_measures_strong_scaling_in_the_same_worlds_and_the_strong_panel_reuses_it():
-    """strong_too: one launch per W runs both; at the largest W the two configs are one run; every efficiency
+    """strong_too: one launch per W runs both, and the two-rank world searches the steps to a target too; at the largest W the two configs are one run; every efficiency
     carries the interval its two step times allow, and the strong panel takes the companion when model and link
     match."""
     from dpteach.experiments.scaling import strong_scaling
+    from dpteach.experiments.batch_size import time_to_target_scaling
     weak = scaling_sweep(world_sizes=(1, 2), model="mlp", steps=5, repeats=1, batch_per_rank=8, strong_too=True,
-                         backend="gloo", device="cpu")
+                         to_target=2.25, target_max_steps=12, backend="gloo", device="cpu")
+    searched = weak["critical"]  # the steps to target, searched in the sweep's two-rank world
+    assert [r["batch"] for r in searched["rows"]] == [8, 16] and searched["target_loss"] == 2.25
+    assert time_to_target_scaling(weak, target_loss=2.25, max_steps=12)["critical"] is searched  # no new world
     strong = weak["strong"]
     assert strong["scaling"] == "strong" and strong["global_batch"] == 16 and strong["measured_with"] == "weak"
     assert [(r["world_size"], r["batch_per_rank"]) for r in strong["rows"]] == [(1, 16), (2, 8)]

@@ -207,11 +207,17 @@ def critical_batch(batches=(32, 64, 128, 256), world_size: int | World = 2,
     validate.number("timeout", timeout, above=0, unit="a number of seconds")
     rows = launch(_search_on_rank, world, args=(batches, target_loss, max_steps, start_lr), timeout=timeout,
                   show_output=False)[0]
+    return critical_result(rows, world.size, target_loss, max_steps)
+
+
+def critical_result(rows: list[dict], world_size: int, target_loss: float, max_steps: int) -> dict:
+    """``critical_batch``'s result from the rows of ``_search_on_rank``, wherever the search ran (its own world,
+    or one that lesson 09's sweep had started already: ``scaling_sweep(to_target=...)``)."""
     reached = [r for r in rows if r["steps_to_target"]]
     fit = fit_steps([r["batch"] for r in reached], [r["steps_to_target"] for r in reached]) \
         if len({r["batch"] for r in reached}) >= 2 else None
     pooled = NoiseScale.pooled(r["noise"] for r in reached)
-    return {"model": MODEL, "world_size": world.size, "target_loss": target_loss, "window": WINDOW,
+    return {"model": MODEL, "world_size": world_size, "target_loss": target_loss, "window": WINDOW,
             "momentum": MOMENTUM, "lr_grid": list(LR_GRID), "max_steps": max_steps, "rows": rows, "fit": fit,
             "noise_scale": pooled.as_dict(), "b_crit": fit["b_noise"] if fit else None}
 
@@ -300,7 +306,8 @@ def time_to_target_scaling(scaling: dict, critical: dict | None = None, world_si
     ``steps_factor`` = steps(1) / (W steps(W)), the same on a busy machine as on a quiet one. The step times
     carry their intervals (``efficiency_interval`` of lesson 09's rows), so the time-to-target efficiency
     gets one too. ``target_loss`` defaults to ``QUICK_TARGET``: the steps at three batches with a search over
-    rates cost a few seconds, not the half minute of ``TARGET_LOSS``.
+    rates cost a few seconds, not the half minute of ``TARGET_LOSS``. Where the sweep already searched (its
+    ``"critical"``, from ``scaling_sweep(to_target=...)``, at the same target and ``max_steps``) no world starts.
 
     Returns ``{"rows": [{"world_size", "global_batch", "step_time_s", "steps_to_target", "time_to_target_s",
     "efficiency" (samples per second, lesson 09's), "efficiency_interval", "steps_factor", "efficiency_to_target",
@@ -314,6 +321,9 @@ def time_to_target_scaling(scaling: dict, critical: dict | None = None, world_si
         raise ValueError(f"scaling={scaling.get('scaling')!r} is not allowed: only weak scaling changes the global "
                          "batch with W")
     batch_at = {r["world_size"]: r["world_size"] * r["batch_per_rank"] for r in scaling["rows"]}
+    ran = scaling.get("critical")  # searched in the sweep's own two-rank world (scaling_sweep(to_target=...))
+    if critical is None and ran and ran["target_loss"] == target_loss and ran["max_steps"] == max_steps:
+        critical = ran
     if critical is None:
         critical = critical_batch(sorted(set(batch_at.values())), world_size=world_size, target_loss=target_loss,
                                   max_steps=max_steps, backend=backend)

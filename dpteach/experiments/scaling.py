@@ -71,7 +71,7 @@ def _breakdown(spans: list[dict], step_times: list[float], first_step: int) -> d
     return out
 
 
-def _scaling_on_rank(configs: list[TrainConfig], repeats: int, threads: int | None) -> dict:
+def _scaling_on_rank(configs: list[TrainConfig], repeats: int, threads: int | None, search=None) -> dict:
     if threads is not None:
         torch.set_num_threads(threads)
     rank = context.rank()
@@ -88,7 +88,11 @@ def _scaling_on_rank(configs: list[TrainConfig], repeats: int, threads: int | No
                             "breakdown": _breakdown(out["spans"], out["step_times"], configs[i].timing_warmup)})
         if rank == 0:
             context.report_progress(1)
-    return {"link": link, "runs": runs}
+    found = None
+    if search is not None:  # lesson 09's steps to target, in this world rather than one started for them
+        from .batch_size import _search_on_rank
+        found = _search_on_rank(*search)
+    return {"link": link, "runs": runs, "search": found}
 
 
 def _step_spread(ranks: list[dict], index: int) -> Spread:
@@ -120,7 +124,7 @@ def scaling_sweep(world_sizes=(1, 2, 3, 4), model: str = "auto", steps: int = 10
                   batch_per_rank: int | None = None, bucket_mb: float | None = None, repeats: int = 2,
                   threads_per_rank: int | None = 1, scaling: str = "weak", global_batch: int | None = None,
                   link=None, backend: str = "auto", device: str = "auto", peers: str | None = None,
-                  strong_too: bool = False) -> dict:
+                  strong_too: bool = False, to_target: float | None = None, target_max_steps: int = 100) -> dict:
     """Throughput and scaling efficiency at each W, with the overheads split out.
 
     ``scaling="weak"`` keeps ``batch_per_rank`` fixed, so the global batch grows with W;
@@ -136,6 +140,11 @@ def scaling_sweep(world_sizes=(1, 2, 3, 4), model: str = "auto", steps: int = 10
     the largest weak world, shared), step by step beside the weak ones, and the result carries that strong
     result under ``"strong"``: one launch per W for both, and at each W the two measured side by side. At the
     largest W the two configs are the same and run once.
+
+    ``to_target`` (weak scaling of the MLP on real ranks, with W = 2 among the worlds): that world, once its
+    steps are timed, also searches the steps to this target loss at every W's global batch (lesson 15's
+    ``critical_batch`` search, ``target_max_steps`` at most), and the result carries it as ``"critical"`` for
+    ``time_to_target_scaling``: the two-rank world it needs is one the sweep started anyway.
 
     Every step time is the median of all timed steps (``repeats`` passes of ``steps`` less two warm-up) with
     its interval (``dpteach.measure.spread``); efficiency and speed-up carry the interval that the two step
@@ -224,10 +233,17 @@ def scaling_sweep(world_sizes=(1, 2, 3, 4), model: str = "auto", steps: int = 10
         configs_for(w)
     cpus = cores_available()
     rows = {kind: [] for kind in kinds}
+    validate.optional(validate.number, "to_target", to_target, above=0)
+    validate.integer("target_max_steps", target_max_steps, low=1)
+    search_in = 2 if (to_target is not None and scaling == "weak" and choice.name == "mlp" and not emulate
+                      and 2 in sizes and batch_per_rank % 2 == 0) else None  # else time_to_target starts its own
+    searched = None
     for w in sizes:
         configs, index = configs_for(w)
         world = world_of(w)
-        ranks = launch(_scaling_on_rank, world, args=(configs, repeats, threads_per_rank), timeout=600)
+        search = ([v * batch_per_rank for v in sizes], to_target, target_max_steps, 0.01) if w == search_in else None
+        ranks = launch(_scaling_on_rank, world, args=(configs, repeats, threads_per_rank, search), timeout=600)
+        searched = ranks[0]["search"] if search else searched
         for kind in kinds:
             rows[kind].append(_row(ranks, index[kind], configs[index[kind] + 1], w, world, placement, emulated))
     grad_bytes = sum(p.numel() * p.element_size() for p in build_model(choice.name, device="meta").parameters()
@@ -252,6 +268,9 @@ def scaling_sweep(world_sizes=(1, 2, 3, 4), model: str = "auto", steps: int = 10
                      "world_size": link["world_size"], "overlap_fraction": link.get("overlap_fraction", 0.0)},
             "rows": rows[kind], "throughput": _throughput_ranking(rows[kind])}
     result = results[scaling]
+    if searched is not None:
+        from .batch_size import critical_result
+        result["critical"] = critical_result(searched, 2, to_target, target_max_steps)
     if len(kinds) > 1:
         result["strong"] = {**results["strong"], "measured_with": "weak"}
     return result
