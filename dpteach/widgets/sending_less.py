@@ -144,7 +144,8 @@ def plot_time_to_target(timing: dict, methods: dict):
     low, top = _loss_range(methods)
     for bars, ax, link in zip(axes[0], axes[1], links):
         mine = {r["method"]: r for r in timing["rows"] if r["link"] == link["name"]}
-        title = f"{link['name']}: {link['alpha_s'] * 1e3:g} ms, {1 / link['beta_s_per_byte'] / 1e9:g} GB/s"
+        # a network's bandwidth in bits per second, as Ethernet is named (and as the lesson's text gives it)
+        title = f"{link['name']}: {link['alpha_s'] * 1e3:g} ms per message, {8 / link['beta_s_per_byte'] / 1e9:g} Gbit/s"
         for y, name in enumerate(names):
             row = mine[name]
             if row["totals"] is None:
