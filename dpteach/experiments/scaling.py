@@ -84,7 +84,7 @@ def _scaling_on_rank(configs: list[TrainConfig], repeats: int, threads: int | No
     for _ in range(repeats):  # every config side by side, step by step: the same conditions for all
         for i, out in enumerate(train_interleaved_on_rank(configs)):
             runs[i].append({"median_step_s": out["median_step_s"], "final_loss": out["losses"][-1],
-                            "link": out["link"], "step_times": out["step_times"][configs[i].timing_warmup:],
+                            "link": out["link"], "step_times": out["step_times"], "warmup": configs[i].timing_warmup,
                             "breakdown": _breakdown(out["spans"], out["step_times"], configs[i].timing_warmup)})
         if rank == 0:
             context.report_progress(1)
@@ -101,8 +101,8 @@ def _step_spread(ranks: list[dict], index: int) -> Spread:
     The configs of a world ran step by step in turn, so their spreads saw the same moments of the machine."""
     passes = ranks[0]["runs"][index]
     steps = [statistics.mean(r["runs"][index][p]["step_times"][s] for r in ranks)
-             for p in range(len(passes)) for s in range(len(passes[p]["step_times"]))]
-    return spread(steps)
+             for p in range(len(passes)) for s in range(passes[p]["warmup"], len(passes[p]["step_times"]))]
+    return spread(steps or [statistics.mean(r["runs"][index][0]["step_times"][-1] for r in ranks)])
 
 
 def _best_pass(ranks: list[dict], index: int) -> dict:
