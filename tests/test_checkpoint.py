@@ -7,7 +7,9 @@ import sys
 import pytest
 
 from dpteach import launch
-from dpteach.experiments import checkpoint_interval, replica_groups, restart_run, resume_equivalence
+from dpteach.experiments import (checkpoint_cost, checkpoint_interval, fault_detection, replica_groups, restart_run,
+                                 resume_equivalence)
+from dpteach.experiments.failures import FAULT_NAMES, fault_row, torchft_missing
 from dpteach.ranks.faults import Fault
 from dpteach.ranks.processes import RankError
 from dpteach.training import interval
@@ -113,3 +115,52 @@ def test_a_whole_resume_is_exact_and_each_piece_left_out_shows():
     for piece in ("optimizer", "rng", "data", "scaler"):
         assert runs[f"without {piece}"]["max_abs_diff"] > 0, piece
         assert piece not in runs[f"without {piece}"]["restored"]
+
+
+def test_faults_are_chosen_by_the_names_the_table_gives_them():
+    assert FAULT_NAMES == ("raise", "kill", "hang", "hang + DETAIL", "mismatch + DETAIL")
+    assert fault_row("hang + DETAIL") == ("hang", True) and fault_row("kill") == ("kill", False)
+    for faults in (["explode"], [], ["mismatch"]):  # refused before any torchrun starts
+        with pytest.raises(ValueError, match="faults"):
+            fault_detection(faults=faults)
+    with pytest.raises(ValueError, match="parallel=0"):
+        fault_detection(faults=["kill"], parallel=0)
+    with pytest.raises(ValueError, match="rounds=4"):
+        checkpoint_cost(rounds=4)  # too few for an interval of the median
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_dead_peer_is_seen_at_once_and_a_hung_one_at_the_timeout_jobs_side_by_side():
+    result = fault_detection(faults=["hang + DETAIL", "kill"], timeout_s=2.0, parallel=2)
+    hang, kill = result["rows"]  # in the order asked, whichever job ended first
+    assert (hang["kind"], hang["debug_detail"], kill["kind"]) == ("hang", True, "kill")
+    assert kill["every_peer_knew"] and kill["peers_knew_after_s"] < 2.0
+    assert hang["every_peer_knew"] and hang["peers_knew_after_s"] >= 1.8
+    peer = next(r for r in hang["ranks"] if not r["faulty"])
+    assert "monitoredBarrier" in peer["error"] and "1" in peer["error"]
+    assert all(row["torchrun_exit_code"] != 0 for row in result["rows"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_checkpoint_costs_are_interleaved_rounds_with_every_rank_writing_its_share():
+    result = checkpoint_cost(strategies=("ddp", "zero2"), world_size=2, rounds=5)
+    for row in result["rows"]:
+        for name in ("sync_s", "async_blocked_s", "async_total_s"):
+            spread = row["spreads"][name]
+            assert spread["n"] == 5 and spread["low"] <= spread["median"] == row[name] <= spread["high"]
+        assert all(blocked <= total for blocked, total in zip(row["spreads"]["async_blocked_s"]["samples"],
+                                                             sorted(row["spreads"]["async_total_s"]["samples"])))
+        assert all(b > 0 for b in row["rank_bytes"]) and sum(row["rank_bytes"]) <= row["total_bytes"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(torchft_missing() is not None, reason="torchft has wheels for Linux on x86-64 only")
+def test_a_spare_replica_group_joins_at_the_jobs_step_and_ends_equal():
+    result = replica_groups()
+    assert result["logs"]["group0"][-1]["step"] == result["steps"] - 1
+    assert result["replacement_joined_at_step"] is not None
+    assert result["kill_after"] < result["replacement_joined_at_step"] < result["steps"]
+    assert result["max_abs_diff"] == 0.0

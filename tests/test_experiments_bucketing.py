@@ -47,3 +47,13 @@ def test_bucketing_changes_messages_not_bytes_nor_results(sweep):
 def test_bad_arguments_fail_before_any_rank_starts(kwargs, word):
     with pytest.raises(ValueError, match=word):
         bucket_size_sweep(**kwargs)
+
+
+def test_every_row_carries_the_interval_of_its_timed_steps(sweep):
+    for r in sweep["rows"]:
+        step = r["step_spread"]
+        assert step["n"] == sweep["steps"] - 2  # the first two steps warm up and are not timed
+        assert step["low"] <= step["median"] <= step["high"]
+        if r["strategy"] != "local":
+            exposed = r["exposed_spread"]
+            assert exposed["n"] == step["n"] and 0 <= exposed["low"] <= exposed["median"] <= exposed["high"]

@@ -15,6 +15,9 @@ latency cost, messages x ``2(W-1) alpha``, uses this machine's latency measured 
 The configurations are trained side by side, step s of each in turn
 (``train.train_interleaved_on_rank``): on a shared machine the background load drifts, and
 interleaving makes every configuration meet the same conditions, so their ratios stay meaningful.
+The timed steps are then the rounds of a measurement (``dpteach/measure.py``): each row carries the
+median step and exposed communication with their intervals, and a lesson names a winner only where
+the intervals separate.
 """
 from __future__ import annotations
 
@@ -23,7 +26,10 @@ from dataclasses import replace
 
 from .. import validate
 
+from ..measure import spread
 from ..ranks import context
+from ..replica.timeline import exposed_time
+from ..sync import strategy_class
 
 from ..network import costmodel
 from ..network.link import resolve_link
@@ -91,6 +97,9 @@ def _sweep_on_rank(configs: list[TrainConfig]) -> dict:
                      "median_exposed_s": out["median_exposed_s"], "median_overhead_s": out["median_overhead_s"],
                      "link": out["link"], "step_times": out["step_times"],
                      "comm_s": _comm_per_step(out["spans"], first), "messages": _messages_in_step(out["spans"], first),
+                     "first_timed": first,
+                     "exposed_per_step": [exposed_time([x for x in out["spans"] if x["step"] == step])
+                                          for step in range(len(out["step_times"]))],
                      "replica_spread": out["replica_spread"],
                      "max_abs_diff_vs_naive": (out["params"] - reference).abs().max().item() if exact else None})
     return {"link": link, "runs": runs}
@@ -124,7 +133,9 @@ def bucket_size_sweep(world_size: int | World | None = 2, model: str = "auto", b
                    "exposed_comm_s" (waited for, measured), "overhead_s" (step - local - exposed),
                    "overhead_parts", "predicted_latency_s" (messages x latency),
                    "predicted_comm_s" (+ bandwidth term), "max_abs_diff_vs_naive",
-                   "time_set_by" ("link" or "machine", with an emulated link)}, ...]}
+                   "time_set_by" ("link" or "machine", with an emulated link),
+                   "step_spread", "exposed_spread" (the timed steps' median and interval, ``Spread.as_dict()``;
+                   no exposed_spread for ``local``)}, ...]}
     """
     check_model(model)
     sizes = sorted({float(s) for s in bucket_sizes_mb})
@@ -166,7 +177,13 @@ def bucket_size_sweep(world_size: int | World | None = 2, model: str = "auto", b
         messages = first["messages"]
         bucketed = config.strategy in SWEPT
         label = f"{config.bucket_mb:g} MiB" if bucketed else config.strategy
+        timed = range(first["first_timed"], len(first["step_times"]))
+        spreads = {"step_spread": spread([statistics.mean(r["runs"][i]["step_times"][s] for r in ranks) for s in timed])}
+        if strategy_class(config.strategy).measures_exposure:
+            spreads["exposed_spread"] = spread([statistics.mean(r["runs"][i]["exposed_per_step"][s] for r in ranks)
+                                                for s in timed])
         rows.append({
+            **{name: value.as_dict() for name, value in spreads.items()},
             "strategy": config.strategy, "bucket_mb": config.bucket_mb if bucketed else None,
             "label": f"{config.strategy} {label}" if bucketed and len(strategies) > 1 else label,
             "num_buckets": len(assign_buckets(tensors, config.bucket_mb)) if bucketed else None,

@@ -1,21 +1,24 @@
 """Checkpoints (lesson 13, second half): resuming exactly, what a checkpoint costs, and how often to take one.
 
-* ``resume_equivalence`` trains one run without a break, and the same run interrupted after
-  ``stop_at`` steps and resumed from its checkpoint by a fresh trainer - whole, then once with each
-  piece of the state left out, and at another W if asked - and compares every final weight.
-* ``checkpoint_cost`` times ``dcp.save`` against ``dcp.async_save`` on this machine: bytes per rank,
-  seconds the training loop is blocked, seconds until the checkpoint is on disk.
+* ``resume_equivalence`` trains one run without a break, writing a checkpoint after ``stop_at`` steps as any
+  run does, and resumes fresh trainers from that checkpoint - whole, then once with each piece of the
+  state left out, and at another W if asked - and compares every final weight.
+* ``checkpoint_cost`` times ``dcp.save`` against ``dcp.async_save`` on this machine, interleaved and repeated
+  (``dpteach/measure.py``): bytes per rank, seconds the training loop is blocked, seconds until the
+  checkpoint is on disk.
 * ``checkpoint_interval`` finds the interval that loses least time for a failure rate, by Young's and
   Daly's formulas and by a simulated job with injected failures (``training/interval.py``).
 
-The interruption of ``resume_equivalence`` is a quiet stop inside one launch (a fresh ``SyncTrainer``
-then loads the checkpoint, with fresh weights, optimizer and generators), so that every variant runs in
-one world; a real kill and a real restart are ``failures.restart_run`` and the tests'.
+The interruption of ``resume_equivalence`` is quiet and inside one launch: a fresh ``SyncTrainer``, with
+fresh weights, optimizer and generators, loads the checkpoint the untouched run wrote at ``stop_at``. The
+run that a failure would have stopped there is the untouched run's first ``stop_at`` steps, bit for bit, so
+it is not trained a second time; every variant runs in one world (one start of the ranks, not one per
+variant). A real kill and a real restart are ``failures.restart_run`` and the tests'.
 """
 from __future__ import annotations
 
+import itertools
 import shutil
-import statistics
 import tempfile
 import time
 from dataclasses import replace
@@ -24,57 +27,88 @@ from pathlib import Path
 import torch.distributed as dist
 
 from .. import validate
+from ..measure import FEWEST_ROUNDS, interleaved, spread
+from ..ranks import context
 from ..ranks.launcher import launch
 from ..ranks.world import resolve_world
 from ..training import interval as ckpt_interval
-from ..training.checkpoint import PIECES, RESUMABLE, checkpoint_bytes, training_state
+from ..training.checkpoint import PIECES, RESUMABLE, checkpoint_bytes, step_name, training_state
 from ..training.reference import exact_tolerance
 from ..training.resumable import Checkpointing, train_resumable_on_rank
 from ..training.train import SyncTrainer, TrainConfig
 
 
-def _fresh_copy(source: Path, target: Path) -> str:
+def _fresh_copy(checkpoint: str, target: Path) -> str:
+    """A folder holding only ``checkpoint`` (a run's checkpoint at the step to resume from), for one resume."""
     if dist.get_rank() == 0:
-        shutil.copytree(source, target)
+        shutil.copytree(checkpoint, target / Path(checkpoint).name)
     dist.barrier()
     return str(target)
 
 
+class _Progress:
+    """Rank 0 advances the launcher's progress bar one run at a time, naming the run it starts."""
+
+    def __init__(self, total: int, strategy: str):
+        self.total, self.strategy, self.done = total, strategy, -1
+
+    def next(self, name: str) -> None:
+        self.done += 1
+        if dist.get_rank() == 0:
+            context.report_progress(1 if self.done else 0, total=self.total,
+                                    desc=f"{self.strategy}: run {min(self.done + 1, self.total)} of {self.total}, {name}")
+
+
+def _checkpointed(config: TrainConfig, folder: Path, stop_at: int) -> tuple[dict, str]:
+    """``config`` trained untouched, writing a checkpoint at ``stop_at`` (and at the end), as any run would; returns
+    its summary and the path of that checkpoint, from which fresh trainers resume."""
+    run = train_resumable_on_rank(config, Checkpointing(str(folder), every=stop_at, keep=config.steps))
+    return run, next(c["path"] for c in run["checkpoints"] if c["path"].endswith(step_name(stop_at)))
+
+
 def _runs_on_rank(config: TrainConfig, stop_at: int, leave_out: tuple, folder: str, plain: TrainConfig | None) -> dict:
-    """Every variant at this W, in one world: untouched, interrupted and resumed (whole, then without each piece);
-    with ``plain``, also that config untouched and interrupted (its checkpoint is resumed at another W)."""
+    """Every variant at this W, in one world: untouched (writing its checkpoint at ``stop_at``), then fresh trainers
+    resumed from that checkpoint, whole and without each piece; with ``plain``, also that config untouched (its
+    checkpoint at ``stop_at`` is resumed at another W)."""
     root = Path(folder)
-    untouched = train_resumable_on_rank(config, Checkpointing(str(root / "untouched"), every=config.steps))
-    interrupted = train_resumable_on_rank(config, Checkpointing(str(root / "interrupted"), every=stop_at),
-                                          stop_after=stop_at)
-    saved = root / "interrupted"
+    progress = _Progress(2 + len(leave_out) + (plain is not None), config.strategy)
+    progress.next("untouched")
+    untouched, saved = _checkpointed(config, root / "untouched", stop_at)
     runs = {"untouched": untouched}
+    plain_saved = None
     if plain is not None:
-        runs["untouched, plain"] = train_resumable_on_rank(plain, Checkpointing(str(root / "plain-untouched"),
-                                                                                every=plain.steps))
-        train_resumable_on_rank(plain, Checkpointing(str(root / "plain-interrupted"), every=stop_at), stop_after=stop_at)
+        progress.next("untouched in fp32 without noise")
+        runs["untouched, plain"], plain_saved = _checkpointed(plain, root / "plain-untouched", stop_at)
     for missing in [()] + [(piece,) for piece in leave_out]:
         name = "resumed" if not missing else f"without {missing[0]}"
+        progress.next(name)
         directory = _fresh_copy(saved, root / name.replace(" ", "-"))
         runs[name] = train_resumable_on_rank(config, Checkpointing(directory, every=config.steps, leave_out=missing))
+    progress.next("done")
     keep = ("params", "losses", "resumed_from", "restored", "replica_spread", "precision")
     return {"runs": {name: {k: run.get(k) for k in keep} for name, run in runs.items()},
-            "checkpoint": interrupted["checkpoints"][-1]}
+            "checkpoint": untouched["checkpoints"][0], "plain_saved": plain_saved}
 
 
 def _resume_elsewhere_on_rank(config: TrainConfig, saved: str, folder: str) -> dict:
-    directory = _fresh_copy(Path(saved), Path(folder) / "resumed-at-new-W")
+    if dist.get_rank() == 0:
+        context.report_progress(0, total=1, desc=f"resumed at W={dist.get_world_size()}")
+    directory = _fresh_copy(saved, Path(folder) / "resumed-at-new-W")
     run = train_resumable_on_rank(config, Checkpointing(directory, every=config.steps))
+    if dist.get_rank() == 0:
+        context.report_progress(1)
     return {k: run.get(k) for k in ("params", "losses", "resumed_from", "restored", "saved_world_size")}
 
 
-def resume_equivalence(strategy: str = "ddp", world_size: int | None = 2, steps: int = 12, stop_at: int = 6,
+def resume_equivalence(strategy: str = "ddp", world_size: int | None = 2, steps: int = 8, stop_at: int = 4,
                        resume_world_size: int | None = None, leave_out=PIECES, optimizer: str = "sgd",
                        precision: str | None = None, input_noise: float = 0.1, init_scale: float = 2.0**20,
                        growth_interval: int = 3, backend: str = "auto", device: str = "auto",
                        timeout: float = 300.0) -> dict:
     """Untouched against interrupted-and-resumed, on the mlp, at ``world_size`` ranks (and resumed at
-    ``resume_world_size`` too, with the same global batch). Input noise and, where the strategy takes it
+    ``resume_world_size`` too, with the same global batch). Eight steps, resumed after four, are the fewest at
+    which every piece left out shows in the weights for every strategy (the scaler's scale has grown by then:
+    ``growth_interval`` 3). Input noise and, where the strategy takes it
     (``precision=None``: the replicated ones), fp16 with a small ``growth_interval`` make every piece of the
     state matter, so that leaving any one out shows; the sharded strategies run in fp32, without a scaler.
 
@@ -117,8 +151,7 @@ def resume_equivalence(strategy: str = "ddp", world_size: int | None = 2, steps:
         here = launch(_runs_on_rank, world, args=(config, stop_at, leave_out, folder, plain), timeout=timeout)[0]
         runs = here["runs"]
         if resume_world_size is not None:
-            saved = str(Path(folder) / "plain-interrupted")
-            moved = launch(_resume_elsewhere_on_rank, resume_world_size, args=(elsewhere, saved, folder),
+            moved = launch(_resume_elsewhere_on_rank, resume_world_size, args=(elsewhere, here["plain_saved"], folder),
                            backend=backend, device=device, timeout=timeout)[0]
             runs[f"resumed at W={resume_world_size}"] = moved
     plain_base = runs.pop("untouched, plain", None)
@@ -138,52 +171,88 @@ def resume_equivalence(strategy: str = "ddp", world_size: int | None = 2, steps:
             "runs": rows, "checkpoint": {k: here["checkpoint"][k] for k in ("bytes", "seconds")}}
 
 
-def _cost_on_rank(config: TrainConfig, repeats: int, folder: str) -> dict:
+def _drop(path: str) -> None:
+    """A timed checkpoint, once written (every rank's part is on disk when the save returns), is not kept."""
+    if dist.get_rank() == 0:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _cost_on_rank(configs: list, rounds: int, folder: str) -> list[dict]:
+    """Every strategy in this one world: its state after two steps, then ``rounds`` interleaved rounds (one
+    untimed first) of ``dcp.save`` and ``dcp.async_save``, the order swapped every round."""
     import torch.distributed.checkpoint as dcp
-    trainer = SyncTrainer(config)
-    for step in range(2):  # the optimizer has its state, as in a real checkpoint
-        trainer.step(step)
-    state = training_state(trainer, 2)
-    timings = {"sync_s": [], "async_blocked_s": [], "async_total_s": []}
-    for i in range(repeats):
+    rank, out = dist.get_rank(), []
+    for k, config in enumerate(configs):
+        if rank == 0:
+            context.report_progress(0, total=len(configs), desc=f"checkpoint cost: {config.strategy}")
+        trainer = SyncTrainer(config)
+        for step in range(2):  # the optimizer has its state, as in a real checkpoint
+            trainer.step(step)
+        state = training_state(trainer, 2)
+        dcp.save(state, checkpoint_id=f"{folder}/{k}-bytes")  # what each rank writes (and an untimed first save)
         dist.barrier()
-        start = time.perf_counter()
-        dcp.save(state, checkpoint_id=f"{folder}/sync-{i}")
-        timings["sync_s"].append(time.perf_counter() - start)
-        dist.barrier()
-        start = time.perf_counter()
-        future = dcp.async_save(state, checkpoint_id=f"{folder}/async-{i}")
-        timings["async_blocked_s"].append(time.perf_counter() - start)  # the loop could train again from here
-        future.result()
-        timings["async_total_s"].append(time.perf_counter() - start)
-    dist.barrier()
-    files = sorted(Path(f"{folder}/sync-0").glob(f"__{dist.get_rank()}_*"))
-    return {**{k: statistics.median_high(v) for k, v in timings.items()},
-            "rank_bytes": sum(f.stat().st_size for f in files),
-            "total_bytes": checkpoint_bytes(f"{folder}/sync-0") if dist.get_rank() == 0 else None}
+        written = Path(folder) / f"{k}-bytes"
+        rank_bytes = sum(f.stat().st_size for f in written.glob(f"__{rank}_*"))
+        total_bytes = checkpoint_bytes(written) if rank == 0 else None
+        times = {"sync_s": [], "async_blocked_s": [], "async_total_s": []}
+        saves = itertools.count()
+
+        def sync():
+            path = f"{folder}/{k}-sync-{next(saves)}"
+            dist.barrier()
+            start = time.perf_counter()
+            dcp.save(state, checkpoint_id=path)
+            times["sync_s"].append(time.perf_counter() - start)
+            _drop(path)
+
+        def asynchronous():
+            path = f"{folder}/{k}-async-{next(saves)}"
+            dist.barrier()
+            start = time.perf_counter()
+            future = dcp.async_save(state, checkpoint_id=path)
+            times["async_blocked_s"].append(time.perf_counter() - start)  # the loop could train again from here
+            future.result()
+            times["async_total_s"].append(time.perf_counter() - start)
+            _drop(path)
+        interleaved({"sync": sync, "async": asynchronous}, rounds=rounds)  # the samples are kept above
+        out.append({**{name: samples[-rounds:] for name, samples in times.items()},  # the untimed round dropped
+                    "rank_bytes": rank_bytes, "total_bytes": total_bytes})
+        if rank == 0:
+            context.report_progress(1)
+    return out
 
 
 def checkpoint_cost(strategies=("ddp", "zero2"), model: str = "mlp", world_size: int | None = 2,
-                    optimizer: str = "adam", repeats: int = 3, backend: str = "auto", device: str = "auto",
+                    optimizer: str = "adam", rounds: int = 8, backend: str = "auto", device: str = "auto",
                     timeout: float = 300.0) -> dict:
-    """What one checkpoint costs here, per strategy: the median of ``repeats`` saves, synchronous
-    (``dcp.save``) and asynchronous (``dcp.async_save``: blocked only while the state is staged, written by
-    a background thread). ``rank_bytes`` is what each rank wrote: the state DDP's ranks hold alike is
-    written once, shared out among the ranks by DCP's planner; a sharded strategy's ranks write their own."""
+    """What one checkpoint costs here, per strategy, all in one world: ``rounds`` interleaved rounds of a
+    synchronous save (``dcp.save``) and an asynchronous one (``dcp.async_save``: blocked only while the state
+    is staged, written by a background thread), each a median with its interval (``dpteach.measure``); a round's
+    time is the slowest rank's. ``rank_bytes`` is what each rank wrote: the state DDP's ranks hold alike is
+    written once, shared out among the ranks by DCP's planner; a sharded strategy's ranks write their own.
+
+    Returns ``{"model", "optimizer", "world_size", "rounds", "rows": [{"strategy", "sync_s", "async_blocked_s",
+    "async_total_s" (medians, seconds), "spreads": {the same three: Spread.as_dict()}, "blocked_less"
+    (async_save's blocked interval wholly below dcp.save's), "rank_bytes", "total_bytes"}]}``."""
     for strategy in strategies:
         validate.choice("strategies", strategy, RESUMABLE)
-    validate.integer("repeats", repeats, low=1, high=20)
+    validate.integer("rounds", rounds, low=FEWEST_ROUNDS, high=20,
+                     why=" (fewer rounds give no interval for the median, dpteach/measure.py)")
     world = resolve_world(world_size, backend, device)
+    configs = [TrainConfig(strategy=strategy, model=model, steps=2, optimizer=optimizer).check(world)
+               for strategy in strategies]
+    with tempfile.TemporaryDirectory(prefix="dpteach-cost-") as folder:
+        per_rank = launch(_cost_on_rank, world, args=(configs, rounds, folder), timeout=timeout)
     rows = []
-    for strategy in strategies:
-        config = TrainConfig(strategy=strategy, model=model, steps=2, optimizer=optimizer).check(world)
-        with tempfile.TemporaryDirectory(prefix="dpteach-cost-") as folder:
-            per_rank = launch(_cost_on_rank, world, args=(config, repeats, folder), timeout=timeout)
-        rows.append({"strategy": strategy, "sync_s": max(r["sync_s"] for r in per_rank),
-                     "async_blocked_s": max(r["async_blocked_s"] for r in per_rank),
-                     "async_total_s": max(r["async_total_s"] for r in per_rank),
-                     "rank_bytes": [r["rank_bytes"] for r in per_rank], "total_bytes": per_rank[0]["total_bytes"]})
-    return {"model": model, "optimizer": optimizer, "world_size": world.size, "repeats": repeats, "rows": rows}
+    for k, strategy in enumerate(strategies):
+        mine = [r[k] for r in per_rank]
+        spreads = {name: spread([max(r[name][i] for r in mine) for i in range(rounds)])
+                   for name in ("sync_s", "async_blocked_s", "async_total_s")}
+        rows.append({"strategy": strategy, **{name: s.median for name, s in spreads.items()},
+                     "spreads": {name: s.as_dict() for name, s in spreads.items()},
+                     "blocked_less": spreads["async_blocked_s"].below(spreads["sync_s"]),
+                     "rank_bytes": [r["rank_bytes"] for r in mine], "total_bytes": mine[0]["total_bytes"]})
+    return {"model": model, "optimizer": optimizer, "world_size": world.size, "rounds": rounds, "rows": rows}
 
 
 def checkpoint_interval(gpus: int = 16384, gpu_mtbf_hours: float | None = None, checkpoint_s: float = 60.0,

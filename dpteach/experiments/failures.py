@@ -31,6 +31,13 @@ from ..training.checkpoint import RESUMABLE
 
 # (kind, TORCH_DISTRIBUTED_DEBUG=DETAIL?) rows of the detection table; the mismatch is caught by DETAIL only.
 DETECTION_ROWS = (("raise", False), ("kill", False), ("hang", False), ("hang", True), ("mismatch", True))
+DETAIL = " + DETAIL"
+FAULT_NAMES = tuple(kind + (DETAIL if debug else "") for kind, debug in DETECTION_ROWS)
+
+
+def fault_row(name: str) -> tuple[str, bool]:
+    """``"hang + DETAIL"`` -> ``("hang", True)``: a detection row by the name the lesson's table gives it."""
+    return DETECTION_ROWS[FAULT_NAMES.index(validate.choice("faults", name, FAULT_NAMES))]
 
 
 def _child_env(env: dict | None = None) -> dict:
@@ -101,10 +108,34 @@ def _detect_once(kind: str, debug: bool, world_size: int, step: int, timeout_s: 
             "torchrun_said": _agent_lines(job["output"])}
 
 
-def fault_detection(rows=DETECTION_ROWS, world_size: int = 2, step: int = 3, timeout_s: float = 3.0) -> dict:
-    """Each ``(kind, debug)`` of ``rows``: a torchrun job of ``world_size`` ranks all-reducing, rank 1 failing
+def jobs_at_once(wanted: int | None, processes_per_job: int) -> int:
+    """How many torchrun jobs to run side by side: ``wanted``, or (None) two where memory allows it.
+
+    A job is an agent and its workers, each a Python process that imports torch (``RANK_MIB`` each,
+    ``dpteach/ranks/memory.py``). Most of a small job's time is those imports, which keep one core busy
+    each, and the waits of a hang, which keep none: two jobs at once fill two cores where one job leaves
+    one idle. More than two only queue for the same cores."""
+    from ..ranks.memory import MIB, RANK_MIB, free_memory
+    if wanted is not None:
+        return validate.integer("parallel", wanted, low=1, high=8)
+    free = free_memory()["free"]
+    if free is not None and free < 2 * processes_per_job * RANK_MIB * MIB + 512 * MIB:  # and the kernel's own
+        return 1
+    return 2
+
+
+def fault_detection(rows=DETECTION_ROWS, world_size: int = 2, step: int = 3, timeout_s: float = 3.0,
+                    parallel: int | None = None, faults=None) -> dict:
+    """Each ``(kind, debug)`` of ``rows`` (or each name of ``faults``, such as ``"hang + DETAIL"``, where
+    given: ``fault_row``): a torchrun job of ``world_size`` ranks all-reducing, rank 1 failing
     as ``kind`` says just before ``step``, ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` if ``debug``; the process
-    group's timeout is ``timeout_s``. Returns ``{"rows": [...]}``, one row per job (see ``_detect_once``)."""
+    group's timeout is ``timeout_s``. ``parallel`` jobs run at once (None: two where memory allows, see
+    ``jobs_at_once``); each job is a world of its own, so they meet only in competing for the cores, which
+    lengthens the delays measured as any busy machine does; a hang's delay is the timeout either way.
+    Returns ``{"world_size", "parallel", "rows": [...]}``, one row per job in the order of ``rows``
+    (see ``_detect_once``)."""
+    if faults is not None:
+        rows = [fault_row(name) for name in validate.choices("faults", faults, FAULT_NAMES)]
     rows = [tuple(r) for r in rows]
     for kind, debug in rows:
         validate.choice("kind", kind, FAULT_KINDS)
@@ -114,8 +145,13 @@ def fault_detection(rows=DETECTION_ROWS, world_size: int = 2, step: int = 3, tim
     validate.integer("world_size", world_size, low=2, high=8)
     validate.integer("step", step, low=1, high=50)
     validate.number("timeout_s", timeout_s, above=0, high=60, unit="seconds")
-    return {"world_size": world_size, "rows": [_detect_once(kind, debug, world_size, step, timeout_s)
-                                               for kind, debug in rows]}
+    parallel = jobs_at_once(parallel, world_size + 1)
+    from concurrent.futures import ThreadPoolExecutor
+    # The hangs first: their timeouts leave the cores to the other jobs' start-ups.
+    order = sorted(range(len(rows)), key=lambda i: rows[i][0] != "hang")
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        futures = {i: pool.submit(_detect_once, *rows[i], world_size, step, timeout_s) for i in order}
+        return {"world_size": world_size, "parallel": parallel, "rows": [futures[i].result() for i in range(len(rows))]}
 
 
 def _train_job(directory: Path, name: str, world_size: int, options: list[str], max_restarts: int) -> dict:
@@ -130,9 +166,11 @@ def _train_job(directory: Path, name: str, world_size: int, options: list[str], 
 
 
 def restart_run(strategy: str = "ddp", world_size: int = 2, steps: int = 12, every: int = 4, fault_step: int = 6,
-                max_restarts: int = 1) -> dict:
+                max_restarts: int = 1, parallel: int | None = None) -> dict:
     """The same training run twice under torchrun: once with rank 1 killed before ``fault_step`` (and
-    ``--max-restarts``), once untouched. Checkpoints every ``every`` steps."""
+    ``--max-restarts``), once untouched, to compare the final weights. Checkpoints every ``every`` steps.
+    ``parallel``: 2 runs the two jobs side by side (None: where memory allows, ``jobs_at_once``); their
+    seconds then include waiting for the cores, so they are reported, not compared."""
     validate.choice("strategy", strategy, RESUMABLE)
     validate.integer("world_size", world_size, low=2, high=8)
     validate.integer("steps", steps, low=2, high=200)
@@ -140,10 +178,13 @@ def restart_run(strategy: str = "ddp", world_size: int = 2, steps: int = 12, eve
     validate.integer("fault_step", fault_step, low=1, high=steps - 1)
     validate.integer("max_restarts", max_restarts, low=1, high=5)
     options = ["--strategy", strategy, "--steps", str(steps), "--every", str(every)]
-    with tempfile.TemporaryDirectory(prefix="dpteach-restart-") as tmp:
-        killed = _train_job(Path(tmp), "killed", world_size, options + ["--fault", f"kill@{fault_step}:1"],
-                            max_restarts)
-        clean = _train_job(Path(tmp), "untouched", world_size, options, 0)
+    parallel = jobs_at_once(parallel, world_size + 1)
+    from concurrent.futures import ThreadPoolExecutor
+    with tempfile.TemporaryDirectory(prefix="dpteach-restart-") as tmp, ThreadPoolExecutor(parallel) as pool:
+        killed = pool.submit(_train_job, Path(tmp), "killed", world_size,
+                             options + ["--fault", f"kill@{fault_step}:1"], max_restarts)
+        clean = pool.submit(_train_job, Path(tmp), "untouched", world_size, options, 0)
+        killed, clean = killed.result(), clean.result()
     return {"strategy": strategy, "world_size": world_size, "steps": steps, "every": every, "fault_step": fault_step,
             "max_restarts": max_restarts, "restarts": killed["restarts"], "resumed_from": killed["resumed_from"],
             "steps_redone": fault_step - killed["resumed_from"],
@@ -161,30 +202,59 @@ def torchft_missing() -> str | None:
     return None
 
 
-def _lighthouse(heartbeat_timeout_ms: int) -> tuple[subprocess.Popen, str]:
-    """torchft's Lighthouse in a child process (its log stays there); returns it and its address."""
+def _start_lighthouse(heartbeat_timeout_ms: int) -> subprocess.Popen:
+    """torchft's Lighthouse in a child process (its log stays there); ``_lighthouse_address`` reads where it listens."""
     code = ("import time\nfrom torchft._torchft import LighthouseServer\n"
             "lighthouse = LighthouseServer(bind='[::]:0', min_replicas=1, join_timeout_ms=100, "
             f"heartbeat_timeout_ms={heartbeat_timeout_ms})\n"
             "print(lighthouse.address(), flush=True)\ntime.sleep(3600)\n")
     # Its log goes nowhere: a pipe nobody reads would fill up and stop the Lighthouse.
-    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                             env=_child_env(), text=True)
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            env=_child_env(), text=True)
+
+
+def _lighthouse_address(child: subprocess.Popen) -> str:
     address = child.stdout.readline().strip()  # "" only when the child ended before it could print one
     if not address:
         raise RuntimeError(f"torchft's Lighthouse did not start (exit status {child.wait()}): run "
                            f"`python -c 'import torchft._torchft'` to see why")
-    return child, address
+    return address
 
 
-def replica_groups(steps: int = 40, kill_after: int = 6, replace_after_s: float = 0.5, timeout_s: float = 5.0,
+# Every group's process imports torch, torchft and the group's code first, says so (a file), and waits for its word
+# to start (another file): the groups start training together, and the spare takes the dead group's place when
+# told, whatever this machine's import times (on a busy machine, more than group 0's whole run).
+WARM = ("import sys, time\nfrom pathlib import Path\n"
+        "import torch, torch._dynamo, torchft, torchft.checkpointing.pg_transport\n"  # an optimizer's first build imports dynamo
+        "import dpteach.ranks.faults, dpteach.replica.data, dpteach.replica.models\n"
+        "from dpteach.training import fault_tolerant\n"
+        "Path(sys.argv[1]).touch()\ngo = Path(sys.argv[2])\nwhile not go.exists():\n    time.sleep(0.01)\n"
+        "sys.exit(fault_tolerant.main([Path(a[1:]).read_text() if a.startswith('@') else a for a in sys.argv[3:]]))\n")
+
+
+def _wait_until_ready(folder: Path, children: dict, timeout: float = 120.0) -> None:
+    deadline = time.time() + timeout
+    while not all((folder / f"{name}.ready").exists() for name in children):
+        for name, child in children.items():
+            if child.poll() is not None:
+                raise RuntimeError(f"{name} ended before it was ready:\n" + (folder / f"{name}.log").read_text()[-3000:])
+        if time.time() > deadline:
+            raise TimeoutError(f"the replica groups were not ready to train within {timeout:g} s")
+        time.sleep(0.02)
+
+
+def replica_groups(steps: int = 24, kill_after: int = 6, replace_after_s: float = 1.5, timeout_s: float = 5.0,
                    heartbeat_timeout_ms: int = 1000) -> dict:
     """Two torchft replica groups of one CPU rank each train together; group 1 is killed with SIGKILL once
-    step ``kill_after`` is committed, and a new group 1 starts ``replace_after_s`` later and recovers live
-    from group 0 (``dpteach/training/fault_tolerant.py``). The Lighthouse counts a group alive until it has not
-    heard its heartbeat for ``heartbeat_timeout_ms`` (torchft's default: 5000, ``src/lighthouse.rs``). Returns
-    each group's steps (number, participants, committed, time), the kill's time, the step at which the replacement first trained with group 0, group 0's
-    steps alone and its longest step, and how far the replacement's final weights are from group 0's."""
+    step ``kill_after`` is committed, and ``replace_after_s`` later a spare takes its place and recovers live
+    from group 0 (``dpteach/training/fault_tolerant.py``). Every process imports torch before the groups start
+    together, and the spare waits with torch imported, as a job's spare nodes do (``WARM``): when it joins is set
+    by ``replace_after_s``, not by how long this machine takes to import torch. The
+    Lighthouse counts a group alive until it has not heard its heartbeat for ``heartbeat_timeout_ms``
+    (torchft's default: 5000, ``src/lighthouse.rs``); a ``replace_after_s`` beyond it leaves group 0 training
+    alone for a while. Returns each group's steps (number, participants, committed, time), the kill's time, the
+    step at which the replacement first trained with group 0, group 0's steps alone and its longest step, and
+    how far the replacement's final weights are from group 0's."""
     missing = torchft_missing()
     if missing:
         raise ModuleNotFoundError(missing)
@@ -193,25 +263,31 @@ def replica_groups(steps: int = 40, kill_after: int = 6, replace_after_s: float 
     validate.number("replace_after_s", replace_after_s, low=0, high=60, unit="seconds")
     validate.number("timeout_s", timeout_s, above=0, high=60, unit="seconds")
     validate.integer("heartbeat_timeout_ms", heartbeat_timeout_ms, low=100, high=60_000)
-    lighthouse, address = _lighthouse(heartbeat_timeout_ms)
     env = _child_env()
-    children = [lighthouse]
+    children = []
     with tempfile.TemporaryDirectory(prefix="dpteach-ft-") as tmp:
         folder = Path(tmp)
+        address = folder / "lighthouse"  # written once the Lighthouse, started beside the groups, says where it is
 
-        def start(group: int, name: str, *extra: str) -> subprocess.Popen:
-            command = [sys.executable, "-m", "dpteach.training.fault_tolerant", "--group", str(group), "--lighthouse",
-                       address, "--steps", str(steps), "--out", str(folder / f"{name}.json"),
-                       "--timeout", str(timeout_s), *extra]
+        def start(group: int, name: str, go: str, *extra: str) -> subprocess.Popen:
+            command = [sys.executable, "-c", WARM, str(folder / f"{name}.ready"), str(folder / go),
+                       "--group", str(group), "--lighthouse", f"@{address}", "--steps", str(steps),
+                       "--out", str(folder / f"{name}.json"), "--timeout", str(timeout_s), *extra]
             with open(folder / f"{name}.log", "w") as log:
                 children.append(subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=log))
             return children[-1]
         try:
-            survivor = start(0, "group0")
-            doomed = start(1, "group1", "--die-after", str(kill_after))
+            lighthouse = _start_lighthouse(heartbeat_timeout_ms)
+            children.append(lighthouse)
+            survivor = start(0, "group0", "start")
+            doomed = start(1, "group1", "start", "--die-after", str(kill_after))
+            replacement = start(1, "replacement", "replace")  # the spare
+            address.write_text(_lighthouse_address(lighthouse))
+            _wait_until_ready(folder, {"group0": survivor, "group1": doomed, "replacement": replacement})
+            (folder / "start").touch()
             doomed.wait(timeout=120)
             time.sleep(replace_after_s)
-            replacement = start(1, "replacement")
+            (folder / "replace").touch()
             for child, name in ((survivor, "group0"), (replacement, "replacement")):
                 if child.wait(timeout=180) != 0:
                     raise RuntimeError(f"{name} failed:\n" + (folder / f"{name}.log").read_text()[-3000:])

@@ -76,8 +76,9 @@ class Fault:
     def due(self, step: int, rank: int) -> bool:
         return step == self.step and rank == self.rank and not (self.first_attempt_only and restart_count() > 0)
 
-    def strike(self, log_dir=None) -> None:
-        """Fail now, as ``kind`` says; first note the time (``log_dir``) so peers' delays can be measured."""
+    def strike(self, log_dir=None, group=None) -> None:
+        """Fail now, as ``kind`` says; first note the time (``log_dir``) so peers' delays can be measured.
+        ``group``: the process group a ``mismatch`` calls its wrong collective on (default: the world's)."""
         import torch
         import torch.distributed as dist
         if log_dir is not None:
@@ -93,7 +94,7 @@ class Fault:
             while True:  # alive, never arriving: only a timeout (or a kill from outside) ends this
                 time.sleep(60)
         if self.kind == "mismatch":  # a collective its peers are not running: another shape, another op
-            dist.broadcast(torch.zeros(7), src=self.rank)
+            dist.broadcast(torch.zeros(7), src=self.rank, group=group)
 
 
 def write_json(path: Path, data: dict) -> None:
@@ -109,18 +110,24 @@ def first_line(exc: BaseException) -> str:
 
 
 def all_reduce_loop(fault: Fault, steps: int, timeout_s: float, out: Path, numel: int = 1 << 16) -> int:
-    """One rank of the fault demonstration: all-reduce ``steps`` times; record what happens."""
+    """One rank of the fault demonstration: all-reduce ``steps`` times; record what happens.
+
+    The ranks meet with the default timeout, then all-reduce in a group of their own whose timeout is
+    ``timeout_s``: on a busy machine one rank may finish importing torch seconds after its peer, and that
+    wait must not count as a hang (gloo's connection of the ranks waits up to the group's timeout)."""
     import torch
     import torch.distributed as dist
-    dist.init_process_group("gloo", timeout=timedelta(seconds=timeout_s))
+    dist.init_process_group("gloo")
+    group = dist.new_group(timeout=timedelta(seconds=timeout_s))
+    dist.barrier()  # both ranks are here: the loop starts together
     rank = dist.get_rank()
     fault.check(dist.get_world_size(), steps)
     x = torch.ones(numel)
     try:
         for step in range(steps):
             if fault.due(step, rank):
-                fault.strike(out)
-            dist.all_reduce(x)
+                fault.strike(out, group)
+            dist.all_reduce(x, group=group)
             time.sleep(0.02)  # a step's compute
     except InjectedFault:
         raise

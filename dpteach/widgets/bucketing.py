@@ -1,7 +1,7 @@
 """Plots and tables for lesson 03: bucket assignments and the bucket-size sweep."""
 from __future__ import annotations
 
-from .rendering import legend_beside, show, table
+from .rendering import human_bytes, legend_beside, show, table
 
 
 def _layers(names: list[str]) -> str:
@@ -37,11 +37,29 @@ def plot_assignment(plan: dict):
 
 
 def render_assignment(plan: dict) -> None:
-    print(f"{plan['model']}: {plan['num_tensors']} gradient tensors, {plan['grad_bytes'] / 2**20:.2f} MiB; "
+    print(f"{plan['model']}: {plan['num_tensors']} gradient tensors, {human_bytes(plan['grad_bytes'])}; "
           f"model order: {', '.join(plan['parameters'])}\n")
-    table(["bucket", "parameters (last layer first)", "MiB"],
-          [[b["index"], ", ".join(b["params"]), f"{b['bytes'] / 2**20:.3f}"] for b in plan["buckets"]])
+    table(["bucket", "parameters (last layer first)", "size"],
+          [[b["index"], ", ".join(b["params"]), human_bytes(b["bytes"])] for b in plan["buckets"]])
     show(plot_assignment(plan))
+
+
+def _bars(rows: list[dict]) -> list[list[float]] | None:
+    """Error bars (ms below, ms above the median) from each row's interval of exposed communication."""
+    if not all(r.get("exposed_spread") for r in rows):
+        return None
+    return [[(r["exposed_comm_s"] - r["exposed_spread"]["low"]) * 1e3 for r in rows],
+            [(r["exposed_spread"]["high"] - r["exposed_comm_s"]) * 1e3 for r in rows]]
+
+
+def _ms(row: dict, value: str, interval: str) -> str:
+    """``12.3 (11.9-13.0)``: a row's median in ms and, where the row has one, its interval."""
+    if row.get(value) is None:
+        return "-"
+    spread = row.get(interval)
+    if spread is None:
+        return f"{row[value] * 1e3:.1f}"
+    return f"{row[value] * 1e3:.1f} ({spread['low'] * 1e3:.1f}-{spread['high'] * 1e3:.1f})"
 
 
 def plot_sweep(result: dict):
@@ -52,8 +70,9 @@ def plot_sweep(result: dict):
     colours = {"bucketed": "#4C72B0", "overlap": "#55A868"}
     for strategy in result.get("strategies", ("bucketed",)):
         mine = sorted((r for r in rows if r["strategy"] == strategy), key=lambda r: r["bucket_mb"])
-        ax.plot([r["bucket_mb"] for r in mine], [r["exposed_comm_s"] * 1e3 for r in mine], "o-",
-                color=colours.get(strategy), label=f"{strategy}: exposed communication (measured)")
+        ax.errorbar([r["bucket_mb"] for r in mine], [r["exposed_comm_s"] * 1e3 for r in mine], yerr=_bars(mine),
+                    fmt="o-", capsize=3, color=colours.get(strategy),
+                    label=f"{strategy}: exposed communication (measured; bars: interval of the median)")
         for r in mine:
             ax.annotate(f"{r['messages_per_step']}", (r["bucket_mb"], r["exposed_comm_s"] * 1e3),
                         textcoords="offset points", xytext=(0, 7), ha="center", fontsize="x-small",
@@ -66,6 +85,9 @@ def plot_sweep(result: dict):
     ax.axhline(naive["exposed_comm_s"] * 1e3, color="grey", linestyle=":",
                label=f"naive: one all-reduce per tensor ({naive['messages_per_step']} messages)")
     ax.set_xscale("log")
+    sizes = sorted({r["bucket_mb"] for r in rows if r["bucket_mb"] is not None})
+    ax.set_xticks(sizes, [f"{size:g}" for size in sizes])  # a readable label at every size swept
+    ax.minorticks_off()
     ax.set_xlabel("bucket size cap (MiB, log scale); the small numbers are messages per step")
     ax.set_ylabel("communication waited for (ms per step)")
     ax.set_ylim(bottom=0)
@@ -84,11 +106,16 @@ def render_sweep(result: dict) -> None:
     source = f"the emulated link {link['name']}" if link else "measured in the same world"
     print(f"{source}: alpha = {result['alpha_s'] * 1e6:.0f} us per message, so each all-reduce pays about "
           f"{result['latency_per_allreduce_s'] * 1e3:.2f} ms of latency at W={result['world_size']}\n")
+    timed = next((r["step_spread"]["n"] for r in result["rows"] if r.get("step_spread")), None)
+    if timed:
+        print(f"step and exposed: the median of {timed} timed steps, taken side by side, and its interval "
+              f"(dpteach/measure.py)")
     table(["configuration", "messages/step", "step (ms)", "exposed (ms)", "overhead (ms)", "predicted comm (ms)",
-           "MB on wire/step", "max|dtheta| vs naive", "time set by"],
-          [[r["label"], r["messages_per_step"], f"{r['step_time_s'] * 1e3:.1f}", f"{r['exposed_comm_s'] * 1e3:.1f}",
+           "on the wire per step", "max|dtheta| vs naive", "time set by"],
+          [[r["label"], r["messages_per_step"], _ms(r, "step_time_s", "step_spread"),
+            _ms(r, "exposed_comm_s", "exposed_spread"),
             "-" if r.get("overhead_s") is None else f"{r['overhead_s'] * 1e3:.1f}",
-            f"{r['predicted_comm_s'] * 1e3:.1f}", f"{r['bytes_per_step'] / 1e6:.2f}",
+            f"{r['predicted_comm_s'] * 1e3:.1f}", human_bytes(r["bytes_per_step"]),
             "-" if r["max_abs_diff_vs_naive"] is None else f"{r['max_abs_diff_vs_naive']:.1g}",
             r.get("time_set_by") or "-"]
            for r in result["rows"]])

@@ -21,9 +21,9 @@ def render_fault_detection(result: dict) -> None:
         rows.append([fault_name(row), _ms(row["peers_knew_after_s"]), _ms(row["job_ended_after_s"]),
                      row["torchrun_exit_code"], (peer["error"] or "no error")[:150]])
     table(["fault (rank 1)", "peers knew after, ms", "job over after, ms", "torchrun exit", "what rank 0 read"], rows)
-    hang = next((row for row in result["rows"] if row["kind"] == "hang" and not row["debug_detail"]), None)
-    if hang and hang["torchrun_said"]:
-        print("What torchrun's agent said after the hang:\n  " + "\n  ".join(hang["torchrun_said"]))
+    hangs = sorted((row for row in result["rows"] if row["kind"] == "hang"), key=lambda row: row["debug_detail"])
+    if hangs and hangs[0]["torchrun_said"]:
+        print(f"What torchrun's agent said after the {fault_name(hangs[0])}:\n  " + "\n  ".join(hangs[0]["torchrun_said"]))
     show(plot_fault_detection(result))
 
 
@@ -53,10 +53,9 @@ def render_restart(result: dict) -> None:
     print(f"{result['strategy']} on {result['world_size']} ranks, {result['steps']} steps, a checkpoint every "
           f"{result['every']}; rank 1 killed before step {result['fault_step']}, torchrun --max-restarts "
           f"{result['max_restarts']}:")
-    table(["restarts", "resumed from step", "steps done twice", "max |dθ| vs untouched run", "seconds (killed run)",
-           "seconds (untouched)"],
+    table(["restarts", "resumed from step", "steps done twice", "max |dθ| vs untouched run", "seconds, killed job in all"],
           [[result["restarts"], result["resumed_from"], result["steps_redone"], f"{result['max_abs_diff']:.1e}",
-            f"{result['seconds_killed']:.1f}", f"{result['seconds_untouched']:.1f}"]])
+            f"{result['seconds_killed']:.1f}"]])
     show(plot_restart(result))
 
 
@@ -107,10 +106,20 @@ def plot_resume(result: dict):
     return fig
 
 
+def _ms_spread(row: dict, name: str) -> str:
+    """``45 (41-52)``: the median and its interval, in ms (a row without spreads: the value alone)."""
+    spread = row.get("spreads", {}).get(name)
+    if spread is None:
+        return _ms(row[name])
+    return f"{spread['median'] * 1e3:,.0f} ({spread['low'] * 1e3:,.0f}-{spread['high'] * 1e3:,.0f})"
+
+
 def render_cost(result: dict) -> None:
+    print(f"The median of {result['rounds']} interleaved rounds of each kind, and its interval (the slowest rank in "
+          f"each round; dpteach/measure.py):")
     table(["strategy", "dcp.save, ms", "async_save blocks, ms", "async_save done, ms", "written per rank",
            "checkpoint in all"],
-          [[r["strategy"], _ms(r["sync_s"]), _ms(r["async_blocked_s"]), _ms(r["async_total_s"]),
+          [[r["strategy"], _ms_spread(r, "sync_s"), _ms_spread(r, "async_blocked_s"), _ms_spread(r, "async_total_s"),
             " + ".join(human_bytes(b) for b in r["rank_bytes"]), human_bytes(r["total_bytes"])]
            for r in result["rows"]])
 
