@@ -122,14 +122,14 @@ def sampler_sharding(world_size: int | World | None = 2, model: str = "mlp", sam
 # -- an uneven last batch ------------------------------------------------------------------------
 
 FIXES = ("join", "drop_last")
+QUIET_S = 1.0  # a world whose ranks all said nothing new for this long is stuck: a step of the mlp takes milliseconds
 
 
-def _note(folder: str, text: str, since: float) -> None:
-    """Say where this rank is, atomically, so the caller can read it even after a timeout; ``since``: when this
-    rank began its loop (wall clock), so the caller can tell time spent in the loop from time spent starting."""
+def _note(folder: str, text: str) -> None:
+    """Say where this rank is, and when it said so, atomically, so the caller can read it even after a timeout."""
     path = os.path.join(folder, f"rank{dist.get_rank()}.json")
     with open(f"{path}.tmp", "w") as f:
-        json.dump({"rank": dist.get_rank(), "at": text, "since": since}, f)
+        json.dump({"rank": dist.get_rank(), "at": text, "time": time.time()}, f)
     os.replace(f"{path}.tmp", path)
 
 
@@ -142,7 +142,7 @@ def _train(mode: str, model_name: str, batches: list[int], batch: int, seed: int
     model = build_model(model_name, seed=seed)
     ddp = wrap_ddp(model)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.05)
-    steps, since = mine, time.time()
+    steps = mine
     if mode == "drop_last":
         count = torch.tensor([mine], device=context.device())
         dist.all_reduce(count, op=dist.ReduceOp.MIN)
@@ -150,7 +150,7 @@ def _train(mode: str, model_name: str, batches: list[int], batch: int, seed: int
 
     def loop():
         for s in range(steps):
-            _note(folder, f"{mode}: step {s + 1} of {steps} (forward, backward, gradient all-reduce)", since)
+            _note(folder, f"{mode}: step {s + 1} of {steps} (forward, backward, gradient all-reduce)")
             x, y = (t.to(context.device()) for t in
                     sample_batch(dataset, range(first + s * batch, first + (s + 1) * batch)))
             optimizer.zero_grad()
@@ -162,9 +162,9 @@ def _train(mode: str, model_name: str, batches: list[int], batch: int, seed: int
             loop()
     else:
         loop()
-    _note(folder, f"{mode}: finished {steps} steps; waiting at the barrier before saving a checkpoint", since)
+    _note(folder, f"{mode}: finished {steps} steps; waiting at the barrier before saving a checkpoint")
     dist.barrier()
-    _note(folder, f"{mode}: done", since)
+    _note(folder, f"{mode}: done")
     return {"mode": mode, "batches": mine, "steps": steps, "replica_spread": replica_spread(flat_weights(model))}
 
 
@@ -200,13 +200,14 @@ def uneven_inputs(world_size: int | World | None = 2, model: str = "mlp", batche
     folder = tempfile.mkdtemp(prefix="dpteach-uneven-")
     try:
         # The launcher's timeout also covers the ranks' start-up (importing torch: seconds, more on a busy
-        # machine). A timeout before every rank had spent half the stall timeout in its loop timed the start-up,
-        # not a stall: then the plain loop runs once more, allowed the start-up it was seen to need on top.
+        # machine). A stall is a world in which no rank has moved on for a while; a timeout that came while a
+        # rank had not yet said where it was, or had said so within the last QUIET_S, timed the start-up or a
+        # slow loop instead. Then the plain loop runs once more, allowed the time it was seen to need on top.
         timeout = stall_timeout_s
         for attempt in range(2):
             for name in os.listdir(folder):  # what an earlier attempt's ranks said is not where these ranks are
                 os.remove(os.path.join(folder, name))
-            start = time.perf_counter()
+            start, deadline = time.perf_counter(), time.time() + timeout  # when the launcher gives up on the ranks
             plain = {"outcome": "finished", "message": ""}
             try:
                 launch(_uneven_on_rank, world, args=(["plain"], model, per_rank, batch_per_rank, seed, folder),
@@ -216,9 +217,9 @@ def uneven_inputs(world_size: int | World | None = 2, model: str = "mlp", batche
             except RankError as err:
                 plain = {"outcome": "raised" if err.exc_type else "crashed", "message": str(err).splitlines()[0]}
             plain.update(seconds=time.perf_counter() - start, where=_notes(folder, world.size))
-            since = _notes(folder, world.size, "since")
-            in_loop = time.time() - max(since.values()) if len(since) == world.size else 0.0
-            if plain["outcome"] != "stalled" or in_loop >= stall_timeout_s / 2:
+            said = _notes(folder, world.size, "time")
+            quiet = deadline - max(said.values()) if len(said) == world.size else 0.0
+            if plain["outcome"] != "stalled" or quiet >= QUIET_S:
                 break
             timeout = stall_timeout_s + plain["seconds"]
         start = time.perf_counter()
