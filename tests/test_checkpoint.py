@@ -144,6 +144,15 @@ def test_a_dead_peer_is_seen_at_once_and_a_hung_one_at_the_timeout_jobs_side_by_
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
+def test_a_raise_is_a_death_and_a_mismatch_is_named_under_detail():
+    raised, mismatch = fault_detection(faults=["raise", "mismatch + DETAIL"], timeout_s=3.0)["rows"]
+    assert raised["every_peer_knew"] and raised["peers_knew_after_s"] < 3.0
+    assert "mismatch" in " ".join(r["error"] or "" for r in mismatch["ranks"])
+    assert "BROADCAST" in " ".join(r["error"] or "" for r in mismatch["ranks"])  # rank 1's wrong call, named
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_checkpoint_costs_are_interleaved_rounds_with_every_rank_writing_its_share():
     result = checkpoint_cost(strategies=("ddp", "zero2"), world_size=2, rounds=5)
     for row in result["rows"]:

@@ -228,7 +228,9 @@ def checkpoint_cost(strategies=("ddp", "zero2"), model: str = "mlp", world_size:
     """What one checkpoint costs here, per strategy, all in one world: ``rounds`` interleaved rounds of a
     synchronous save (``dcp.save``) and an asynchronous one (``dcp.async_save``: blocked only while the state
     is staged, written by a background thread), each a median with its interval (``dpteach.measure``); a round's
-    time is the slowest rank's. ``rank_bytes`` is what each rank wrote: the state DDP's ranks hold alike is
+    time is the slowest rank's. Eight rounds are the fewest whose interval leaves out the slowest and the fastest
+    round (``measure.median_interval_ranks``), so one round caught by a burst of load elsewhere cannot decide
+    the comparison. ``rank_bytes`` is what each rank wrote: the state DDP's ranks hold alike is
     written once, shared out among the ranks by DCP's planner; a sharded strategy's ranks write their own.
 
     Returns ``{"model", "optimizer", "world_size", "rounds", "rows": [{"strategy", "sync_s", "async_blocked_s",

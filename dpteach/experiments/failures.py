@@ -9,7 +9,12 @@
   twice, and how far the two runs' final weights are apart.
 
 Both start torchrun as a child process, as a learner would in a terminal: the fault is real, and so
-is torchrun's reaction to it.
+is torchrun's reaction to it. Most of a small job's time is its processes importing torch (the agent's
+import keeps one core busy, the workers' two) and, in a hang, waiting out the timeout (none): so the
+jobs run two at a time where memory allows (``jobs_at_once``), and the cores are not left idle.
+
+* ``replica_groups`` (torchft) keeps a job going without a restart: a dead replica group drops out of the
+  quorum and a spare takes its place, recovering the state live from a healthy group.
 """
 from __future__ import annotations
 
