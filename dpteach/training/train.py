@@ -262,19 +262,25 @@ def train_on_rank(config: TrainConfig) -> dict:
     return {**trainer.summary(), "started_at": started}
 
 
-def train_interleaved_on_rank(configs: list[TrainConfig]) -> list[dict]:
+def train_interleaved_on_rank(configs: list[TrainConfig], on_step=None) -> list[dict]:
     """Several synchronous strategies side by side: step s of each in turn, then step s+1.
 
     On a shared machine the background load drifts; run one strategy after another and a burst of
     load can land on just one of them. Interleaved, every strategy sees the same conditions, so
-    their *ratios* stay meaningful. (Their timelines then have gaps where the others ran.)
+    their *ratios* stay meaningful. (Their timelines then have gaps where the others ran.) The order
+    turns every step - A B C, then B C A, then C A B - so that no strategy always goes first, right after
+    the pause in which the others ran (``dpteach/measure.py``, rule 1); every rank turns it alike, so
+    their collectives still meet. ``on_step(step)``: called after each round (rank 0 reports progress).
     """
     trainers = [SyncTrainer(config) for config in configs]
     start_together(*(trainer.timeline for trainer in trainers))
     for step in range(max(config.steps for config in configs)):
-        for trainer in trainers:
+        shift = step % len(trainers)
+        for trainer in trainers[shift:] + trainers[:shift]:
             if step < trainer.config.steps:
                 trainer.step(step)
+        if on_step is not None:
+            on_step(step)
     return [trainer.summary() for trainer in trainers]
 
 
@@ -283,13 +289,15 @@ def train_each_on_rank(configs: list[TrainConfig], interleave: bool = False) -> 
     ones step by step side by side); results in the order of ``configs``. Rank 0 drives the bar."""
     results = {}
     together = [i for i, c in enumerate(configs) if interleave and strategy_class(c.strategy).lockstep]
-    if context.rank() == 0:
-        context.report_progress(0, total=len(configs), desc="strategies")
+    rounds = max((configs[i].steps for i in together), default=0)  # one tick per round of the side-by-side runs
+    lead = context.rank() == 0
+    if lead:
+        desc = f"{len(together)} runs side by side, step" if together else "runs"
+        context.report_progress(0, total=rounds + len(configs) - len(together), desc=desc)
     if together:
-        for i, result in zip(together, train_interleaved_on_rank([configs[i] for i in together])):
+        tick = (lambda step: context.report_progress(1)) if lead else None
+        for i, result in zip(together, train_interleaved_on_rank([configs[i] for i in together], on_step=tick)):
             results[i] = result
-        if context.rank() == 0:
-            context.report_progress(len(together))
     for i, config in enumerate(configs):
         if i not in results:
             results[i] = train_on_rank(config)
