@@ -312,6 +312,23 @@ def test_rank_zero_drives_a_progress_bar_in_the_caller(capfd):
     assert "starting 2 ranks" in err and "2/2" in err.split("counting")[0]
 
 
+def _rename_progress():
+    if dist.get_rank() == 0:
+        dpteach.report_progress(0, total=2, desc="batch 32")
+        time.sleep(0.5)
+        dpteach.report_progress(1, desc="batch 64")  # the bar is renamed as the run goes
+        time.sleep(0.5)
+        dpteach.report_progress(1)
+    dist.barrier()
+    return True
+
+
+def test_a_run_can_rename_its_bar_as_it_goes(capfd):
+    assert dpteach.launch(_rename_progress, 2) == [True, True]
+    err = capfd.readouterr().err
+    assert "batch 32" in err and "batch 64" in err and err.index("batch 32") < err.index("batch 64")
+
+
 def test_the_bar_stays_text_on_stderr_in_a_process_that_loaded_ipykernel(capfd):
     # `dpteach lab` reads the kernel's metadata from ipykernel, which imports ipykernel.zmqshell; tqdm.auto
     # takes that module's presence for a notebook and prints a widget's text on stdout instead

@@ -65,7 +65,8 @@ def report_progress(advance: int = 1, total: int | None = None, desc: str | None
     Ranks cannot draw a bar themselves: their output is captured line by line and prefixed
     with the rank. So rank 0 adds to a counter in the launcher's key-value store and the
     launcher draws one bar in the notebook cell or terminal. ``total`` (and ``desc``) set the
-    bar's length and label; call once with ``advance=0`` to announce them.
+    bar's length and label; call once with ``advance=0`` to announce them. A later ``desc`` renames the
+    bar while it runs ("batch 64"), so a long run can say which part it is on.
     """
     store = _store()
     if store is None:

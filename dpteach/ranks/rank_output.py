@@ -64,6 +64,10 @@ class RankOutput:
             self.bar = progress_bar(total=int(store.get("progress/total")), desc=desc)
             self.phase = "run"
         if self.phase == "run":
+            if store.check(["progress/desc"]):  # a run may rename its bar as it goes ("batch 64, lr 0.02")
+                desc = store.get("progress/desc").decode()
+                if desc != (self.bar.desc or "").rstrip(": "):
+                    self.bar.set_description(desc)
             _advance(self.bar, store.add("progress/done", 0))
 
     def close(self) -> None:
