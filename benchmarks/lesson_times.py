@@ -54,7 +54,7 @@ def _sentences(notebook) -> list[str]:
     return said
 
 
-def run_once(path: Path) -> dict:
+def run_once(path: Path, keep: Path | None = None) -> dict:
     notebook = nbformat.read(path, as_version=4)
     client = NotebookClient(notebook, timeout=600, kernel_name="python3", record_timing=True,
                             resources={"metadata": {"path": str(NOTEBOOKS)}})
@@ -65,6 +65,9 @@ def run_once(path: Path) -> dict:
     except CellExecutionError as exc:
         error = str(exc).strip().splitlines()[-1][:400]
     wall = time.perf_counter() - started
+    if keep is not None:  # the executed notebook, to read its outputs and look at its figures
+        keep.mkdir(parents=True, exist_ok=True)
+        nbformat.write(notebook, keep / path.name)
     cells = [(index, _cell_seconds(cell)) for index, cell in enumerate(notebook.cells) if cell.cell_type == "code"]
     slowest = sorted((c for c in cells if c[1] is not None), key=lambda c: -c[1])[:3]
     return {"wall_s": round(wall, 1), "passed": error is None, "error": error,
@@ -76,6 +79,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=1, help="runs of each lesson (default 1)")
     parser.add_argument("--busy", action="store_true", help="one process busy-looping on every core throughout")
+    parser.add_argument("--keep", type=Path, default=None, help="a folder to keep each lesson's last executed copy in")
     parser.add_argument("--lessons", default="", help="comma-separated lesson numbers, e.g. 04,09 (default: all)")
     args = parser.parse_args()
     if args.runs < 1:
@@ -97,7 +101,7 @@ def main() -> None:
             for path in paths:
                 runs = []
                 for _ in range(args.runs):
-                    runs.append(run_once(path))
+                    runs.append(run_once(path, args.keep))
                     print(f"{path.name}: {runs[-1]['wall_s']} s, {'passed' if runs[-1]['passed'] else 'FAILED'}"
                           f"{'' if runs[-1]['passed'] else ': ' + runs[-1]['error']}", flush=True)
                 walls = [r["wall_s"] for r in runs]
