@@ -57,3 +57,17 @@ def test_every_row_carries_the_interval_of_its_timed_steps(sweep):
         if r["strategy"] != "local":
             exposed = r["exposed_spread"]
             assert exposed["n"] == step["n"] and 0 <= exposed["low"] <= exposed["median"] <= exposed["high"]
+
+
+def test_the_sweep_plots_each_point_inside_its_own_interval(sweep):
+    """The ranks' mean of their medians can fall outside the interval of the per-step means (two timed steps):
+    the plot and the table take the interval's own median, so no error bar is negative."""
+    import copy
+
+    import matplotlib
+    matplotlib.use("Agg")
+    from dpteach.widgets.bucketing import plot_sweep
+    result = copy.deepcopy(sweep)
+    for r in result["rows"]:
+        r["exposed_comm_s"] = 10.0  # far outside every interval
+    plot_sweep(result)  # raised "'yerr' must not contain negative values" before
