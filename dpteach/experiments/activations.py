@@ -26,7 +26,7 @@ import torch
 
 from .. import validate
 from ..measure import spread
-from ..widgets.rendering import human_bytes
+from ..units import human_bytes
 from ..ranks.backend import plain_fp32, visible_gpus
 from ..replica.activations import activation_profile, checkpointed
 from ..replica.data import loss_fn, make_dataset, sample_batch

@@ -90,8 +90,8 @@ def _scaling_on_rank(configs: list[TrainConfig], repeats: int, threads: int | No
             context.report_progress(1)
     found = None
     if search is not None:  # lesson 09's steps to target, in this world rather than one started for them
-        from .batch_size import _search_on_rank
-        found = _search_on_rank(*search)
+        from .batch_runs import search_on_rank
+        found = search_on_rank(*search)
     return {"link": link, "runs": runs, "search": found}
 
 
@@ -269,7 +269,7 @@ def scaling_sweep(world_sizes=(1, 2, 3, 4), model: str = "auto", steps: int = 10
             "rows": rows[kind], "throughput": _throughput_ranking(rows[kind])}
     result = results[scaling]
     if searched is not None:
-        from .batch_size import critical_result
+        from .batch_runs import critical_result
         result["critical"] = critical_result(searched, 2, to_target, target_max_steps)
     if len(kinds) > 1:
         result["strong"] = {**results["strong"], "measured_with": "weak"}

@@ -51,7 +51,7 @@ from ..training.reference import train_single_process
 from ..training.target import TARGET_RULE, WINDOW, default_target, smoothed, steps_to_target
 from ..training.train import SyncTrainer, TrainConfig
 from .compare import parse_variant
-from .powersgd import _on_rank as powersgd_rows
+from .powersgd_pairs import on_rank as powersgd_rows
 from .step_parts import Listener, measure_parts
 
 METHODS = ("ddp", "bf16", "int8_ef", "powersgd@1", "powersgd@4", "powersgd@16",
@@ -85,7 +85,7 @@ def _on_rank(configs: list, names: list, steps: int, links: list, rounds: int, r
              check: tuple | None = None) -> dict:
     """Train every config ``steps`` steps side by side (the order rotated each step), noting each step's
     messages; then measure the parts (``links``: none, no parts); then, on rank 0, the reference; ``check``:
-    PowerSGD against torch's hook as well (``powersgd._on_rank``'s arguments), in this world."""
+    PowerSGD against torch's hook as well (``powersgd_pairs.on_rank``'s arguments), in this world."""
     trainers = [SyncTrainer(config) for config in configs]
     listeners = [Listener(trainer.strategy.comm) for trainer in trainers]
     start_together(*(trainer.timeline for trainer in trainers))

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from html import escape
 
+from ..units import human_bytes  # noqa: F401 (the lessons and widgets import it from here too)
+
 from IPython.display import HTML
 
 
@@ -73,13 +75,6 @@ def legend_beside(ax, **options) -> None:
 def legend_below(ax, ncol: int = 2) -> None:
     """The legend under the axes (for side-by-side plots, where the right of one is the next one)."""
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=ncol, fontsize="small", frameon=False)
-
-
-def human_bytes(n: float) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:g} {unit}" if n % size == 0 else f"{n / size:.1f} {unit}"
-    return f"{int(n)} B"
 
 
 def size_axis(ax, sizes) -> None:
