@@ -141,3 +141,17 @@ def test_a_failed_run_replaces_the_greyed_result_with_what_it_printed_and_why_it
     texts = "".join(item.get("text", "") for item in panel.output.outputs)
     assert "drawn" not in str(panel.output.outputs) and texts == "started\nValueError: n must be >= 0, got -1\n"
     assert "dpteach-replacing" not in panel.output._dom_classes and panel.live.outputs == ()
+
+
+def test_the_stale_note_names_changed_values_in_words_not_python():
+    panel = ExperimentPanel("t", experiment=lambda faults, link: {}, render=lambda result: None,
+                            controls={"faults": widgets.SelectMultiple(options=["kill", "hang", "raise"],
+                                                                       value=("kill", "hang"), description="faults"),
+                                      "link": widgets.Dropdown(options=[("none", None), ("1gbe", "1gbe")], value=None,
+                                                               description="link")})
+    panel.run()
+    panel.controls["faults"].value = ("kill", "hang", "raise")
+    panel.controls["link"].value = "1gbe"
+    panel.run()
+    assert "faults kill, hang &rarr; kill, hang, raise" in panel.stale.value
+    assert "link none &rarr; 1gbe" in panel.stale.value and "(" not in panel.stale.value.split("changed:")[1][:40]

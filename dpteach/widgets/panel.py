@@ -69,6 +69,17 @@ def run_notes(result, model_chosen: bool = True) -> list[str]:
     return notes
 
 
+def spoken(value) -> str:
+    """A control's value as prose says it: ``('kill', 'hang')`` -> ``kill, hang``; ``None`` -> ``none``."""
+    if value is None:
+        return "none"
+    if isinstance(value, (tuple, list)):
+        return ", ".join(spoken(v) for v in value) or "none"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return html.escape(f"{value:g}" if isinstance(value, float) else str(value))
+
+
 def sharing_note(result) -> str | None:
     """For a run whose ranks took turns on fewer GPUs than ranks, the sentence that says what its
     timings then measure (every lesson shows it under the results); None otherwise."""
@@ -214,7 +225,7 @@ class ExperimentPanel:
             return ""
         before, now = self.history[-2]["values"], self.history[-1]["values"]
         names = {name: getattr(control, "description", "") or name for name, control in self.controls.items()}
-        changed = [f"{names.get(name, name)} {before.get(name)!r} &rarr; {now[name]!r}" for name in now
+        changed = [f"{names.get(name, name)} {spoken(before.get(name))} &rarr; {spoken(now[name])}" for name in now
                    if name in names and before.get(name) != now[name]]
         what = f" (changed: {', '.join(changed)})" if changed else ""
         return ("<div style='background:#fff8c5;padding:4px 8px;border-radius:4px'>&#9888; The cells below this "
