@@ -90,6 +90,7 @@ def render_resume(result: dict) -> None:
 
 def plot_resume(result: dict):
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
     fig, ax = plt.subplots(figsize=(9, 3.6))
     for name, run in result["runs"].items():
         if name == "untouched":
@@ -98,6 +99,7 @@ def plot_resume(result: dict):
         ax.plot(range(start + 1, start + len(gap) + 1), gap, marker=".", label=name)
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_xlabel("step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers: no tick at 5.5
     ax.set_ylabel("loss minus the untouched run's")
     ax.set_title("after the resume: a line on zero is a run that went on as if never stopped", fontsize="medium")
     ax.grid(alpha=0.3)
