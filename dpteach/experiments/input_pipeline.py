@@ -42,6 +42,7 @@ import statistics
 import sys
 import threading
 import time
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -165,6 +166,9 @@ def _train_with_loader(config: dict, model_name: str, steps_per_epoch: int, epoc
     dataset = SlowDecodeDataset(model_name, steps_per_epoch * batch * world, decode_ms, seed)
     sampler = ShardedSampler(len(dataset), world, rank, shuffle=True, seed=seed)
     workers = config["num_workers"]
+    # torch warns when the workers outnumber the cores it suggests (two ranks' workers on a 2-core laptop): the
+    # lesson asks for them on purpose and says what they cost there; the warning would only print a file path
+    warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
     loader = DataLoader(dataset, batch_size=batch, sampler=sampler, drop_last=True, num_workers=workers,
                         prefetch_factor=config["prefetch_factor"] if workers else None, pin_memory=pin,
                         persistent_workers=False, multiprocessing_context=_start_method() if workers else None)
