@@ -9,9 +9,10 @@ For each notebook the test checks what a learner would see:
   figures from the button path that held a title and nothing else; ``widgets/capture.py``);
 * every panel's Run button runs again with the changed control and ends "done", and the panel then
   says that the cells below describe the earlier run (``.dpteach-stale``);
-* while it runs, the learner sees it run: the status says "running" within 1 s of the click, the last
-  result's figures stay on the page (greyed) until the new result replaces them, and a run that takes
-  longer than 10 s shows a progress bar under the button (what ``ExperimentPanel.run`` promises);
+* while it runs, the learner sees it run: the status says "running" within 1 s of the click, the output
+  shows the last result (greyed) until the new result replaces it in one change - never an emptied or
+  half-drawn area - and a run that takes longer than 10 s shows a progress bar under the button (what
+  ``ExperimentPanel.run`` promises);
 * in every panel that asks for a prediction, text that is not a number is refused with a message and runs
   nothing, and a number typed into the box is scored under the run;
 
@@ -66,20 +67,19 @@ PANEL_STATE = """(index) => {
 }"""
 
 # Installed just before a Run click: records, from the page's own clock, when the status first said "running",
-# when a progress bar first showed in the live strip, and the fewest figures the output held while running.
+# when a progress bar first showed in the live strip, and the fewest outputs the output area held while the
+# status said running (an area cleared before the new result is drawn would hold none for a while).
 WATCH = """(index) => {
   const panel = document.querySelectorAll('.dpteach-panel')[index];
   const status = panel.querySelector('.dpteach-status'), live = panel.querySelector('.dpteach-live');
   const out = panel.querySelector('.dpteach-output');
-  const rec = {t0: performance.now(), running: null, bar: null, imgsBefore: out.querySelectorAll('img').length,
-               minImgs: null, ended: null};
+  const held = () => out.querySelectorAll('.jp-OutputArea-child').length;
+  const rec = {t0: performance.now(), running: null, bar: null, before: held(), fewest: null, ended: null};
   const look = () => {
     const t = performance.now() - rec.t0, running = /running/.test(status.innerText);
     if (running && rec.running === null) rec.running = t;
-    if (running) {
-      const n = out.querySelectorAll('img').length;
-      rec.minImgs = rec.minImgs === null ? n : Math.min(rec.minImgs, n);
-    } else if (rec.running !== null && rec.ended === null) rec.ended = t;
+    if (running) rec.fewest = rec.fewest === null ? held() : Math.min(rec.fewest, held());
+    else if (rec.running !== null && rec.ended === null) rec.ended = t;
     if (live && live.querySelector('.widget-hprogress, .widget-vprogress') && rec.bar === null) rec.bar = t;
   };
   const observer = new MutationObserver(look);
@@ -93,8 +93,8 @@ SHOWS_RUNNING_WITHIN_MS, SHOWS_PROGRESS_AFTER_MS = 1000, 10_000
 def check_the_run_was_visible(rec: dict, where: str) -> None:
     assert rec["running"] is not None and rec["running"] <= SHOWS_RUNNING_WITHIN_MS, (
         f"{where}: the status said 'running' {rec['running']} ms after the click (at most {SHOWS_RUNNING_WITHIN_MS})")
-    if rec["imgsBefore"]:
-        assert rec["minImgs"], f"{where}: the last result's figures vanished while the new run was going"
+    if rec["before"]:
+        assert rec["fewest"], f"{where}: the output was emptied while the new run was going (the last result vanished)"
     took = (rec["ended"] or 0) - rec["running"]
     if took > SHOWS_PROGRESS_AFTER_MS:
         assert rec["bar"] is not None, f"{where}: ran {took / 1e3:.0f} s with no progress bar under the button"
