@@ -73,37 +73,52 @@ def _one_call(algorithm: str, buf: torch.Tensor, pieces: int) -> None:
         ALL_REDUCE[algorithm](buf, check=False)
 
 
-def time_calls(calls: dict, iters: int, warmup: int, before=None, after=None) -> dict[str, float]:
+def time_calls(calls: dict, iters: int, warmup: int, before=None, after=None, samples: bool = False) -> dict:
     """Time each zero-argument function of ``calls`` (name -> function) on every rank; name -> seconds.
 
-    The one timing loop of the course (the sweep below, ``link_on_rank``). Each call starts
-    after a barrier, so that no rank's clock starts while another is still busy with the last
+    The one timing loop of the course (the sweep below, lesson 02's sweep, ``link_on_rank``). Each call
+    starts after a barrier, so that no rank's clock starts while another is still busy with the last
     call, and lasts as long as the slowest rank took (a collective is finished when its last rank
-    is); of ``iters`` such times, after ``warmup`` untimed rounds, the median is kept. The calls
-    are interleaved one by one, so that whatever else the machine is doing (on a laptop, plenty)
-    disturbs all of them alike and their ratios stay meaningful. ``before(name)`` and
-    ``after(name)``, when given, run untimed around each call (to reset or check its buffer).
+    is); of ``iters`` such times, after ``warmup`` untimed rounds, the median is kept - or, with
+    ``samples``, every round's time, for ``dpteach.measure.spread``. The calls are interleaved one by
+    one, their order turned every round (A B C, then B C A: ``dpteach/measure.py``'s first rule), so that
+    whatever else the machine is doing (on a laptop, plenty) disturbs all of them alike and their ratios
+    stay meaningful. ``before(name)`` and ``after(name)``, when given, run untimed around each call (to
+    reset or check its buffer).
     """
-    times = {name: [] for name in calls}
+    names = list(calls)
+    times = {name: [] for name in names}
     for i in range(warmup + iters):
-        for name, call in calls.items():
+        shift = i % len(names)
+        for name in names[shift:] + names[:shift]:
             if before is not None:
                 before(name)
             context.synchronize()
             dist.barrier()
             start = time.perf_counter()
-            call()
+            calls[name]()
             context.synchronize()
             if i >= warmup:
                 times[name].append(time.perf_counter() - start)
             if after is not None:
                 after(name)
-    medians = {}
+    out = {}
     for name, values in times.items():
         slowest = torch.tensor(values, dtype=torch.float64)
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-        medians[name] = statistics.median(slowest.tolist())
-    return medians
+        out[name] = slowest.tolist() if samples else statistics.median(slowest.tolist())
+    return out
+
+
+def checked_buffer(nbytes: int, world: int, device):
+    """A buffer of ones to all-reduce, the values to reset it to before each call, and the check after it."""
+    source = torch.ones(max(1, nbytes // 4), dtype=torch.float32, device=device)
+    buf = source.clone()
+
+    def must_be_right(algorithm):  # a benchmark of a wrong answer is worthless
+        if not torch.all(buf == world):
+            raise RuntimeError(f"{algorithm} all-reduce of {nbytes} bytes gave a wrong result")
+    return buf, (lambda _: buf.copy_(source)), must_be_right
 
 
 def run_on_rank(sizes: list[int], algorithms: list[str], iters: int, warmup: int, pieces: int) -> list[dict]:
@@ -113,14 +128,9 @@ def run_on_rank(sizes: list[int], algorithms: list[str], iters: int, warmup: int
         context.report_progress(0, total=len(sizes), desc="all-reduce sweep")
     rows = []
     for nbytes in sizes:
-        source = torch.ones(max(1, nbytes // 4), dtype=torch.float32, device=device)
-        buf = source.clone()
-
-        def must_be_right(algorithm):  # a benchmark of a wrong answer is worthless
-            if not torch.all(buf == world):
-                raise RuntimeError(f"{algorithm} all-reduce of {nbytes} bytes gave a wrong result")
+        buf, reset, must_be_right = checked_buffer(nbytes, world, device)
         calls = {algorithm: (lambda a=algorithm: _one_call(a, buf, pieces)) for algorithm in algorithms}
-        seconds = time_calls(calls, iters, warmup, before=lambda _: buf.copy_(source), after=must_be_right)
+        seconds = time_calls(calls, iters, warmup, before=reset, after=must_be_right)
         for algorithm in algorithms:
             algbw = buf.numel() * 4 / seconds[algorithm] / 1e9
             rows.append({"algorithm": algorithm, "bytes": buf.numel() * 4, "time_s": seconds[algorithm],

@@ -34,7 +34,7 @@ from ..network.link import resolve_link
 from ..ranks.backend import backend_for
 from ..ranks.launcher import launch
 from ..ranks.world import World, resolve_world
-from .bench import _one_call, check_config, parse_size, time_calls
+from .bench import _one_call, check_config, checked_buffer, parse_size, time_calls
 
 TRACE_ALGORITHMS = tuple(ALL_REDUCE)  # ring, tree, naive
 MODEL_ALGORITHMS = ("ring", "tree", "naive")
@@ -168,26 +168,16 @@ def collective_trace(world_size: int | World | None = 4, numel: int = 8, algorit
 
 def _sweep_on_rank(sizes: list[int], algorithms: list[str], iters: int, warmup: int) -> list[dict]:
     """Every algorithm at every size, in ``iters`` interleaved rounds whose order rotates (``dpteach.measure``'s
-    first rule): each round is one ``bench.time_calls`` pass, so every call starts after a barrier and counts as
-    long as its slowest rank took. Returns rank 0's rows, each with its rounds as a spread."""
+    first rule, kept by ``bench.time_calls``): every call starts after a barrier and counts as long as its
+    slowest rank took. Returns rank 0's rows, each with its rounds as a spread."""
     world, me, device = dist.get_world_size(), dist.get_rank(), context.device()
     if me == 0:
         context.report_progress(0, total=len(sizes), desc="all-reduce sweep")
     rows = []
     for nbytes in sizes:
-        source = torch.ones(max(1, nbytes // 4), dtype=torch.float32, device=device)
-        buf = source.clone()
-
-        def must_be_right(algorithm):  # a benchmark of a wrong answer is worthless
-            if not torch.all(buf == world):
-                raise RuntimeError(f"{algorithm} all-reduce of {nbytes} bytes gave a wrong result")
-        samples = {a: [] for a in algorithms}
-        for r in range(iters):
-            order = algorithms[r % len(algorithms):] + algorithms[:r % len(algorithms)]
-            seconds = time_calls({a: (lambda a=a: _one_call(a, buf, 1)) for a in order}, 1, warmup if r == 0 else 0,
-                                 before=lambda _: buf.copy_(source), after=must_be_right)
-            for a in algorithms:
-                samples[a].append(seconds[a])
+        buf, reset, must_be_right = checked_buffer(nbytes, world, device)
+        samples = time_calls({a: (lambda a=a: _one_call(a, buf, 1)) for a in algorithms}, iters, warmup,
+                             before=reset, after=must_be_right, samples=True)
         for a in algorithms:
             s = spread(samples[a])
             rows.append({"algorithm": a, "bytes": buf.numel() * 4, "time_s": s.median, "spread": s.as_dict(),
