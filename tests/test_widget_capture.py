@@ -155,3 +155,14 @@ def test_the_stale_note_names_changed_values_in_words_not_python():
     panel.run()
     assert "faults kill, hang &rarr; kill, hang, raise" in panel.stale.value
     assert "link none &rarr; 1gbe" in panel.stale.value and "(" not in panel.stale.value.split("changed:")[1][:40]
+
+
+def test_a_render_that_fails_halfway_keeps_what_it_drew_before_the_error():
+    def render(result):
+        display(HTML("first figure"))
+        raise RuntimeError("the second figure could not be drawn")
+
+    panel = ExperimentPanel("t", experiment=lambda: {"n": 1}, render=render)
+    panel.run()
+    assert panel.output.outputs[0]["data"]["text/html"] == "first figure"
+    assert panel.output.outputs[-1]["text"] == "RuntimeError: the second figure could not be drawn\n"

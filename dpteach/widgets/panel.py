@@ -178,13 +178,13 @@ class ExperimentPanel:
         if self.output.outputs:
             self.output.add_class("dpteach-replacing")
         self.live.outputs = ()
+        drawn = SimpleNamespace(outputs=())  # the new result is drawn off screen, then replaces the old at once
         start = time.perf_counter()
         try:
             predicted = self.prediction.read() if self.prediction else None  # a non-number: refused, nothing runs
             with write_into(self.live):  # not `with self.live:` - see capture.py for why
                 extra = {"trace": self.trace_path} if self.trace_path and "trace" not in values else {}
                 self.result = self.experiment(**values, **extra)
-            drawn = SimpleNamespace(outputs=())  # the new result is drawn off screen, then replaces the old at once
             with write_into(drawn):
                 self.render(self.result)
                 for note in run_notes(self.result, model_chosen="model" in self.controls):
@@ -205,7 +205,8 @@ class ExperimentPanel:
             self.error = exc
             self.runs += 1
             self.status.value = f"<span data-runs='{self.runs}' style='color:#b00'>failed: {type(exc).__name__}</span>"
-            self._replace_output(({"output_type": "stream", "name": "stdout", "text": f"{type(exc).__name__}: {exc}\n"},))
+            error = {"output_type": "stream", "name": "stdout", "text": f"{type(exc).__name__}: {exc}\n"}
+            self._replace_output((*drawn.outputs, error))  # what the run printed and drew before it failed, then why
             record_run(self.title, values, None, exc, time.perf_counter() - start)
         finally:
             self.button.disabled = False
