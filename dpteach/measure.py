@@ -106,26 +106,34 @@ def spread(samples, confidence: float = CONFIDENCE) -> Spread:
     return Spread(tuple(values), statistics.median(values), values[lo], values[hi], coverage)
 
 
-def interleaved(calls: dict, rounds: int = FEWEST_ROUNDS, warmup: int = 1, clock=time.perf_counter) -> dict:
+def interleaved(calls: dict, rounds: int = FEWEST_ROUNDS, warmup: int = 1, clock=time.perf_counter,
+                before=None, self_timed: bool = False, samples: bool = False) -> dict:
     """Time each of ``calls`` (name -> function of no arguments) ``rounds`` times, interleaved and with the
-    order rotated every round; ``warmup`` untimed rounds first. Returns name -> :class:`Spread` of seconds.
+    order rotated every round; ``warmup`` untimed rounds first. Returns name -> :class:`Spread` of seconds
+    (with ``samples``: name -> the list of seconds, in round order).
 
-    Inside ranks, give every rank the same ``calls`` in the same order, and make each call end in
-    whatever synchronises the ranks (a collective does): then the rounds line up across ranks."""
+    ``before()`` runs untimed before each call (inside ranks: ``dist.barrier``, so every rank starts the part
+    together). ``self_timed``: each call returns its own seconds (a part of a step it measured itself) instead
+    of being timed whole. Inside ranks, give every rank the same ``calls`` in the same order, and make each call
+    end in whatever synchronises the ranks (a collective does): then the rounds line up across ranks."""
     if not calls:
         raise ValueError("calls={} is not allowed: give at least one function to time")
     if not isinstance(rounds, int) or rounds < 1:
         raise ValueError(f"rounds={rounds!r} is not allowed: it must be an integer >= 1")
     names = list(calls)
-    times: dict[str, list[float]] = {name: [] for name in names}
+    times: dict = {name: [] for name in names}
     for r in range(warmup + rounds):
         shift = r % len(names)
         for name in names[shift:] + names[:shift]:
+            if before is not None:
+                before()
             start = clock()
-            calls[name]()
+            seconds = calls[name]()
+            if not self_timed:
+                seconds = clock() - start
             if r >= warmup:
-                times[name].append(clock() - start)
-    return {name: spread(times[name]) for name in names}
+                times[name].append(seconds)
+    return times if samples else {name: spread(times[name]) for name in names}
 
 
 @dataclass

@@ -39,6 +39,14 @@ def test_interleaved_rounds_rotate_the_order_and_time_each_call():
     assert set(timed) == {"a", "b", "c"} and all(s.n == 3 and s.median == 1 for s in timed.values())
 
 
+def test_parts_that_time_themselves_keep_their_own_seconds_in_round_order_after_each_before():
+    ran, waits = [], []
+    items = {name: (lambda name=name: ran.append(name) or len(ran)) for name in "abc"}  # "seconds": the call's count
+    samples = interleaved(items, rounds=3, warmup=1, before=lambda: waits.append(1), self_timed=True, samples=True)
+    assert ran == list("abc" "bca" "cab" "abc") and len(waits) == len(ran)  # a before() ahead of every call
+    assert samples == {"a": [6, 8, 10], "b": [4, 9, 11], "c": [5, 7, 12]}
+
+
 def test_a_winner_only_when_the_intervals_separate():
     fast, slow = spread([1.0, 1.1, 1.05, 0.98, 1.02]), spread([1.5, 1.4, 1.6, 1.45, 1.55])
     noisy = spread([1.03, 1.2, 0.9, 1.1, 1.0])

@@ -9,7 +9,7 @@ import pytest
 
 from dpteach.experiments.compare import compare_strategies, parse_variant
 from dpteach.experiments.sending_less import _total, methods_to_target, outer_step, time_to_target
-from dpteach.experiments.step_parts import in_rounds, message_key, parse_key
+from dpteach.experiments.step_parts import message_key, parse_key
 from dpteach.measure import spread
 from dpteach.sync.diloco import stability_at_one_step
 from dpteach.training.reference import exact_tolerance
@@ -39,16 +39,6 @@ def test_a_message_key_names_kind_dtype_and_bytes_and_reads_back():
     import torch
     key = message_key("all_gather", 2178068, torch.int8)
     assert key == "all_gather int8 2178068" and parse_key(key) == ("all_gather", "int8", 2178068)
-
-
-def test_the_rounds_rotate_the_order_and_keep_each_part_s_samples_in_round_order(monkeypatch):
-    import dpteach.experiments.step_parts as parts
-    monkeypatch.setattr(parts.dist, "barrier", lambda: None)  # one process: nothing to wait for
-    ran = []
-    items = {name: (lambda name=name: ran.append(name) or len(ran)) for name in "abc"}
-    samples = in_rounds(items, rounds=3, warmup=1)
-    assert ran == list("abc" "bca" "cab" "abc")  # the first round untimed, then rotated
-    assert samples == {"a": [6, 8, 10], "b": [4, 9, 11], "c": [5, 7, 12]}
 
 
 def test_diloco_at_one_step_is_local_sgd_with_a_plain_outer_step_and_unstable_with_the_paper_s():

@@ -30,6 +30,7 @@ from dataclasses import replace
 import torch
 import torch.distributed as dist
 
+from ..measure import interleaved
 from ..network.comm import Comm
 from ..ranks import context
 from ..replica.timeline import exposed_time
@@ -105,22 +106,6 @@ def compute_of(trainer, steps):
     return timed
 
 
-def in_rounds(items: dict, rounds: int, warmup: int = 1) -> dict:
-    """``measure.interleaved``'s schedule, for parts that time themselves (``items``: name -> function returning
-    seconds): ``warmup`` untimed rounds, then ``rounds``, the order rotated every round, a barrier before each.
-    Returns name -> this rank's samples, in round order."""
-    names = list(items)
-    samples = {name: [] for name in names}
-    for r in range(warmup + rounds):
-        shift = r % len(names)
-        for name in names[shift:] + names[:shift]:
-            dist.barrier()
-            seconds = items[name]()
-            if r >= warmup:
-                samples[name].append(seconds)
-    return samples
-
-
 def measure_parts(trainers: dict, keys: list, links: list, rounds: int, local_config, first_step: int) -> dict:
     """On every rank, in one schedule of rounds: each of ``trainers`` (name -> ``SyncTrainer``, no link) steps on
     from ``first_step`` for its compute; each message of ``keys`` is sent on each of ``links``; a local SGD step
@@ -141,7 +126,7 @@ def measure_parts(trainers: dict, keys: list, links: list, rounds: int, local_co
     for name, trainer in local.items():
         items["local_step", name] = compute_of(trainer, iter(range(10 ** 6)))
         items["local_step", name]()  # its warm-up; the methods' run just before warmed every other part
-    samples = in_rounds(items, rounds, warmup=0)
+    samples = interleaved(items, rounds, warmup=0, before=dist.barrier, self_timed=True, samples=True)
     parts = {"compute": {}, "exchange": {link.name: {} for link in links}, "local_step": {}}
     for name, values in samples.items():
         if name[0] == "exchange":
