@@ -84,7 +84,7 @@ def _train_and_refer(configs: list[TrainConfig], device: torch.device) -> dict |
     references = {}
     for name, fixed_order in REFERENCES.items():
         references[name] = train_single_process(configs[0], dist.get_world_size(), fixed_order=fixed_order,
-                                                device=str(device))["params"]
+                                                device=str(device), threads=torch.get_num_threads())["params"]
         context.report_progress(1)
     return {"runs": runs, "references": references,
             "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG")}

@@ -56,7 +56,7 @@ def reference_device(placement) -> str:
 
 
 def train_single_process(config, world_size: int, fixed_order: bool = False,
-                         device: str = "cpu") -> dict:
+                         device: str = "cpu", threads: int = 1) -> dict:
     """The reference: one process, one model, each step on the whole global batch of B x W x K.
 
     ``fixed_order=True`` computes the same gradient the way ``sync/deterministic.py`` does: each
@@ -64,24 +64,26 @@ def train_single_process(config, world_size: int, fixed_order: bool = False,
     added in rank order. A ``deterministic`` run equals this bit for bit when both use the same
     device and thread count (``experiments/determinism.py`` runs it on rank 0 for that reason).
 
-    It trains on one thread: it runs in the caller's process while the ranks hold the cores, and there the
-    threads of one matrix product queue for cores the ranks are using (60 MLP steps took 4.8 s on two threads
-    beside busy ranks, 0.5 s on one). Its rounding does not depend on the thread count beyond what
-    :func:`exact_tolerance` already allows.
+    It trains on ``threads`` threads, one by default: it runs in the caller's process while the ranks hold the
+    cores, and there the threads of one matrix product queue for cores the ranks are using (60 MLP steps took
+    4.8 s on two threads beside busy ranks, 0.5 s on one). For a tolerance the thread count does not matter
+    (:func:`exact_tolerance` allows for it); for a bit-for-bit comparison it does - a convolution split over two
+    threads adds its terms in another order than on one - so ``experiments/determinism.py`` passes the ranks' own
+    count.
 
     The reference is a function of its arguments alone (seeded weights, data and order; no timing), so a
     kernel keeps the last few it trained: a panel run again with a control the reference does not depend on
     (a link, a bucket size, a strategy) reuses it instead of training it again. Each caller gets its own copy.
     """
-    key = (_what_the_reference_reads(config), world_size, fixed_order, str(device))
+    key = (_what_the_reference_reads(config), world_size, fixed_order, str(device), threads)
     if key not in _REFERENCES:
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)  # beside busy ranks, two threads queueing for the cores took 10x as long
+        caller_threads = torch.get_num_threads()
+        torch.set_num_threads(threads)
         try:
             with plain_fp32(device):
                 result = _train(config, world_size, fixed_order, device)
         finally:
-            torch.set_num_threads(threads)
+            torch.set_num_threads(caller_threads)
         if str(device).startswith("cuda"):  # give the GPU back: the next run's ranks need it, not this process's cache
             result = {"losses": result["losses"], "params": result["params"].cpu()}
             torch.cuda.empty_cache()
