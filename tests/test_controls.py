@@ -83,3 +83,31 @@ def test_every_lesson_shows_its_panel_before_it_runs_it():
                 if shown < 0 or shown > match.start():
                     offenders.append(f"{path.name} cell {index}: {match.group(1)}.run() before display({match.group(1)})")
     assert not offenders, "\n".join(offenders)
+
+
+def test_the_option_sweep_runs_every_option_of_a_multiple_selection_and_counts_only_what_ran():
+    from dpteach.widgets.options import run_every_option
+    from dpteach.widgets.panel import ExperimentPanel
+    ran = []
+
+    def experiment(world_sizes, link=None):
+        if 1 not in world_sizes:
+            raise ValueError("include 1")  # a baseline the experiment needs: the extra round keeps it
+        ran.append((tuple(world_sizes), link))
+        return world_sizes
+
+    panel = ExperimentPanel("sweep", experiment=experiment, render=lambda r: None,
+                            controls={"world_sizes": widgets.SelectMultiple(options=[1, 2, 3, 8], value=(1, 2)),
+                                      "link": widgets.Dropdown(options=["a", "b"], value="a")})
+    panel.run()
+    report = run_every_option([panel])
+    assert report["errors"] == []
+    assert ((1, 3, 8), "a") in ran  # the options the lesson's selection left out, beside its first
+    assert sorted(report["covered"]["sweep"]["world_sizes"]) == sorted(report["offered"]["sweep"]["world_sizes"])
+    assert report["covered"]["sweep"]["link"] == ["'a'", "'b'"]
+    full = ExperimentPanel("full", experiment=experiment, render=lambda r: None,
+                           controls={"world_sizes": widgets.SelectMultiple(options=[1, 2], value=(1, 2))})
+    full.run()
+    ran.clear()
+    report = run_every_option([full])  # nothing left out: the lesson's own run covers it, no extra round
+    assert report["runs"] == 0 and ran == [] and report["covered"]["full"]["world_sizes"] == ["1", "2"]

@@ -7,7 +7,9 @@ option of each control runs at least once, with the sliders at their cheapest (t
 panel's fixed number of steps cut to three, and a sweep over world sizes cut to the lesson's first two). A
 combination the course refuses by design is not a dead end, and the rounds avoid the one there is:
 emulated peers with no link to time them (that round takes real ranks, and emulated peers get a round
-with a link). A round with exactly the values of a run the panel already finished without error - the lesson's
+with a link). A multiple selection (the sizes, algorithms or world sizes a panel runs side by side) gets one
+round of its own that runs every option the lesson's own selection leaves out, beside the first it holds (the
+baseline some experiments require, such as W = 1 in a scaling sweep). A round with exactly the values of a run the panel already finished without error - the lesson's
 own run, at its defaults - is not run a second time.
 
 The test suite runs it at the end of every lesson, in the kernel that ran the lesson
@@ -23,12 +25,31 @@ FEWEST_WORLD_SIZES = 2  # a sweep over W keeps its first two sizes: still a tren
 
 
 def choices_of(control) -> list | None:
-    """The values a control offers to choose between (None for a slider or a text box)."""
+    """The values a control offers to choose between (None for a slider, a text box or a multiple selection)."""
     if isinstance(control, widgets.Checkbox):
         return [False, True]
     if isinstance(control, CHOICES):
-        return [option[1] if isinstance(option, tuple) else option for option in control.options]
+        return _values(control)
     return None
+
+
+def _values(control) -> list:
+    return [option[1] if isinstance(option, tuple) else option for option in control.options]
+
+
+def left_out_round(control) -> tuple | None:
+    """A multiple selection's extra round: the first option its value holds and every option it leaves out, in
+    the order offered; None when the value already holds every option."""
+    offered, held = _values(control), tuple(control.value)
+    left_out = [v for v in offered if v not in held]
+    if not left_out:
+        return None
+    return tuple(v for v in offered if v in left_out or (held and v == held[0]))
+
+
+def several_of(panel) -> dict:
+    """The panel's multiple selections: ``{name: control}``."""
+    return {name: c for name, c in panel.controls.items() if isinstance(c, widgets.SelectMultiple)}
 
 
 def cheapest(control):
@@ -55,8 +76,11 @@ def rounds(panel) -> list[dict]:
     sizes = tuple(chosen.value) if isinstance(chosen, widgets.SelectMultiple) else panel.fixed.get("world_sizes")
     if isinstance(sizes, tuple) and len(sizes) > FEWEST_WORLD_SIZES:
         sliders["world_sizes"] = sizes[:FEWEST_WORLD_SIZES]
+    extra = {name: left_out_round(c) for name, c in several_of(panel).items()}
+    extra = {name: value for name, value in extra.items() if value is not None}
     if not choosing:
-        return []
+        return [{**sliders, name: value} for name, value in extra.items()]
+
     def sensible(values: dict) -> dict:
         if values.get("peers") == "emulated" and values.get("link", "given") is None:
             values["peers"] = "real"  # emulated peers need a link to time them: this round takes real ranks
@@ -69,7 +93,7 @@ def rounds(panel) -> list[dict]:
             if not any(values[name] == value for values in out):
                 out.append({**out[0], name: value, **({"link": next(v for v in choosing["link"] if v is not None)}
                                                       if name == "peers" and "link" in choosing else {})})
-    return out
+    return out + [{**out[0], name: value} for name, value in extra.items()]
 
 
 def run_every_option(panels) -> dict:
@@ -83,7 +107,10 @@ def run_every_option(panels) -> dict:
         seen = covered.setdefault(panel.title, {})
         offered[panel.title] = {name: [repr(v) for v in choices_of(c)] for name, c in panel.controls.items()
                                 if choices_of(c) is not None}
-        done = [entry["values"] for entry in panel.history]
+        offered[panel.title].update({name: [repr(v) for v in _values(c)] for name, c in several_of(panel).items()})
+        done = [entry["values"] for entry in panel.history]  # runs that finished without error
+        for values in done:  # what the lesson itself ran without error covers its options too
+            _credit(seen, values, offered[panel.title], several_of(panel))
         for values in rounds(panel):
             wanted = {**panel.values(), **values}
             if wanted in done:
@@ -96,9 +123,14 @@ def run_every_option(panels) -> dict:
                                    "error": f"{type(panel.error).__name__}: {panel.error}"[:1500]})
                     continue
                 done.append(wanted)
-            for name, value in values.items():
-                if name in panel.controls and choices_of(panel.controls[name]) is not None:
-                    seen.setdefault(name, [])
-                    if repr(value) not in seen[name]:
-                        seen[name].append(repr(value))
+            _credit(seen, wanted, offered[panel.title], several_of(panel))
     return {"runs": runs, "already_ran": already_ran, "errors": errors, "covered": covered, "offered": offered}
+
+
+def _credit(seen: dict, values: dict, offered: dict, several: dict) -> None:
+    """Count ``values`` (a run's full set of control values) as covering each option it used."""
+    for name, value in values.items():
+        if name in offered:
+            for one in (value if name in several else (value,)):
+                if repr(one) not in seen.setdefault(name, []):
+                    seen[name].append(repr(one))
