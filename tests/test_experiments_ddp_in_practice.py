@@ -77,6 +77,13 @@ def test_unused_parameters_default_fails_and_the_options_work():
     baseline = rows["no spare head"]["collectives_per_step"][-1]
     assert rows["find_unused_parameters"]["collectives_per_step"][-1] == baseline + 1  # the used-map all-reduce
     assert rows["static_graph"]["collectives_per_step"][-1] == baseline
+    # steps 0-2 and the last are profiled; the two between are timed, each setting's with its interval
+    for row in rows.values():
+        step = row["step"]
+        assert step["n"] == 2 and step["low"] <= row["median_step_s"] == step["median"] <= step["high"]
+    ranked = result["ranking"]
+    assert sorted(ranked["order"]) == sorted(rows) and ranked["order"][0] in ranked["leaders"]
+    assert (ranked["winner"] is None) == (len(ranked["leaders"]) > 1)
 
 
 def test_bucket_views_save_one_copy_of_the_gradients():

@@ -32,6 +32,7 @@ from torch import nn
 
 from .. import validate
 
+from ..measure import ranking, spread
 from ..ranks import context
 from ..ranks.launcher import launch
 from ..ranks.world import World, resolve_world
@@ -97,7 +98,9 @@ def _unused_on_rank(model_name: str, steps: int, batch: int, seed: int) -> dict:
     profiled_steps = {0, 1, 2, steps - 1}
     for step in range(steps):
         x, y = _batch(model_name, batch, step, seed)
-        for name, ddp in runs.items():  # interleaved, so background load hits every setting alike
+        names = list(runs)[step % len(runs):] + list(runs)[:step % len(runs)]  # interleaved, order turning each step
+        for name in names:  # so that background load, and going first, fall on every setting alike
+            ddp = runs[name]
             def one_step():
                 optimizers[name].zero_grad(set_to_none=True)
                 criterion(ddp(x), y).backward()
@@ -115,10 +118,14 @@ def _unused_on_rank(model_name: str, steps: int, batch: int, seed: int) -> dict:
         body = ddp.module.body if isinstance(ddp.module, WithSpareHead) else ddp.module
         spare = ddp.module.spare_head if isinstance(ddp.module, WithSpareHead) else None
         rows.append({"setting": name, "median_step_s": statistics.median(times[name]),
+                     "step": spread(times[name]).as_dict(),
                      "collectives_per_step": collectives[name],
                      "spare_grads_none": None if spare is None else all(p.grad is None for p in spare.parameters()),
                      "replica_spread": replica_spread(flat_weights(body))})
-    return {"default": failed, "rows": rows}
+    order = ranking({name: spread(times[name]) for name in runs})
+    return {"default": failed, "rows": rows,
+            "ranking": {"order": order.order, "leaders": order.leaders, "winner": order.winner,
+                        "sentence": order.sentence("ms", scale=1e3, digits=2)}}
 
 
 def unused_parameters(world_size: int | World | None = 2, model: str = "mlp", steps: int = 12, batch_per_rank: int = 16,
@@ -129,9 +136,12 @@ def unused_parameters(world_size: int | World | None = 2, model: str = "mlp", st
     Returns ``{"world_size", "backend", "device", "model", "steps", "default": {"first_collectives"
     (collectives issued by the first backward), "first_grad_spread" (largest gradient difference
     between ranks after it: not averaged if > 0), "error" (the first line DDP raised in the second
-    iteration, or None)}, "rows": [{"setting", "median_step_s", "collectives_per_step" (in steps 1, 2,
-    3 and the last, profiled), "spare_grads_none", "replica_spread"}]}``. Times are measured side by side,
-    step by step, in one run; compare them as ratios.
+    iteration, or None)}, "rows": [{"setting", "median_step_s", "step" (every timed step's median and
+    interval: ``dpteach.measure.Spread.as_dict``), "collectives_per_step" (in steps 1, 2, 3 and the last,
+    profiled), "spare_grads_none", "replica_spread"}], "ranking": {"order", "leaders", "winner",
+    "sentence"}}``. The three settings take their steps in turn (one step of each, then the next), so load
+    on the machine falls on all three alike; ``ranking`` names a faster one only where the intervals of
+    their steps separate (``dpteach.measure.ranking``).
     """
     check_model_name(model)
     validate.integer("steps", steps, low=6)

@@ -2,6 +2,7 @@
 03 (DDP's own buckets, unused parameters, bucket views) and 08 (a forgotten sampler, uneven inputs)."""
 from __future__ import annotations
 
+from ..measure import spread
 from .rendering import human_bytes, show, table
 
 
@@ -44,7 +45,7 @@ def render_ddp_buckets(result: dict) -> None:
           [[it["iteration"], ", ".join(f"{b['bytes'] / 2**20:.2f}" for b in it["buckets"]),
             ", ".join(it["collectives"]) or "none"] for it in result["iterations"]])
     last = result["iterations"][-1]["buckets"]
-    print(f"\nDDP's last iteration, bucket by bucket: " +
+    print("\nDDP's last iteration, bucket by bucket: " +
           "; ".join(f"[{b['index']}] {', '.join(b['params'])}" for b in last))
     print(f"course rule with the same caps: {'the same buckets' if result['same_as_course_rule'] else 'different'}")
     show(plot_ddp_buckets(result))
@@ -58,11 +59,12 @@ def render_unused(result: dict) -> None:
           f"{len(default['first_collectives'])} collective(s); the ranks' gradients then differed by up to "
           f"{default['first_grad_spread']:.2g}.\nThe second iteration raised: {default['error'] or 'nothing'}\n")
     base = next(r for r in result["rows"] if r["setting"] == "no spare head")["median_step_s"]
-    table(["setting", "collectives in steps 1, 2, 3 and the last", "median step (ms)", "vs no spare head",
-           "spare head's grads stay None", "replicas identical"],
-          [[r["setting"], ", ".join(map(str, r["collectives_per_step"])), f"{r['median_step_s'] * 1e3:.2f}",
+    table(["setting", "collectives in steps 1, 2, 3 and the last", "step, ms: median (interval)",
+           "median vs no spare head", "spare head's grads stay None", "replicas identical"],
+          [[r["setting"], ", ".join(map(str, r["collectives_per_step"])), spread(r["step"]["samples"]).scaled(1e3).text("", 2),
             f"{r['median_step_s'] / base:.2f}x", _yes(r["spare_grads_none"]), _yes(r["replica_spread"] == 0.0)]
            for r in result["rows"]])
+    print(result["ranking"]["sentence"])
 
 
 def render_bucket_views(result: dict) -> None:
