@@ -85,7 +85,9 @@ PRESETS = {link.name: link for link in (
     Link.from_bandwidth("1gbe", 50e-6, 0.125, title="1 Gbit/s Ethernet", source="TCP: tens of microseconds"),
     # Between data centres: light in fibre covers about 200 km per millisecond (refractive index ~1.5), so
     # 4,000 km of fibre (a continent) is 20 ms one way before any routing; a few Gbit/s is what one flow
-    # across a shared wide-area path may get. The regime DiLoCo (Douillard et al. 2023) was made for.
+    # across a shared wide-area path may get. Of the two figures, 20 ms is physics and 10 ms of routing and the
+    # 2.5 Gbit/s are round figures chosen for the lesson, not measurements (lesson 14 says so). The regime
+    # DiLoCo (Douillard et al. 2023) was made for.
     Link.from_bandwidth("wan", 30e-3, 0.3125, title="wide area, between data centres (30 ms, 2.5 Gbit/s)",
                         source="fibre: ~5 us per km; 4,000 km plus routing; 2.5 Gbit/s per flow assumed"),
 )}

@@ -7,7 +7,13 @@ sharded inside as it likes - and runs data parallelism *between* them, one step 
     every step, in every group:
         manager.start_quorum()      ask the Lighthouse (one small server for the job) who is alive now
         forward, backward           DDP's hooks all-reduce the gradients over the groups in the quorum
-        optimizer.step()            only if every group's all-reduce worked (manager.should_commit())
+        optimizer.step()            only if manager.should_commit(): a vote among this group's own ranks
+
+``should_commit`` agrees *within* one replica group - True when no rank of the group hit an error - and
+"different replica groups may return different values" (its docstring in ``torchft/manager.py``; the vote
+is counted by the group's own ``ManagerServer``, ``src/manager.rs``). Groups rarely disagree in practice:
+when a group dies in the middle of the all-reduce, every survivor's all-reduce fails as well, each records
+the error, and each group votes not to step.
 
 A group that dies drops out of the next quorum; the others go on, averaging over fewer groups (a smaller
 global batch for a while) instead of stopping. A group that (re)joins is behind: the manager sees it in
@@ -65,7 +71,7 @@ def train_group(group: int, lighthouse: str, steps: int, out: Path, die_after: i
         inner.zero_grad()
         time.sleep(step_ms / 1e3)  # a step as long as a real model's: the lighthouse decides on a 100 ms tick
         criterion(ddp(x), y).backward()
-        committed = manager.should_commit()  # False on every group if any group's all-reduce failed
+        committed = manager.should_commit()  # this group's vote: False if any of its ranks saw an error
         if committed:
             inner.step()
         log.append({"step": step, "committed": committed, "participants": manager.num_participants(),
