@@ -231,6 +231,9 @@ def shrink_quizzes(notebook) -> int:
                 if topic and topic not in topics:
                     topics.append(topic)
             title = re_module.sub(r"<[^>]+>", "", texts[heading[0]]) if heading else "Quiz"
+            if not topics and html_module.unescape(title).startswith("Quiz: "):  # one topic: named once, above
+                named = by_title.get(html_module.unescape(title)[len("Quiz: "):])
+                topics = [named] if named else []
             output.setdefault("metadata", {})[META] = {"quiz": {"title": html_module.unescape(title),
                                                                 "items": len(items), "topics": topics}}
             model["state"]["children"] = [f"IPY_MODEL_{child}" for child in heading]

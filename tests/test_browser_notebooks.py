@@ -197,8 +197,9 @@ def test_a_learner_runs_the_notebook_then_every_panel_again(lab, notebook):
                 panel.locator(".dpteach-run").click()
                 page.wait_for_function(f"() => ({PANEL_STATE})({index}).runs > {runs_before}", timeout=60_000)
                 state = page.evaluate(PANEL_STATE, index)
-                assert state["status"].startswith("failed"), f"{notebook}, panel {index}: {state['status']}"
-                assert "is not allowed: type a number" in panel.inner_text(), f"{notebook}, panel {index}"
+                assert state["status"].startswith("not run"), f"{notebook}, panel {index}: {state['status']}"
+                note = panel.locator(".dpteach-prediction-note").inner_text()
+                assert "is not allowed: type a number" in note, f"{notebook}, panel {index}: {note!r} beside the box"
                 runs_before = state["runs"]
                 box.fill("1.5")
             changed = change_a_control(panel)

@@ -55,8 +55,22 @@ def test_an_empty_box_runs_without_a_score_and_a_non_number_runs_nothing(progres
     assert isinstance(panel.error, ValueError)
     assert "prediction='about ten' is not allowed: type a number in items" in str(panel.error)
     texts = "".join(o.get("text", "") for o in panel.output.outputs)
-    assert "doubling 7" not in texts and "prediction='about ten' is not allowed" in texts  # nothing ran
+    assert "doubling 7" not in texts and "got 10" in str(panel.output.outputs)  # nothing ran; the last result stays
+    assert "prediction=&#x27;about ten&#x27; is not allowed" in panel.prediction.note.value  # said beside the box
+    assert panel.status.value.count("not run") == 1
     assert panel.result == {"n": 5, "doubled": 10} and panel.runs == 2
+    panel.prediction.text.value = "14"
+    assert panel.run(n=7) == {"n": 7, "doubled": 14} and panel.prediction.note.value == ""  # a number clears it
+
+
+def test_a_computed_value_is_not_called_measured(progress):
+    computed = Prediction(key="test-rule", lesson="00", unit="items", question="2n?", obtained="computed",
+                          measure=lambda result: result["doubled"], explain=lambda result, predicted: "")
+    box = ExperimentPanel("rule", experiment=_doubling, render=lambda r: None, controls={"n": widgets.IntSlider(value=5)},
+                          prediction=computed).prediction
+    score = box.score(12.0, {"n": 5, "doubled": 10})
+    assert "this run computed <b>10 items</b>" in score and "measured" not in score
+    assert progress.load()["predictions"]["test-rule"]["attempts"] == 1
 
 
 @pytest.mark.parametrize("text, value", [("12.5", 12.5), (" 3e-3 ", 3e-3), ("1,024", 1024.0), ("", None)])

@@ -120,3 +120,23 @@ def test_try_again_clears_the_answer_reshuffles_and_records_a_second_attempt(sto
     assert view.submit()["correct"] is True and panel.score == 1
     stored = ProgressStore(store_path).load()["quiz"][item.id]
     assert stored["attempts"] == 2 and stored["ever_correct"] is True and stored["last_correct"] is True
+
+
+def test_code_spans_render_as_code_and_a_one_topic_quiz_names_its_topic_once():
+    from dpteach.quiz.widget import feedback_html, label, marked
+    assert marked("torch's `powerSGD_hook` & <b>") == "torch&#x27;s <code>powerSGD_hook</code> &amp; &lt;b&gt;"
+    assert label("the `bucket_cap_mb` cap") == "the bucket_cap_mb cap"
+    bank = load_bank()
+    items = bank.topic("failures")[:2]
+    with_code = next(i for i in bank.items if "`" in i.stem or any("`" in o.text for o in i.options))
+    panel = QuizPanel(items, record=False, title=f"Quiz: {items[0].topic_title}")
+    headers = [view.widget.children[0].value for view in panel.items]
+    assert all(items[0].topic_title not in h for h in headers)  # the heading says it once
+    mixed = QuizPanel([items[0], with_code] if with_code.topic != "failures" else items, record=False, title="Quiz")
+    assert items[0].topic_title in mixed.items[0].widget.children[0].value
+    view = QuizPanel([with_code], record=False).items[0]
+    labels = ([t for t, _ in view._radio.options] if view._radio else [c.description for c in view._checks])
+    assert not any("`" in t for t in labels)  # plain-text labels drop the backticks ...
+    view.choose([0])
+    assert view.chosen == [with_code.options[0].text]  # ... and still stand for the bank's own text
+    assert "`" not in feedback_html(with_code, list(range(len(with_code.options))), view.chosen).replace("\\`", "")

@@ -293,6 +293,7 @@ def replica_groups(steps: int = 24, kill_after: int = 6, replace_after_s: float 
             doomed.wait(timeout=120)
             time.sleep(replace_after_s)
             (folder / "replace").touch()
+            told = time.time()  # the spare is told to take over: what the figure's dashed line marks
             for child, name in ((survivor, "group0"), (replacement, "replacement")):
                 if child.wait(timeout=180) != 0:
                     raise RuntimeError(f"{name} failed:\n" + (folder / f"{name}.log").read_text()[-3000:])
@@ -310,7 +311,7 @@ def replica_groups(steps: int = 24, kill_after: int = 6, replace_after_s: float 
     return {"steps": steps, "kill_after": kill_after, "replace_after_s": replace_after_s, "timeout_s": timeout_s,
             "heartbeat_timeout_s": heartbeat_timeout_ms / 1e3,
             "logs": {name: run["log"] for name, run in runs.items()}, "killed_at": killed_at,
-            "replacement_started": runs["replacement"]["started"],
+            "replacement_told": told, "replacement_started": runs["replacement"]["started"],
             "replacement_joined_at_step": joined, "group0_steps_alone": len(alone),
             "group0_longest_step_s": max(gaps), "group0_median_step_s": statistics.median(gaps),
             "group0_uncommitted": sum(not r["committed"] for r in survivor_log),

@@ -11,6 +11,7 @@ let a browser test find the parts without depending on widget internals.
 """
 from __future__ import annotations
 
+import re
 import warnings
 from html import escape
 
@@ -34,6 +35,16 @@ _STYLE = """<style>
 _RIGHT, _WRONG = "#1a7f37", "#cf222e"
 
 
+def marked(text: str) -> str:
+    """Bank text as HTML: escaped, with its `code spans` set as code (the bank writes them in backticks)."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", escape(text))
+
+
+def label(text: str) -> str:
+    """Bank text for a plain-text widget label (a radio button's, a checkbox's): its backticks dropped."""
+    return re.sub(r"`([^`]+)`", r"\1", text)
+
+
 def feedback_html(item: Item, shown_order: list[int], chosen: list[str]) -> str:
     """Every option, in the order shown, marked right/wrong and chosen/not, with its explanation."""
     correct = is_correct(item, chosen)
@@ -51,10 +62,10 @@ def feedback_html(item: Item, shown_order: list[int], chosen: list[str]) -> str:
                 (False, True): "you chose it", (False, False): ""}[(option.correct, picked)]
         classes = f"dpteach-quiz-option {'right' if option.correct else 'wrong'}{' chosen' if picked else ''}"
         lines.append(f'<li class="{classes}"><span style="color:{_RIGHT if option.correct else _WRONG}">'
-                     f"<b>{mark}</b>{f' ({note})' if note else ''}</span> {escape(option.text)}<br>"
-                     f'<span class="dpteach-quiz-explanation">{escape(option.explanation)}</span></li>')
+                     f"<b>{mark}</b>{f' ({note})' if note else ''}</span> {marked(option.text)}<br>"
+                     f'<span class="dpteach-quiz-explanation">{marked(option.explanation)}</span></li>')
     lines.append("</ul>")
-    lines.append(f'<div class="dpteach-quiz-trap"><b>Common trap:</b> {escape(item.trap)}</div>')
+    lines.append(f'<div class="dpteach-quiz-trap"><b>Common trap:</b> {marked(item.trap)}</div>')
     if item.demonstrated:
         lines.append(f'<div class="dpteach-quiz-live"><b>See it live:</b> <a href="{escape(item.notebook)}" '
                      f'target="_blank">{escape(item.notebook)}</a>, experiment '
@@ -86,7 +97,7 @@ def figure_widgets(figure: dict) -> list:
 class QuizItemView:
     """One question: its choice widgets, a Submit button, and the feedback shown after submitting."""
 
-    def __init__(self, item: Item, number: int, seed: int, on_submitted):
+    def __init__(self, item: Item, number: int, seed: int, on_submitted, show_topic: bool = True):
         self.item = item
         self.seed, self.attempt = seed, 0
         self.order = option_order(item, seed)
@@ -94,21 +105,20 @@ class QuizItemView:
         self._on_submitted = on_submitted
         shown = [item.options[index].text for index in self.order]
         how_many = "pick one" if item.type == "single" else f"pick {item.select}"
-        header = widgets.HTML(f"<b>Question {number}</b> &middot; {escape(item.topic_title)} &middot; "
-                              f"<i>{how_many}</i>")
+        topic = f" &middot; {escape(item.topic_title)}" if show_topic else ""  # not in a quiz of one topic
+        header = widgets.HTML(f"<b>Question {number}</b>{topic} &middot; <i>{how_many}</i>")
         # pre-wrap keeps the line breaks of stems that contain code and still wraps long prose lines
-        stem = widgets.HTML(f'<div style="white-space: pre-wrap; line-height: 1.4">{escape(item.stem)}</div>')
+        stem = widgets.HTML(f'<div style="white-space: pre-wrap; line-height: 1.4">{marked(item.stem)}</div>')
         stem.add_class("dpteach-quiz-stem")
         shown_with = [stem, *figure_widgets(item.figure)] if item.figure else [stem]
         if item.type == "single":
-            self._radio = widgets.RadioButtons(options=[(text, text) for text in shown], value=None,
+            self._radio = widgets.RadioButtons(options=[(label(text), text) for text in shown], value=None,
                                                layout=widgets.Layout(width="100%"))
             self._checks = []
             choices = self._radio
         else:
             self._radio = None
-            self._checks = [widgets.Checkbox(value=False, description=text, indent=False,
-                                             layout=widgets.Layout(width="100%")) for text in shown]
+            self._checks = self._checkboxes(shown)
             choices = widgets.VBox(self._checks)
         choices.add_class("dpteach-quiz-choices")
         self._choices = choices
@@ -131,8 +141,19 @@ class QuizItemView:
         if self._radio is not None:
             picked = [] if self._radio.value is None else [self._radio.value]
         else:
-            picked = [check.description for check in self._checks if check.value]
+            picked = [check.option for check in self._checks if check.value]
         return [option.text for option in self.item.options if option.text in picked]
+
+    @staticmethod
+    def _checkboxes(shown: list[str]) -> list:
+        """One checkbox per option shown, labelled for reading and knowing the bank text it stands for."""
+        checks = []
+        for text in shown:
+            check = widgets.Checkbox(value=False, description=label(text), indent=False,
+                                     layout=widgets.Layout(width="100%"))
+            check.option = text
+            checks.append(check)
+        return checks
 
     def choose(self, answers) -> None:
         """Select options as a learner would: by option text or by 0-based index in bank order."""
@@ -143,7 +164,7 @@ class QuizItemView:
             self._radio.value = texts[0] if texts else None
         else:
             for check in self._checks:
-                check.value = check.description in texts
+                check.value = check.option in texts
 
     def submit(self) -> dict | None:
         """Judge the current choice; returns the result, or None when the submission is refused."""
@@ -174,11 +195,10 @@ class QuizItemView:
                 break
         shown = [self.item.options[index].text for index in self.order]
         if self._radio is not None:
-            self._radio.options = [(text, text) for text in shown]
+            self._radio.options = [(label(text), text) for text in shown]
             self._radio.value = None
         else:
-            self._checks = [widgets.Checkbox(value=False, description=text, indent=False,
-                                             layout=widgets.Layout(width="100%")) for text in shown]
+            self._checks = self._checkboxes(shown)
             self._choices.children = self._checks
         self.result = None
         self.message.value = self.feedback.value = ""
@@ -202,7 +222,10 @@ class QuizPanel:
             raise ValueError("a quiz panel needs at least one item")
         self.seed = seed
         self.store = (store or ProgressStore()) if record else None
-        self.items = [QuizItemView(item, number, seed, self._submitted) for number, item in enumerate(items, 1)]
+        # A quiz of one topic whose heading names it does not repeat it over every question.
+        named = len({item.topic for item in items}) == 1 and title is not None and items[0].topic_title in title
+        self.items = [QuizItemView(item, number, seed, self._submitted, show_topic=not named)
+                      for number, item in enumerate(items, 1)]
         self.score_line = widgets.HTML("").add_class("dpteach-quiz-score")
         heading = widgets.HTML(f"<h3>{escape(title)}</h3>") if title else widgets.HTML("")
         self.widget = widgets.VBox([widgets.HTML(_STYLE), heading, *[view.widget for view in self.items],

@@ -195,8 +195,10 @@ def load_checkpoint(trainer, path, leave_out=()) -> dict:
             state.pop(piece)
     dcp.load(state, checkpoint_id=str(path))
     _restore(trainer, state)
-    return {"progress": state["progress"], "data": state.get("data"),
-            "restored": sorted({k.split("/")[0] for k in state} - {"progress"})}
+    pieces = {k.split("/")[0] for k in state} - {"progress"}
+    if state.get("scaler") is None:  # an fp32 run has no loss scale: nothing of it was restored
+        pieces.discard("scaler")
+    return {"progress": state["progress"], "data": state.get("data"), "restored": sorted(pieces)}
 
 
 def _restore(trainer, state: dict) -> None:

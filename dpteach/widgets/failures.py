@@ -2,6 +2,8 @@
 and the checkpoint interval."""
 from __future__ import annotations
 
+from textwrap import shorten
+
 from .rendering import human_bytes, legend_below, show, table
 
 
@@ -19,7 +21,7 @@ def render_fault_detection(result: dict) -> None:
     for row in result["rows"]:
         peer = next(r for r in row["ranks"] if not r["faulty"])
         rows.append([fault_name(row), _ms(row["peers_knew_after_s"]), _ms(row["job_ended_after_s"]),
-                     row["torchrun_exit_code"], (peer["error"] or "no error")[:150]])
+                     row["torchrun_exit_code"], shorten(peer["error"] or "no error", 150, placeholder=" ...")])
     table(["fault (rank 1)", "peers knew after, ms", "job over after, ms", "torchrun exit", "what rank 0 read"], rows)
     hangs = sorted((row for row in result["rows"] if row["kind"] == "hang"), key=lambda row: row["debug_detail"])
     if hangs and hangs[0]["torchrun_said"]:
@@ -53,7 +55,7 @@ def render_restart(result: dict) -> None:
     print(f"{result['strategy']} on {result['world_size']} ranks, {result['steps']} steps, a checkpoint every "
           f"{result['every']}; rank 1 killed before step {result['fault_step']}, torchrun --max-restarts "
           f"{result['max_restarts']}:")
-    table(["restarts", "resumed from step", "steps done twice", "max |dθ| vs untouched run", "seconds, killed job in all"],
+    table(["restarts", "resumed at step", "steps done twice", "max |dθ| vs untouched run", "seconds, killed job in all"],
           [[result["restarts"], result["resumed_from"], result["steps_redone"], f"{result['max_abs_diff']:.1e}",
             f"{result['seconds_killed']:.1f}"]])
     show(plot_restart(result))
@@ -62,14 +64,16 @@ def render_restart(result: dict) -> None:
 def plot_restart(result: dict):
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(9, 3.4))
-    steps = result["steps"]
-    ax.plot(range(1, steps + 1), result["losses_untouched"], color="#4C72B0", linewidth=3, alpha=0.5,
+    steps = result["steps"]  # counted from 0, as `--fault kill@6:1` and the checkpoints count them
+    ax.plot(range(steps), result["losses_untouched"], color="#4C72B0", linewidth=3, alpha=0.5,
             label="untouched run")
-    start = result["resumed_from"]
-    ax.plot(range(start + 1, steps + 1), result["losses_killed"], color="#C44E52", marker=".",
-            label=f"after the restart (resumed from step {start})")
-    ax.axvspan(start + 0.5, result["fault_step"] + 0.5, color="#DD8452", alpha=0.25, label="steps done twice")
-    ax.set_xlabel("step")
+    start, fault = result["resumed_from"], result["fault_step"]
+    ax.plot(range(start, steps), result["losses_killed"], color="#C44E52", marker=".",
+            label=f"after the restart (resumed at step {start})")
+    twice = list(range(start, fault))
+    ax.axvspan(start - 0.5, fault - 0.5, color="#DD8452", alpha=0.25,
+               label=f"steps done twice ({', '.join(map(str, twice))})" if twice else "steps done twice (none)")
+    ax.set_xlabel("step (counted from 0)")
     ax.set_ylabel("training loss")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
@@ -82,9 +86,11 @@ def render_resume(result: dict) -> None:
     print(f"{result['strategy']} at {where}, {result['precision']}, input noise {result['input_noise']:g}; "
           f"interrupted after step {result['stop_at']} of {result['steps']}; a checkpoint is "
           f"{human_bytes(result['checkpoint']['bytes'])} and took {result['checkpoint']['seconds'] * 1e3:.0f} ms")
-    table(["run", "restored", "max |dθ| vs untouched", "equal", "steps fp16 skipped"],
-          [[name, ", ".join(run["restored"]) or "-", f"{run['max_abs_diff']:.1e}", "yes" if run["equal"] else "NO",
-            run["skipped_steps"]] for name, run in result["runs"].items()])
+    fp16 = result["precision"] == "fp16"
+    table(["run", "restored", "max |dθ| vs untouched", "equal"] + (["steps fp16 skipped, of the steps it trained"] if fp16 else []),
+          [[name, ", ".join(run["restored"]) or "-", f"{run['max_abs_diff']:.1e}", "yes" if run["equal"] else "NO"]
+           + ([f"{run['skipped_steps']} of steps {run['resumed_from']}-{result['steps'] - 1}"] if fp16 else [])
+           for name, run in result["runs"].items()])
     show(plot_resume(result))
 
 
@@ -180,7 +186,10 @@ def plot_replica_groups(result: dict):
         ax.scatter([r["at"] - origin for r in alone], [r["step"] for r in alone], color=color, marker="o",
                    facecolors="none", zorder=3)
     ax.axvline(result["killed_at"] - origin, color="black", linestyle=":", label="SIGKILL")
-    ax.axvline(result["replacement_started"] - origin, color="#55A868", linestyle="--", label="replacement started")
+    ax.axvline(result["replacement_told"] - origin, color="#55A868", linestyle="--",
+               label=f"spare told to take over ({result['replace_after_s']:g} s after group 1 died)")
+    ax.axvline(result["replacement_started"] - origin, color="#55A868", linestyle=":",
+               label="its Manager built, its loop begins")
     ax.set_xlabel("seconds")
     ax.set_ylabel("the job's step")
     ax.set_title("torchft, two replica groups of one CPU rank: hollow marks = a step trained alone", fontsize="medium")

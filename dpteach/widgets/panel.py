@@ -173,6 +173,14 @@ class ExperimentPanel:
     def run(self, **overrides):
         """Run the experiment with the controls' values (``overrides`` win); render and return the result."""
         values = {**self.values(), **overrides}
+        try:
+            predicted = self.prediction.read() if self.prediction else None
+        except ValueError as refused:  # text that is not a number: said beside the box, and nothing runs
+            self.error = refused
+            self.runs += 1
+            self.status.value = (f"<span data-runs='{self.runs}' style='color:#b00'>not run: the prediction box holds "
+                                 f"no number (see beside it)</span>")
+            return self.result
         self.button.disabled = True
         self.status.value = "<span class='dpteach-running'>&#9203; running: the result below is the last one</span>"
         if self.output.outputs:
@@ -181,7 +189,6 @@ class ExperimentPanel:
         drawn = SimpleNamespace(outputs=())  # the new result is drawn off screen, then replaces the old at once
         start = time.perf_counter()
         try:
-            predicted = self.prediction.read() if self.prediction else None  # a non-number: refused, nothing runs
             with write_into(self.live):  # not `with self.live:` - see capture.py for why
                 extra = {"trace": self.trace_path} if self.trace_path and "trace" not in values else {}
                 self.result = self.experiment(**values, **extra)

@@ -4,7 +4,7 @@ Performance work is a loop - predict from a cost model, run, read what happened,
 prediction written down before the run is the part that teaches: afterwards every number looks obvious.
 A :class:`Prediction` gives a panel a question and a box for the answer. The box may stay empty (a
 prediction is never required to go on); text that is not a number stops the run with a message that says
-so, before anything starts. After the run the panel shows the prediction beside the measurement, the
+so beside the box, and nothing runs. After the run the panel shows the prediction beside the measurement, the
 relative error and where the gap comes from (the lesson's own explanation, from the run's numbers), and
 records the attempt in the learner's progress (``dpteach progress``).
 """
@@ -25,7 +25,10 @@ class Prediction:
     """``key`` names the question in the progress file; ``lesson`` its lesson ("02"); ``question`` what to
     predict (HTML); ``unit`` the unit of the answer; ``measure(result)`` the run's value in that unit;
     ``explain(result, predicted)`` where the gap between the two comes from (HTML), from the run's numbers.
-    ``measure`` returns None when the run, as the learner set it up, measured nothing to compare with."""
+    ``measure`` returns None when the run, as the learner set it up, measured nothing to compare with.
+    ``obtained`` says how the run got its value, for the score's sentence: "measured" by default; a value a
+    rule or formula computes from the panel's settings says "computed" (Young's interval), so that a formula's
+    result is never called a measurement."""
 
     key: str
     lesson: str
@@ -33,6 +36,7 @@ class Prediction:
     unit: str
     measure: Callable[[dict], float | None]
     explain: Callable[[dict, float], str]
+    obtained: str = "measured"
 
 
 def parse(text: str, unit: str) -> float | None:
@@ -69,12 +73,22 @@ class PredictionBox:
                                  description="prediction", style={"description_width": "initial"},
                                  layout=widgets.Layout(width="360px"))
         self.text.add_class("dpteach-prediction")
+        self.note = widgets.HTML()  # a refused answer's message, next to the box it is about
+        self.note.add_class("dpteach-prediction-note")
         self.widget = widgets.VBox([widgets.HTML(f"<div>&#9998; <b>Predict first.</b> {prediction.question}</div>"),
-                                    self.text])
+                                    widgets.HBox([self.text, self.note])])
         self.last: dict | None = None  # the last scored attempt
 
     def read(self) -> float | None:
-        return parse(self.text.value, self.prediction.unit)
+        """The number in the box (None when empty); text that is not a number raises the ValueError of
+        :func:`parse` and shows its message beside the box."""
+        try:
+            value = parse(self.text.value, self.prediction.unit)
+        except ValueError as refused:
+            self.note.value = f"<span style='color:#b00'>{html.escape(str(refused))}</span>"
+            raise
+        self.note.value = ""
+        return value
 
     def score(self, predicted: float | None, result: dict) -> str | None:
         """HTML comparing ``predicted`` with the run's measurement (None when nothing was predicted), and the
@@ -87,7 +101,7 @@ class PredictionBox:
         if not measured:  # None, or 0: no relative error to give
             self.last = None
             return (f"<div class='dpteach-prediction-score'>You predicted {predicted:.4g} {html.escape(p.unit)}, "
-                    f"but this run, as the panel was set, measured nothing to compare it with; change the "
+                    f"but this run, as the panel was set, {p.obtained} nothing to compare it with; change the "
                     f"controls back and run again.</div>")
         measured = float(measured)
         error = (predicted - measured) / measured
@@ -96,5 +110,5 @@ class PredictionBox:
         side = "over" if error > 0 else "under"
         return (f"<div class='dpteach-prediction-score' data-error='{error:.6g}' style='background:#eef5ff;"
                 f"padding:6px 10px;border-radius:4px'>You predicted <b>{predicted:.4g} {html.escape(p.unit)}</b>; "
-                f"this run measured <b>{measured:.4g} {html.escape(p.unit)}</b>: {abs(error):.0%} {side} "
+                f"this run {p.obtained} <b>{measured:.4g} {html.escape(p.unit)}</b>: {abs(error):.0%} {side} "
                 f"({verdict(error)}).<br>{p.explain(result, predicted)}</div>")

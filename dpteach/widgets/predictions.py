@@ -103,7 +103,7 @@ BUCKET_COUNT = Prediction(
     key="03-bucket-count", lesson="03", unit="buckets",
     question=("How many <b>buckets</b> will the rule make of the chosen model's gradients with the slider's cap? "
               "(Lesson 01 lists each layer's size.)"),
-    measure=_bucket_count, explain=_explain_buckets)
+    measure=_bucket_count, explain=_explain_buckets, obtained="computed")
 
 
 # -- lesson 04: what overlap hides ---------------------------------------------------------------------
@@ -204,4 +204,4 @@ CHECKPOINT_INTERVAL = Prediction(
     key="13-young-interval", lesson="13", unit="min",
     question=("With the panel's GPUs, failure rate and checkpoint cost, how many <b>minutes of work between "
               "checkpoints</b> lose the least time, by Young's rule?"),
-    measure=_young_minutes, explain=_explain_interval)
+    measure=_young_minutes, explain=_explain_interval, obtained="computed")
