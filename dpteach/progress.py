@@ -10,7 +10,11 @@ two processes at once (a notebook kernel and a terminal), so the file is handled
 * a file that cannot be parsed is never silently dropped: it is moved aside to
   ``progress.json.corrupt-<timestamp>`` and a :class:`ProgressFileWarning` says where.
 
-Location: ``$DPTEACH_PROGRESS`` if set, else ``~/.dpteach/progress.json``.
+Location: ``$DPTEACH_PROGRESS`` if set; else, in a course workspace (a folder that ``dpteach lab`` prepared,
+marked by ``.dpteach/workspace.json``, or any folder below it), that workspace's ``.dpteach/progress.json``,
+so two learners' workspaces on one account keep two records; else ``~/.dpteach/progress.json``. Grading
+someone else's submission never writes here (``dpteach grade --submission``, the Gradescope autograder,
+nbgrader's runs: ``dpteach/grading/__init__.py``).
 
 API: ``ProgressStore(path=None)`` with ``record_quiz``, ``record_exercise``, ``record_prediction``, ``load``
 and ``summary``.
@@ -39,9 +43,20 @@ class ProgressFileWarning(UserWarning):
     """The progress file was unreadable and has been moved aside (the message says where)."""
 
 
-def default_progress_path() -> Path:
+def default_progress_path(folder: Path | None = None) -> Path:
+    """Where progress is kept when no path is given: ``$DPTEACH_PROGRESS``, else the workspace that ``folder``
+    (the working directory: a notebook's kernel runs in the notebook's folder) lies in, else the home folder."""
     override = os.environ.get(PROGRESS_ENV_VAR)
-    return Path(override).expanduser() if override else Path.home() / ".dpteach" / "progress.json"
+    if override:
+        return Path(override).expanduser()
+    here = Path(folder) if folder is not None else Path.cwd()
+    for candidate in (here, *here.parents):
+        if (candidate / WORKSPACE_MARK).is_file():
+            return candidate / ".dpteach" / "progress.json"
+    return Path.home() / ".dpteach" / "progress.json"
+
+
+WORKSPACE_MARK = Path(".dpteach") / "workspace.json"  # written by dpteach.workspace.prepare
 
 
 def _now() -> str:

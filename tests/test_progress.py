@@ -133,3 +133,49 @@ def test_two_writer_processes_lose_nothing(path):
     quiz = ProgressStore(path).load()["quiz"]
     assert len(quiz) == 41 and quiz["shared"]["attempts"] == 40
     assert ProgressStore(path).summary()["quiz"]["overlap"] == {"answered": 41, "correct": 21, "attempts": 80}
+
+
+def test_progress_lives_with_the_workspace_it_was_earned_in(tmp_path, monkeypatch):
+    monkeypatch.delenv("DPTEACH_PROGRESS", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    first, second = tmp_path / "ana", tmp_path / "ben"
+    for workspace in (first, second):
+        (workspace / ".dpteach").mkdir(parents=True)
+        (workspace / ".dpteach" / "workspace.json").write_text("{}")
+        (workspace / "notebooks").mkdir()
+    monkeypatch.chdir(first / "notebooks")  # where a lesson's kernel runs
+    ProgressStore().record_exercise("01_ring", 3, 5, "failed")
+    monkeypatch.chdir(second)
+    assert default_progress_path() == second / ".dpteach" / "progress.json"
+    assert ProgressStore().load()["exercises"] == {}  # another learner's workspace: its own record
+    monkeypatch.chdir(tmp_path)
+    assert default_progress_path() == tmp_path / "home" / ".dpteach" / "progress.json"
+    assert ProgressStore(default_progress_path(first)).load()["exercises"]["01_ring"]["best_score"] == 3
+
+
+@pytest.mark.slow
+def test_grading_someone_elses_submission_leaves_the_graders_progress_alone(tmp_path, monkeypatch):
+    """`dpteach grade --submission` (instructors, autograders) records nothing; `dpteach grade PATH` does."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+    exercise = sorted((Path(__file__).resolve().parents[1] / "exercises").glob("01_*.ipynb"))[0]
+    notebook = json.loads(exercise.read_text())
+    for cell in notebook["cells"]:
+        if "solution" in cell.get("metadata", {}).get("tags", []):
+            cell["source"] = "def reduce_scatter(:\n"  # attempted, and broken: graded in no time, no ranks
+    submission = tmp_path / "submission"
+    submission.mkdir()
+    (submission / exercise.name).write_text(json.dumps(notebook))
+    progress = tmp_path / "progress.json"
+    env = {**__import__("os").environ, "DPTEACH_PROGRESS": str(progress)}
+    run = [sys.executable, "-m", "dpteach", "grade"]
+    graded = subprocess.run(run + ["--submission", str(submission), "--exercise", "01"], env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert graded.returncode == 1 and "error" in graded.stdout.lower(), graded.stdout + graded.stderr
+    assert not progress.exists()
+    mine = tmp_path / "mine.ipynb"
+    shutil.copy(submission / exercise.name, mine)
+    subprocess.run(run + [str(mine), "--exercise", "01"], env=env, capture_output=True, text=True, timeout=300)
+    assert ProgressStore(progress).load()["exercises"]  # one's own notebook is one's own attempt

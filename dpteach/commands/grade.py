@@ -89,7 +89,9 @@ def run(args) -> int:
     path = notebook_path(args.path) if args.path is not None else None  # a bad PATH is a bad argument
     try:
         path = path or find_submission(Path(args.submission), exercise)
-        report = grade_notebook(path, exercise.id if exercise else None, record=not args.no_record)
+        # A submission is someone else's work: grading it (an instructor, an autograder) is nobody's progress here.
+        record = not args.no_record and args.submission is None
+        report = grade_notebook(path, exercise.id if exercise else None, record=record)
     except ValueError as exc:  # nothing to grade: no notebook, an unreadable one, one of another exercise
         if form != "gradescope":
             raise

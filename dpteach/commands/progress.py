@@ -1,7 +1,8 @@
 """``dpteach progress``: how far the learner is - quiz items per topic and exercise grades.
 
-Reads the progress store (``$DPTEACH_PROGRESS`` or ``~/.dpteach/progress.json``) that the quizzes
-and the exercise grader write. Where the quiz bank can be read, each topic also shows how many
+Reads the progress store that the quizzes and the exercise grader write: ``$DPTEACH_PROGRESS``, else the
+course workspace this is run in (``dpteach lab`` keeps each workspace's progress in its ``.dpteach/``
+folder), else ``~/.dpteach/progress.json`` (``dpteach/progress.py``); ``--workspace DIR`` reads DIR's. Where the quiz bank can be read, each topic also shows how many
 items it holds, so "3 answered" reads as "3 of 6". Every exercise is listed, graded or not, with
 the command that grades it.
 """
@@ -15,6 +16,8 @@ from dpteach.progress import ProgressStore
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.add_argument("--workspace", metavar="DIR", default=None,
+                        help="read the progress kept in this course workspace (default: the one this is run in)")
 
 
 def _items_per_topic() -> dict[str, int]:
@@ -37,7 +40,14 @@ def _exercise_stems() -> list[str]:
 
 
 def run(args) -> int:
-    store = ProgressStore()
+    from pathlib import Path
+
+    from dpteach.progress import WORKSPACE_MARK, default_progress_path
+    if args.workspace is not None and not (Path(args.workspace).expanduser() / WORKSPACE_MARK).is_file():
+        raise ValueError(f"--workspace {args.workspace!r} is not a course workspace (no {WORKSPACE_MARK} in it): "
+                         f"give the folder `dpteach lab` prepared, ~/dpteach-course by default")
+    where = default_progress_path(Path(args.workspace).expanduser()) if args.workspace is not None else None
+    store = ProgressStore(where)
     summary = store.summary()
     if args.json:
         print(json.dumps(summary, indent=2))
