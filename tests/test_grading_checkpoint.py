@@ -19,8 +19,8 @@ from dpteach.grading.checks.ex10_runs import EPOCH, Sampler, Scenario, training_
 from dpteach.grading.checks.ex10_story import bytes_out, since
 from answers.solutions import solution
 from answers.wrong_variants import VARIANTS
-from learners.checkpoint import (COURSE_SAVE_BY_NAME, DCP_GATHERED, OWN_FILE_ONLY, PATCHES_TRAINING, PER_RANK_FILES,
-                                 WRITES_ELSEWHERE)
+from learners.checkpoint import (COURSE_SAVE_BY_NAME, DCP_GATHERED, KEEPS_NEWEST_TWO, OWN_FILE_ONLY, PATCHES_TRAINING,
+                                 PER_RANK_FILES, WRITES_ELSEWHERE)
 
 CHECKS = [check.name for check in get_exercise("10").checks]
 END_SAME, MOMENTUM, RNG, SAMPLER, END_FEWER, WRITES, END_MORE, EVERY_PIECE = range(8)
@@ -38,9 +38,13 @@ EXPECTED = {
     "DCP after a gather to rank 0": ({WRITES}, WRITES, ex10.HINT_WRITES),
     "reads back only its own old file": ({END_FEWER, END_MORE}, END_FEWER, ex10.HINT_RESHARD),
     "one torch.save file per rank": (set(), None, None),
+    "the newest two kept, older ones removed with shutil.rmtree": (set(), None, None),
+    "a save that writes nothing": (set(range(8)), WRITES, ex10.HINT_WRITES),
 }
 SOURCES = {**MISTAKES, "DCP after a gather to rank 0": DCP_GATHERED, "reads back only its own old file": OWN_FILE_ONLY,
-           "one torch.save file per rank": PER_RANK_FILES}
+           "one torch.save file per rank": PER_RANK_FILES,
+           "the newest two kept, older ones removed with shutil.rmtree": KEEPS_NEWEST_TWO,
+           "a save that writes nothing": PER_RANK_FILES.replace("    torch.save(mine, os.path.join(folder, f\"rank{run.rank}.pt\"))\n", "")}
 # Solutions that score 0, and what the report must say about them.
 ZERO = {"the course's own save, called by a name built at run time":
             (COURSE_SAVE_BY_NAME, "dpteach.training.checkpoint.save_checkpoint (called while your code ran)"),
@@ -71,6 +75,12 @@ def test_each_solution_fails_exactly_the_checks_meant_for_it_with_its_hint(repor
             assert report.checks[i].hint == hint, report.checks[i]
     else:
         assert report.score == report.max_score, report.text()
+
+
+@pytest.mark.slow
+def test_a_save_that_writes_nothing_is_told_so_not_that_its_state_left_through_another_rank(reports):
+    message = reports["a save that writes nothing"].checks[WRITES].message
+    assert "no rank wrote anything to disk" in message and "another rank" not in message, message
 
 
 @pytest.mark.slow
@@ -157,3 +167,15 @@ def test_a_change_to_the_modules_the_runs_train_with_is_seen():
     finally:
         zero1.Zero1.finish = original
     assert training_changed() == []
+
+
+def test_a_removal_by_name_in_an_open_directory_is_judged_where_it_happens(tmp_path):
+    """shutil.rmtree removes files as os.unlink(name, dir_fd=fd): the name is in the directory, not the cwd."""
+    from dpteach.grading import tampering
+    fd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        assert tampering._paths("os.remove", ("rank0.pt", fd)) == ([os.path.join(str(tmp_path), "rank0.pt")], True)
+        assert tampering._paths("os.rename", ("a", "b", fd, None)) == ([os.path.join(str(tmp_path), "a"), "b"], True)
+    finally:
+        os.close(fd)
+    assert tampering._paths("os.remove", ("/x/rank0.pt", None)) == (["/x/rank0.pt"], True)

@@ -127,6 +127,14 @@ def test_untouched_stub_and_comment_only_edits_are_not_attempted():
     assert attempted(exercise, from_source(exercise, one_done))
 
 
+def test_a_not_attempted_report_names_every_check_waiting_so_the_learner_sees_where_to_start():
+    from dpteach.grading.report import not_attempted
+    exercise = get_exercise("10")
+    text = not_attempted(exercise).text()
+    assert "not attempted" in text and f"worth {exercise.max_score} points" in text
+    assert all(check.name in text for check in exercise.checks)
+
+
 def test_not_attempted_from_a_live_namespace_uses_the_cell_text_or_the_marker():
     exercise = get_exercise("02")
     namespace = {"__name__": "__main__"}

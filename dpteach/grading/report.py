@@ -78,7 +78,8 @@ class Report:
         if self.status == "not_attempted":
             out.append("  not attempted: the stub is untouched. Write your code in the cell tagged "
                        "'solution' (it raises NotImplementedError), run it, then check again.")
-            out.append(f"  ({len(self.checks)} checks are waiting, worth {self.max_score} points.)")
+            out.append(f"  The {len(self.checks)} checks waiting, worth {self.max_score} points:")
+            out += [f"       -/{c.points:<2} {c.name}" + ("  (hidden cases)" if c.hidden else "") for c in self.checks]
             return "\n".join(out)
         if self.error:
             out.append("  your code could not be graded:")

@@ -65,6 +65,13 @@ FRAME_HELPERS = {inspect.currentframe.__code__, inspect.stack.__code__, inspect.
 WRITES = {"os.rename", "os.remove", "os.rmdir", "os.link", "os.symlink", "os.chmod", "os.chown", "os.mkdir",
           "os.utime", "shutil.rmtree", "shutil.move", "shutil.copyfile", "shutil.copytree"}
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+# For each writing event, which of its arguments are paths, each with the argument that holds the directory
+# descriptor it is relative to (None: none). Python's own shutil.rmtree, for one, removes files by bare name
+# relative to an open directory (os.unlink(name, dir_fd=fd)): read alone, the name would resolve against the
+# working directory and a removal inside the scratch folder would look like one outside it.
+PATH_ARGUMENTS = {"os.remove": ((0, 1),), "os.rmdir": ((0, 1),), "os.mkdir": ((0, 2),), "os.chmod": ((0, 2),),
+                  "os.chown": ((0, 3),), "os.utime": ((0, 3),), "os.rename": ((0, 2), (1, 3)),
+                  "os.link": ((0, 2), (1, 3)), "os.symlink": ((0, None), (1, 2)), "shutil.rmtree": ((0, 1),)}
 # Starting a process, or a socket of one's own: channels nobody counts, and ways around the audit.
 PROCESSES = {"subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
              "pty.spawn", "os.startfile"}
@@ -129,8 +136,20 @@ def _paths(event: str, args) -> tuple[list, bool]:
         writes = (isinstance(mode, str) and any(c in mode for c in "wax+")) or bool((flags or 0) & WRITE_FLAGS)
         return [path], writes
     if event in WRITES:
-        return [a for a in args[:2] if isinstance(a, (str, bytes, os.PathLike))], True
+        places = PATH_ARGUMENTS.get(event, ((0, None), (1, None)))
+        return [_against(args[i], args[fd] if fd is not None and fd < len(args) else None)
+                for i, fd in places if i < len(args) and isinstance(args[i], (str, bytes, os.PathLike))], True
     return [], False
+
+
+def _against(path, dir_fd):
+    """``path`` as the call meant it: relative to the directory open as ``dir_fd`` when one is given."""
+    if not isinstance(dir_fd, int) or dir_fd < 0 or os.path.isabs(os.fsdecode(path)):
+        return path
+    try:
+        return os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), os.fsdecode(path))
+    except OSError:  # no /proc: the name alone, judged as before (conservatively)
+        return path
 
 
 def _real(path):

@@ -204,11 +204,14 @@ def writes_case(ctx, spec: Scenario):
                 raise Fail(f"saving after step {step}, rank {rank} wrote {kb(wrote)} to disk, more than the whole "
                            f"model ({kb(model)}) and its own momentum shard ({kb(shards[rank])}) together: it wrote "
                            f"other ranks' optimizer state too", HINT_WRITES)
+        if all(wrote == 0 for wrote, _ in measured):
+            raise Fail(f"saving after step {step}, no rank wrote anything to disk: save_checkpoint must write this "
+                       f"rank's part of the run into files in the folder it is given", HINT_WRITES)
         for rank, (wrote, _) in enumerate(measured):
             if wrote < shards[rank] / 2:
                 raise Fail(f"saving after step {step}, rank {rank} wrote {kb(wrote)} to disk, not even half its own "
-                           f"momentum shard ({kb(shards[rank])}): its optimizer state left through another rank",
-                           HINT_WRITES)
+                           f"momentum shard ({kb(shards[rank])}), while another rank wrote more: its optimizer state "
+                           f"left through another rank", HINT_WRITES)
 
 
 def _warmup() -> None:
