@@ -60,14 +60,34 @@ def run_nbgrader(tmp_path, *args, timeout=300) -> str:
     return done.stdout
 
 
+VERDICTS = ("Success!", "VALIDATION FAILED", "NOTEBOOK PASSED", "THE CONTENTS OF")  # nbgrader's validator.py
+
+
 def verdicts(output: str) -> dict:
-    """``nbgrader validate``'s printed verdict for each notebook, by file name."""
+    """``nbgrader validate``'s verdict for each notebook, by file name: its "Success!" line, or a failure's
+    verdict line and the cells it lists. Only the verdict is judged: other lines of the output - nbgrader's
+    log, or what a kernel's process printed on its way out (libzmq once printed an assertion there while the
+    kernel shut down after a notebook that had passed) - say nothing about the notebook."""
     found = {}
     for block in output.split("Validating '")[1:]:
         name = Path(block[:block.index("'")]).name
         lines = [line for line in block.splitlines()[1:] if not line.startswith("[")]  # not a log line
-        found[name] = "\n".join(lines).strip()
+        start = next((i for i, line in enumerate(lines) if line.startswith(VERDICTS)), None)
+        if start is None:
+            found[name] = "\n".join(lines).strip()  # no verdict: shown whole, so the failure says what came
+        elif lines[start].startswith("Success!"):
+            found[name] = lines[start].strip()
+        else:
+            found[name] = "\n".join(line for line in lines[start:] if not line.startswith("Assertion failed:")).strip()
     return found
+
+
+def test_a_line_a_kernel_prints_on_its_way_out_does_not_change_the_verdict():
+    stray = "Assertion failed: pfd.revents & POLLIN (src/signaler.cpp:238)"
+    output = (f"[ValidateApp | INFO] Validating\nValidating '/work/09_zero2.ipynb'\n{NONE_PASS}\n{stray}\n"
+              f"Validating '/work/03_buckets.ipynb'\n{stray}\nVALIDATION FAILED ON 1 CELL(S)! ...\ncheck(\"03\")\n")
+    assert verdicts(output) == {"09_zero2.ipynb": NONE_PASS,
+                                "03_buckets.ipynb": 'VALIDATION FAILED ON 1 CELL(S)! ...\ncheck("03")'}
 
 
 def notebook_with(tmp_path, exercise, code: str, name: str | None = None) -> Path:
