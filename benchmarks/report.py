@@ -198,6 +198,12 @@ def main() -> int:
         if "lessons" in data:  # benchmarks/lesson_times.py
             print("\n".join(lesson_times_tables(data)) + "\n")
             continue
+        if "misjudged" in data:  # benchmarks/grader_reliability.py
+            print("| style | full marks |\n|---|---:|")
+            print("\n".join(f"| {name} | {row['full_marks']} of {row['gradings']} |" for name, row in data["styles"].items()))
+            print(f"\nExercise {data['exercise']}: **{data['misjudged']} of {data['gradings']}** gradings of honest "
+                  f"solutions misjudged (bar: none), in {data['seconds']} s.\n")
+            continue
         report = data["report"]
         if "plain_step_s" in report:  # benchmarks/lone_rank.py
             print(f"{report['model']}, batch {report['batch_per_rank']}, {report['threads']} threads: median step of a "
