@@ -74,6 +74,7 @@ def test_bad_arguments_are_refused_before_any_rank_starts():
         time_to_target_scaling({"model": "cnn", "scaling": "weak", "rows": []})
 
 
+@pytest.mark.slow  # more than 4 s on 2 cores: in `make test`, not `make test-fast`
 def test_two_ranks_with_accumulation_train_exactly_as_one_process_on_the_same_global_batch():
     """The same global batch of 1024, as 1 x 256 x 4 and as 2 x 256 x 2: every loss agrees to float rounding."""
     kw = dict(batches=(1024,), rules=("linear",), warmup_steps=3, max_steps=8, target_loss=1e-3, base_batch=1024,

@@ -18,6 +18,7 @@ def run_cli(*args, timeout=300):
     return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow  # more than 4 s on 2 cores: in `make test`, not `make test-fast`
 def test_bench_json_has_every_algorithm_and_size_with_consistent_bandwidths():
     out = run_cli("bench", "allreduce", "--world-size", "3", "--sizes", "4KiB,64KiB,1MiB", "--iters", "3",
                   "--warmup", "1", "--json")
@@ -54,6 +55,7 @@ def test_bench_table_names_the_fit():
     (["--world-size", "0"], "world_size=0 is not allowed"),
     (["--backend", "mpi"], "backend='mpi' is not allowed"),
 ])
+@pytest.mark.slow  # more than 4 s on 2 cores: in `make test`, not `make test-fast`
 def test_bench_rejects_bad_options_with_a_clear_message(args, fragment):
     out = run_cli("bench", "allreduce", *args, timeout=60)
     assert out.returncode == 2
@@ -66,6 +68,7 @@ def test_parse_size_units():
         parse_size("2")
 
 
+@pytest.mark.slow  # more than 4 s on 2 cores: in `make test`, not `make test-fast`
 def test_doctor_reports_the_backend_and_passes_its_smoke_test():
     out = run_cli("doctor", "--json")
     assert out.returncode == 0, out.stderr
@@ -77,6 +80,7 @@ def test_doctor_reports_the_backend_and_passes_its_smoke_test():
         assert rank["builtin"]["ok"] and rank["ring"]["ok"]
 
 
+@pytest.mark.slow  # more than 4 s on 2 cores: in `make test`, not `make test-fast`
 def test_dpteach_lab_starts_a_server_that_answers_as_this_user(tmp_path):
     """The README's first command, run as whoever runs the tests (root in CI and in most containers,
     where JupyterLab refuses to start unless told it may)."""

@@ -239,6 +239,7 @@ def _mismatched_dtypes():
     ALL_REDUCE["tree"](x)
 
 
+@pytest.mark.slow  # more than 4 s on 2 cores: in `make test`, not `make test-fast`
 @pytest.mark.parametrize("fn", [_mismatched_lengths, _mismatched_dtypes])
 def test_mismatched_tensors_are_an_error_not_a_hang(fn):
     with pytest.raises(dpteach.RankError) as info:
@@ -336,6 +337,7 @@ def _batches_of_the_pipelined_ring(n, pieces):
     return batches
 
 
+@pytest.mark.slow  # more than 4 s on 2 cores: in `make test`, not `make test-fast`
 @pytest.mark.parametrize("world, n, pieces", [(3, 30, 3), (4, 10, 4), (2, 5, 3)])
 def test_pipelined_ring_pairs_each_send_with_its_receive_in_the_same_order_on_every_rank(world, n, pieces):
     # NCCL runs batched point-to-point calls one after another on one stream: the k-th batch of

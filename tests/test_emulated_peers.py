@@ -82,6 +82,7 @@ def emulated_run():
                               strategies=("local", "naive", "bucketed", "overlap", "ddp"), **CPU)
 
 
+@pytest.mark.slow  # more than 4 s on 2 cores: in `make test`, not `make test-fast`
 def test_an_emulated_run_times_and_counts_the_world_it_stands_for(emulated_run):
     result = emulated_run
     assert (result["world_size"], result["real_ranks"], result["peers"]) == (4, 1, "emulated")
@@ -127,6 +128,7 @@ def test_a_world_of_one_rank_sends_nothing_and_keeps_every_result():
     assert r["x"] == r["future"] == [0.0, 1.0, 2.0, 3.0] and r["out"] == [1.0, 2.0, 3.0, 4.0]
 
 
+@pytest.mark.slow  # more than 4 s on 2 cores: in `make test`, not `make test-fast`
 def test_a_one_rank_run_waits_for_no_communication():
     """The issue's bar: at W=1 exposed communication is at most 5% of the step, whatever the strategy -
     nothing is sent, so whatever W=1 costs above ``local`` is overhead, and is reported as such."""

@@ -10,6 +10,7 @@ def result():
     return accumulation_sweep(2, accum_steps_list=(1, 2), steps=3, batch_per_rank=8)
 
 
+@pytest.mark.slow  # more than 4 s on 2 cores: in `make test`, not `make test-fast`
 def test_rows_and_communication_per_sample(result):
     one, two = result["rows"]
     assert (one["accum_steps"], two["accum_steps"]) == (1, 2)

@@ -10,6 +10,7 @@ def result():
     return async_staleness(3, steps=6, slow_ms=40, max_staleness=0, repeats=2, batch_per_rank=8)
 
 
+@pytest.mark.slow  # more than 4 s on 2 cores: in `make test`, not `make test-fast`
 def test_runs_and_curves(result):
     kinds = [r["kind"] for r in result["runs"]]
     assert kinds == ["sync", "sync", "sync_slow", "slow", "async", "async", "bounded"]

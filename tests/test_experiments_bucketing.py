@@ -23,6 +23,7 @@ def sweep():
     return bucket_size_sweep(world_size=2, model="mlp", bucket_sizes_mb=(0.01, 64), steps=3, batch_per_rank=8)
 
 
+@pytest.mark.slow  # more than 4 s on 2 cores: in `make test`, not `make test-fast`
 def test_messages_counted_in_the_run_match_the_bucket_count(sweep):
     rows = {r["label"]: r for r in sweep["rows"]}
     assert set(rows) == {"local", "naive", "0.01 MiB", "64 MiB"}

@@ -10,6 +10,7 @@ def result():
     return compression_tradeoff(2, steps=5, batch_per_rank=8)
 
 
+@pytest.mark.slow  # more than 4 s on 2 cores: in `make test`, not `make test-fast`
 def test_drift_per_step_and_equivalence(result):
     rows = {r["strategy"]: r for r in result["rows"]}
     assert list(rows) == ["bucketed", "fp16", "bf16", "int8", "int8_ef"]

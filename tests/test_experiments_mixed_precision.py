@@ -27,6 +27,7 @@ def test_precision_drift_keeps_fp32_state_and_halves_saved_activations(drift):
         assert d["n"] == 4 - 2 and d["low"] <= d["median"] <= d["high"]
 
 
+@pytest.mark.slow  # more than 4 s on 2 cores: in `make test`, not `make test-fast`
 def test_loss_scaling_skips_halve_the_scale_and_the_mistake_stalls_training():
     result = loss_scaling(2, steps=12, init_scale=2.0**22, growth_interval=3)
     right = result["runs"]["fp16, unscaled then clipped"]

@@ -59,6 +59,7 @@ def test_a_measured_link_whose_fit_found_no_slope_is_simulated_by_its_latency_al
     assert by_w[1]["comm_s"] == 0.0                                                  # message, nothing for bytes
 
 
+@pytest.mark.slow  # more than 4 s on 2 cores: in `make test`, not `make test-fast`
 def test_sweep_reports_throughput_efficiency_and_breakdown():
     result = scaling_sweep(world_sizes=(1, 2), model="mlp", steps=4, repeats=1, batch_per_rank=8)
     rows = result["rows"]
@@ -106,6 +107,7 @@ def test_bad_sweep_arguments_fail_before_any_rank_starts(kwargs, word):
         scaling_sweep(**kwargs)
 
 
+@pytest.mark.slow  # more than 4 s on 2 cores: in `make test`, not `make test-fast`
 def test_a_weak_sweep_measures_strong_scaling_in_the_same_worlds_and_the_strong_panel_reuses_it():
     """strong_too: one launch per W runs both, and the two-rank world searches the steps to a target too; at the largest W the two configs are one run; every efficiency
     carries the interval its two step times allow, and the strong panel takes the companion when model and link

@@ -12,6 +12,7 @@ def memory():
     return sharding_memory(2, optimizer="adam", steps=3, **CPU)
 
 
+@pytest.mark.slow  # more than 4 s on 2 cores: in `make test`, not `make test-fast`
 def test_measured_state_is_what_the_paper_predicts_for_every_strategy(memory):
     assert [r["strategy"] for r in memory["rows"]] == ["ddp", "zero1", "zero2", "zero3", "fsdp"]
     for row in memory["rows"]:
@@ -37,6 +38,7 @@ def test_each_stage_holds_less_and_only_stage_3_sends_more(memory):
     assert rows["zero3"]["bytes_vs_ddp"] == pytest.approx(1.5, rel=0.01) == rows["fsdp"]["bytes_vs_ddp"]
 
 
+@pytest.mark.slow  # more than 4 s on 2 cores: in `make test`, not `make test-fast`
 def test_the_zero3_timeline_has_every_ranks_gathers_and_scatters():
     result = sharding_timeline(2, steps=2, **CPU)
     assert result["step"] == 1 and set(result["spans"]) == {0, 1}
@@ -48,6 +50,7 @@ def test_the_zero3_timeline_has_every_ranks_gathers_and_scatters():
         sharding_timeline(2, steps=1, **CPU)
 
 
+@pytest.mark.slow  # more than 4 s on 2 cores: in `make test`, not `make test-fast`
 def test_the_fsdp_timeline_reads_fsdp2s_own_collectives_from_the_profiler():
     """FSDP2 on CPU tensors: forward all-gathers issued by each layer (its forward prefetching needs CUDA
     streams), backward ones prefetched one layer ahead, one reduce-scatter per layer - all inside the step."""
@@ -80,6 +83,7 @@ def test_payoff_reproduces_the_zero_papers_example():
         sharding_payoff(link=None)
 
 
+@pytest.mark.slow  # more than 4 s on 2 cores: in `make test`, not `make test-fast`
 @pytest.mark.parametrize("strategy", ("zero3", "fsdp"))
 def test_parameter_sharding_runs_the_transformer_exactly(strategy):
     """torch's MultiheadAttention reads out_proj's weight without calling out_proj, so zero3 gathers and FSDP2

@@ -43,6 +43,7 @@ def test_rewiring_the_libraries_the_checks_use_scores_zero_and_says_so():
         assert any(row.outcome == "tampered" for row in report.checks)
 
 
+@pytest.mark.slow  # more than 4 s on 2 cores: in `make test`, not `make test-fast`
 def test_tampering_the_seal_misses_is_caught_by_the_replay_outside_the_ranks():
     """The helper that computes the expected sum keeps its identity but gets new code: the seal sees
     nothing, the rank's checks pass; the clean process that replays them does not, and says so."""

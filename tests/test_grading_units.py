@@ -28,6 +28,7 @@ def own_progress_file(tmp_path, monkeypatch):
 EXERCISES = ROOT / "exercises"
 
 
+@pytest.mark.slow  # more than 4 s on 2 cores: in `make test`, not `make test-fast`
 def test_every_exercise_has_an_up_to_date_notebook_with_the_grader_s_stub_tagged():
     result = subprocess.run([sys.executable, str(EXERCISES / "build.py"), "--check"], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr

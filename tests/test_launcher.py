@@ -80,6 +80,7 @@ def test_a_raising_rank_is_reraised_with_its_rank_and_traceback():
     assert time.monotonic() - start < 60, "the waiting ranks were not stopped"
 
 
+@pytest.mark.slow  # more than 4 s on 2 cores: in `make test`, not `make test-fast`
 def test_a_world_that_cannot_form_is_started_once_more_then_reported(monkeypatch, capfd):
     # A real failure to connect: gloo is told to use a network interface this machine does not have.
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "no-such-if0")
@@ -213,6 +214,7 @@ def test_interrupting_the_caller_stops_every_rank(tmp_path):
     assert not [p for p in pids if alive(p)]
 
 
+@pytest.mark.slow  # more than 4 s on 2 cores: in `make test`, not `make test-fast`
 def test_a_function_defined_in_main_runs_and_main_is_not_rerun(tmp_path):
     script = tmp_path / "no_guard.py"
     script.write_text(textwrap.dedent("""
@@ -338,6 +340,7 @@ def test_the_bar_stays_text_on_stderr_in_a_process_that_loaded_ipykernel(capfd):
     assert "counting" in err and "counting" not in out and "starting 2 ranks" not in out
 
 
+@pytest.mark.slow  # more than 4 s on 2 cores: in `make test`, not `make test-fast`
 def test_under_torchrun_launch_joins_the_existing_world(tmp_path):
     script = tmp_path / "joined.py"
     script.write_text(textwrap.dedent("""

@@ -9,6 +9,7 @@ from dpteach.experiments.powersgd import powersgd_against_torch
 from dpteach.training.train import TrainConfig
 
 
+@pytest.mark.slow  # more than 4 s on 2 cores: in `make test`, not `make test-fast`
 @pytest.mark.parametrize("rank", [1, 4])
 def test_equals_torch_hook_on_the_same_gradients(rank):
     out = powersgd_against_torch(2, rank=rank, steps=5, start=2)

@@ -162,6 +162,7 @@ def _moved(run) -> float:
     return (run[0]["params"] - start).norm().item()
 
 
+@pytest.mark.slow  # more than 4 s on 2 cores: in `make test`, not `make test-fast`
 def test_fp16_skips_the_same_steps_on_every_rank_and_halves_the_scale(fp16_runs):
     runs = fp16_runs["fp16"]
     report = runs[0]["precision"]

@@ -106,6 +106,7 @@ def test_progress_command(progress_path, capsys):
     assert "memory" in out and f"1 of {len(load_bank().topic('memory'))} answered" in out and "ring_allreduce" in out
 
 
+@pytest.mark.slow  # more than 4 s on 2 cores: in `make test`, not `make test-fast`
 def test_terminal_quiz_in_a_subprocess(tmp_path):
     """Typed answers through a pipe: a refused count, a typo, right, wrong, right, then end of input."""
     items = load_bank().topic("sync_async")

@@ -303,6 +303,7 @@ def _each_strategy_in_turn_on_one_model(names, model_name):
     return left
 
 
+@pytest.mark.slow  # more than 4 s on 2 cores: in `make test`, not `make test-fast`
 @pytest.mark.parametrize("model_name", ["mlp", "transformer"])
 def test_a_model_trained_by_each_strategy_in_turn_is_left_with_no_hook(model_name):
     names = ["naive", "bucketed", "overlap", "deterministic", "int8_ef", "fp16", "zero1", "zero2", "zero3", "overlap"]

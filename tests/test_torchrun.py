@@ -65,6 +65,7 @@ dpteach.launch(lambda: 2, None, timeout=TIMEOUT)  # rank 0 waits here for a rank
 """
 
 
+@pytest.mark.slow  # more than 4 s on 2 cores: in `make test`, not `make test-fast`
 @pytest.mark.parametrize("body", [RAISES_IN_FN, RAISES_OUTSIDE_FN], ids=["in_fn", "outside_fn"])
 def test_a_failing_rank_ends_the_torchrun_job_promptly_with_its_error_shown(tmp_path, body):
     timeout = 20
