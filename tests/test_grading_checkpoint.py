@@ -39,12 +39,14 @@ EXPECTED = {
     "reads back only its own old file": ({END_FEWER, END_MORE}, END_FEWER, ex10.HINT_RESHARD),
     "one torch.save file per rank": (set(), None, None),
     "the newest two kept, older ones removed with shutil.rmtree": (set(), None, None),
-    "a save that writes nothing": (set(range(8)), WRITES, ex10.HINT_WRITES),
 }
+# Graded with them, judged on one message only: its load then fails on files that are not there (an error, not
+# a verdict, in every resume check).
+WRITES_NOTHING = PER_RANK_FILES.replace("    torch.save(mine, os.path.join(folder, f\"rank{run.rank}.pt\"))\n", "")
 SOURCES = {**MISTAKES, "DCP after a gather to rank 0": DCP_GATHERED, "reads back only its own old file": OWN_FILE_ONLY,
            "one torch.save file per rank": PER_RANK_FILES,
            "the newest two kept, older ones removed with shutil.rmtree": KEEPS_NEWEST_TWO,
-           "a save that writes nothing": PER_RANK_FILES.replace("    torch.save(mine, os.path.join(folder, f\"rank{run.rank}.pt\"))\n", "")}
+           "a save that writes nothing": WRITES_NOTHING}
 # Solutions that score 0, and what the report must say about them.
 ZERO = {"the course's own save, called by a name built at run time":
             (COURSE_SAVE_BY_NAME, "dpteach.training.checkpoint.save_checkpoint (called while your code ran)"),

@@ -84,7 +84,7 @@ def plot_restart(result: dict):
 def render_resume(result: dict) -> None:
     where = f"W={result['world_size']}"
     print(f"{result['strategy']} at {where}, {result['precision']}, input noise {result['input_noise']:g}; "
-          f"interrupted after step {result['stop_at']} of {result['steps']}; a checkpoint is "
+          f"interrupted after {result['stop_at']} of {result['steps']} steps (steps 0-{result['stop_at'] - 1}); a checkpoint is "
           f"{human_bytes(result['checkpoint']['bytes'])} and took {result['checkpoint']['seconds'] * 1e3:.0f} ms")
     fp16 = result["precision"] == "fp16"
     table(["run", "restored", "max |dθ| vs untouched", "equal"] + (["steps fp16 skipped, of the steps it trained"] if fp16 else []),
@@ -102,9 +102,9 @@ def plot_resume(result: dict):
         if name == "untouched":
             continue
         start, gap = run["resumed_from"], run["loss_gap"]
-        ax.plot(range(start + 1, start + len(gap) + 1), gap, marker=".", label=name)
+        ax.plot(range(start, start + len(gap)), gap, marker=".", label=name)  # steps counted from 0, as the text does
     ax.axhline(0, color="black", linewidth=0.8)
-    ax.set_xlabel("step")
+    ax.set_xlabel("step (counted from 0)")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers: no tick at 5.5
     ax.set_ylabel("loss minus the untouched run's")
     ax.set_title("after the resume: a line on zero is a run that went on as if never stopped", fontsize="medium")
