@@ -243,9 +243,12 @@ def build_model(name: str, seed: int = 0, device: str | torch.device = "cpu") ->
 
 @lru_cache(maxsize=None)
 def parameter_count(name: str) -> int:
-    """Trainable parameters of model ``name``, counted on the meta device (no memory, no time)."""
+    """Trainable parameters of model ``name``: a GPU-sized model is counted on the meta device (no memory); a
+    laptop model is built on the CPU, which takes milliseconds, where the meta device's first use in a process
+    imports torch's Python reference ops first (about a second: a panel's start a learner would wait for)."""
     check_model_name(name)
-    with torch.device("meta"):
+    on = torch.device("meta") if SPECS[name].sized_for == "gpu" else torch.device("cpu")
+    with torch.random.fork_rng(devices=[]), on:  # the caller's random stream is left where it was
         return sum(p.numel() for p in MODELS[name]().parameters() if p.requires_grad)
 
 
