@@ -106,6 +106,13 @@ def spread(samples, confidence: float = CONFIDENCE) -> Spread:
     return Spread(tuple(values), statistics.median(values), values[lo], values[hi], coverage)
 
 
+def turned(items: list, round_: int) -> list:
+    """``items`` in the order of round ``round_``: turned by one place each round (A B C, then B C A, then C A B),
+    so that no candidate always goes first or always follows the same one."""
+    shift = round_ % len(items)
+    return list(items[shift:]) + list(items[:shift])
+
+
 def interleaved(calls: dict, rounds: int = FEWEST_ROUNDS, warmup: int = 1, clock=time.perf_counter,
                 before=None, self_timed: bool = False, samples: bool = False) -> dict:
     """Time each of ``calls`` (name -> function of no arguments) ``rounds`` times, interleaved and with the
@@ -123,8 +130,7 @@ def interleaved(calls: dict, rounds: int = FEWEST_ROUNDS, warmup: int = 1, clock
     names = list(calls)
     times: dict = {name: [] for name in names}
     for r in range(warmup + rounds):
-        shift = r % len(names)
-        for name in names[shift:] + names[:shift]:
+        for name in turned(names, r):
             if before is not None:
                 before()
             start = clock()
@@ -148,6 +154,11 @@ class Ranking:
     def winner(self):
         """The one name that beats every other beyond the noise, or None when the leaders are several."""
         return self.order[0] if len(self.leaders) == 1 else None
+
+    def as_dict(self, unit: str = "s", scale: float = 1.0, digits: int = 2, lower: str = "faster") -> dict:
+        """What a result carries of a ranking: ``{"order", "leaders", "winner", "sentence"}`` (plain data)."""
+        return {"order": self.order, "leaders": self.leaders, "winner": self.winner,
+                "sentence": self.sentence(unit, scale, digits, lower)}
 
     def sentence(self, unit: str = "s", scale: float = 1.0, digits: int = 2, lower: str = "faster") -> str:
         """One sentence a lesson can print: the winner and its margin, or the leaders within noise."""

@@ -145,7 +145,8 @@ def notebook_title(source: Path) -> str:
 
 def _text(value: str) -> str:
     """Bank text as one line of HTML, its `code spans` as code, as the quiz widget shows it (line breaks kept)."""
-    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(value.strip())).replace("\n", "<br>")
+    from dpteach.quiz.widget import marked
+    return marked(value.strip()).replace("\n", "<br>")
 
 
 def quiz_page(topic: str, title: str, items: list, figures: Path, lesson_pages: dict) -> str:

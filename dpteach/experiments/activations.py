@@ -25,7 +25,7 @@ import time
 import torch
 
 from .. import validate
-from ..measure import spread
+from ..measure import interleaved, spread
 from ..units import human_bytes
 from ..ranks.backend import plain_fp32, visible_gpus
 from ..replica.activations import activation_profile, checkpointed
@@ -202,14 +202,9 @@ def _checkpointing_row(name: str, batch: int, repeats: int, warmup: int, on: str
         criterion(model(x), y)
 
     kinds = {"plain": lambda: step(model), "checkpointed": lambda: step(wrapped), "forward": forward}
-    names = list(kinds)
-    times = {k: [] for k in kinds}
-    for r in range(warmup + repeats):
-        shift = r % len(names)  # the order turns every round (dpteach.measure.interleaved), no kind always first
-        for kind in names[shift:] + names[:shift]:
-            elapsed = _timed(kinds[kind], on)
-            if r >= warmup:
-                times[kind].append(elapsed)
+    # interleaved rounds, the order turning every round; each call times itself with the device synchronised
+    times = interleaved({kind: (lambda f=f: _timed(f, on)) for kind, f in kinds.items()}, repeats, warmup,
+                        self_timed=True, samples=True)
     med = {k: statistics.median(v) for k, v in times.items()}
     # Ratios round by round: the three timings of one round saw the same moment of the machine, so the
     # spread of their ratio is the machine's noise on the ratio itself, not the sum of two spreads.

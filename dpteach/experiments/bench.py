@@ -35,6 +35,7 @@ from .. import validate
 from ..ranks import context
 
 from ..collectives import ALL_REDUCE
+from ..measure import turned
 from ..network import costmodel
 from ..ranks.world import World, resolve_world
 
@@ -89,8 +90,7 @@ def time_calls(calls: dict, iters: int, warmup: int, before=None, after=None, sa
     names = list(calls)
     times = {name: [] for name in names}
     for i in range(warmup + iters):
-        shift = i % len(names)
-        for name in names[shift:] + names[:shift]:
+        for name in turned(names, i):
             if before is not None:
                 before(name)
             context.synchronize()

@@ -23,7 +23,6 @@ memory usage, where the saved memory size will be equal to the total gradients s
 """
 from __future__ import annotations
 
-import statistics
 import time
 
 import torch
@@ -32,7 +31,7 @@ from torch import nn
 
 from .. import validate
 
-from ..measure import ranking, spread
+from ..measure import ranking, spread, turned
 from ..ranks import context
 from ..ranks.launcher import launch
 from ..ranks.world import World, resolve_world
@@ -98,8 +97,7 @@ def _unused_on_rank(model_name: str, steps: int, batch: int, seed: int) -> dict:
     profiled_steps = {0, 1, 2, steps - 1}
     for step in range(steps):
         x, y = _batch(model_name, batch, step, seed)
-        names = list(runs)[step % len(runs):] + list(runs)[:step % len(runs)]  # interleaved, order turning each step
-        for name in names:  # so that background load, and going first, fall on every setting alike
+        for name in turned(list(runs), step):  # interleaved, the order turning each step: load falls on all alike
             ddp = runs[name]
             def one_step():
                 optimizers[name].zero_grad(set_to_none=True)
@@ -113,19 +111,16 @@ def _unused_on_rank(model_name: str, steps: int, batch: int, seed: int) -> dict:
             one_step()
             context.synchronize()
             times[name].append(time.perf_counter() - start)
+    steps_of = {name: spread(times[name]) for name in runs}
     rows = []
     for name, ddp in runs.items():
         body = ddp.module.body if isinstance(ddp.module, WithSpareHead) else ddp.module
         spare = ddp.module.spare_head if isinstance(ddp.module, WithSpareHead) else None
-        rows.append({"setting": name, "median_step_s": statistics.median(times[name]),
-                     "step": spread(times[name]).as_dict(),
+        rows.append({"setting": name, "median_step_s": steps_of[name].median, "step": steps_of[name].as_dict(),
                      "collectives_per_step": collectives[name],
                      "spare_grads_none": None if spare is None else all(p.grad is None for p in spare.parameters()),
                      "replica_spread": replica_spread(flat_weights(body))})
-    order = ranking({name: spread(times[name]) for name in runs})
-    return {"default": failed, "rows": rows,
-            "ranking": {"order": order.order, "leaders": order.leaders, "winner": order.winner,
-                        "sentence": order.sentence("ms", scale=1e3, digits=2)}}
+    return {"default": failed, "rows": rows, "ranking": ranking(steps_of).as_dict("ms", scale=1e3, digits=2)}
 
 
 def unused_parameters(world_size: int | World | None = 2, model: str = "mlp", steps: int = 12, batch_per_rank: int = 16,

@@ -43,6 +43,7 @@ from ..training.train import TrainConfig, train_interleaved_on_rank
 from .bench import link_on_rank
 from .scaling_rows import add_efficiencies, breakdown, throughput_ranking, world_row
 
+
 def _scaling_on_rank(configs: list[TrainConfig], repeats: int, threads: int | None, search=None) -> dict:
     if threads is not None:
         torch.set_num_threads(threads)

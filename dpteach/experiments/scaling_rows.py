@@ -111,6 +111,4 @@ def throughput_ranking(rows: list[dict]) -> dict:
     intervals separate (``dpteach.measure.ranking``)."""
     per_sample = {f"W={r['world_size']}": spread(t / (r["world_size"] * r["batch_per_rank"])
                                                  for t in r["step"]["samples"]) for r in rows}
-    order = ranking(per_sample)
-    return {"order": order.order, "leaders": order.leaders, "winner": order.winner,
-            "sentence": order.sentence("µs per sample", scale=1e6, digits=1)}
+    return ranking(per_sample).as_dict("µs per sample", scale=1e6, digits=1)

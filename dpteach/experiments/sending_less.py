@@ -39,7 +39,7 @@ import torch
 import torch.distributed as dist
 
 from .. import validate
-from ..measure import FEWEST_ROUNDS, ranking, spread
+from ..measure import FEWEST_ROUNDS, ranking, spread, turned
 from ..network.link import resolve_link
 from ..ranks import context
 from ..ranks.launcher import launch
@@ -90,9 +90,8 @@ def _on_rank(configs: list, names: list, steps: int, links: list, rounds: int, r
     listeners = [Listener(trainer.strategy.comm) for trainer in trainers]
     start_together(*(trainer.timeline for trainer in trainers))
     messages = [[] for _ in trainers]
-    n = len(trainers)
     for step in range(steps):
-        for i in [(step + k) % n for k in range(n)]:
+        for i in turned(range(len(trainers)), step):
             mark = len(listeners[i].log)
             trainers[i].step(step)
             messages[i].append(listeners[i].log[mark:])
@@ -265,8 +264,7 @@ def time_to_target(convergence: dict, links=None, rounds: int = FEWEST_ROUNDS, b
         timed = {r["method"]: spread(r["totals"]) for r in rows if r["link"] == link.name and r["totals"]}
         if timed:
             order = ranking(timed)
-            result[link.name] = {"order": order.order, "leaders": order.leaders, "winner": order.winner,
-                                 "sentence": order.sentence("s", digits=2, lower="sooner")}
+            result[link.name] = order.as_dict("s", digits=2, lower="sooner")
         else:
             result[link.name] = {"order": [], "leaders": [], "winner": None,
                                  "sentence": "No method reached the target."}

@@ -26,6 +26,7 @@ import torch.distributed as dist
 
 from .. import validate
 
+from ..measure import turned
 from ..network.link import Link
 from ..ranks import context
 from ..replica.buckets import check_bucket_sizes
@@ -275,8 +276,7 @@ def train_interleaved_on_rank(configs: list[TrainConfig], on_step=None) -> list[
     trainers = [SyncTrainer(config) for config in configs]
     start_together(*(trainer.timeline for trainer in trainers))
     for step in range(max(config.steps for config in configs)):
-        shift = step % len(trainers)
-        for trainer in trainers[shift:] + trainers[:shift]:
+        for trainer in turned(trainers, step):
             if step < trainer.config.steps:
                 trainer.step(step)
         if on_step is not None:

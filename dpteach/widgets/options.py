@@ -9,8 +9,8 @@ combination the course refuses by design is not a dead end, and the rounds avoid
 emulated peers with no link to time them (that round takes real ranks, and emulated peers get a round
 with a link). A multiple selection (the sizes, algorithms or world sizes a panel runs side by side) gets one
 round of its own that runs every option the lesson's own selection leaves out, beside the first it holds (the
-baseline some experiments require, such as W = 1 in a scaling sweep). A round with exactly the values of a run the panel already finished without error - the lesson's
-own run, at its defaults - is not run a second time.
+baseline some experiments require, such as W = 1 in a scaling sweep). A round with exactly the values of a run
+the panel already finished without error - the lesson's own run, at its defaults - is not run a second time.
 
 The test suite runs it at the end of every lesson, in the kernel that ran the lesson
 (``tests/test_notebook_clients.py``).
@@ -104,13 +104,13 @@ def run_every_option(panels) -> dict:
     own run, at its defaults) is not run again: that run is the proof, and ``already_ran`` counts them."""
     errors, covered, offered, runs, already_ran = [], {}, {}, 0, 0
     for panel in panels:
-        seen = covered.setdefault(panel.title, {})
+        seen, several = covered.setdefault(panel.title, {}), several_of(panel)
         offered[panel.title] = {name: [repr(v) for v in choices_of(c)] for name, c in panel.controls.items()
                                 if choices_of(c) is not None}
-        offered[panel.title].update({name: [repr(v) for v in _values(c)] for name, c in several_of(panel).items()})
+        offered[panel.title].update({name: [repr(v) for v in _values(c)] for name, c in several.items()})
         done = [entry["values"] for entry in panel.history]  # runs that finished without error
         for values in done:  # what the lesson itself ran without error covers its options too
-            _credit(seen, values, offered[panel.title], several_of(panel))
+            _credit(seen, values, offered[panel.title], several)
         for values in rounds(panel):
             wanted = {**panel.values(), **values}
             if wanted in done:
@@ -123,7 +123,7 @@ def run_every_option(panels) -> dict:
                                    "error": f"{type(panel.error).__name__}: {panel.error}"[:1500]})
                     continue
                 done.append(wanted)
-            _credit(seen, wanted, offered[panel.title], several_of(panel))
+            _credit(seen, wanted, offered[panel.title], several)
     return {"runs": runs, "already_ran": already_ran, "errors": errors, "covered": covered, "offered": offered}
 
 
