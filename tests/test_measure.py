@@ -67,3 +67,9 @@ def test_a_winner_only_when_the_intervals_separate():
 def test_bad_input_is_named(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_the_order_turns_one_place_a_round_for_any_sequence():
+    from dpteach.measure import turned
+    assert [turned("abc", r) for r in range(4)] == [list("abc"), list("bca"), list("cab"), list("abc")]
+    assert turned(range(3), 1) == [1, 2, 0]  # indices, as lesson 14's methods are taken
