@@ -31,11 +31,23 @@ def edited(text: str, old: str, new: str) -> str:
     return text.replace(old, new)
 
 
+def is_zygote(entry: Path) -> bool:
+    """The zygote is this process's child; the ranks it forks are its children and share its command line."""
+    try:
+        parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        return parent == os.getpid() and b"dpteach.ranks.zygote" in (entry / "cmdline").read_bytes()
+    except OSError:
+        return False
+
+
 def live_ranks_started_by_us() -> list[int]:
-    """Processes (any depth) that a launch from this test process started and that are still running."""
+    """Processes (any depth) that a launch from this test process started and that are still running.
+
+    A rank forked by the zygote shows the zygote's start-up environment in /proc, which carries the same mark;
+    the zygote itself (kept for the next launch) is not a rank."""
     if not Path("/proc").is_dir():
         pytest.skip("needs /proc (Linux) to list processes")
-    mine = f"DPTEACH_PARENT_PID={os.getpid()}".encode()
+    mine = f"DPTEACH_LAUNCHER_PID={os.getpid()}".encode()
     alive = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -45,7 +57,7 @@ def live_ranks_started_by_us() -> list[int]:
             environ = (entry / "environ").read_bytes()
         except OSError:
             continue
-        if state != "Z" and mine in environ.split(b"\0"):
+        if state != "Z" and mine in environ.split(b"\0") and not is_zygote(entry):
             alive.append(int(entry.name))
     return alive
 

@@ -4,8 +4,8 @@ One ``dpteach.launch`` starts as many ranks as the largest world any check needs
 go through the checks one by one. Each check gets a *fresh* default process group of exactly its own
 size (``init_process_group`` over the launcher's key-value store, under a new prefix): the learner's
 code sees a real world of W ranks, a check that leaves a stray message behind cannot confuse the next
-one, and worlds of 1, 2, 3 and 4 ranks cost one start-up instead of four (starting a rank - a fresh
-interpreter importing torch - is by far the most expensive thing in grading).
+one, and worlds of 1, 2, 3 and 4 ranks cost one start-up instead of four (starting ranks - importing torch,
+once per grading in the launcher's zygote - is still the most expensive thing in grading).
 
 For every check each rank writes one JSON line to its own results file, with ``os.write`` on an
 ``O_APPEND`` descriptor, so a line is either whole or absent even if the rank is killed a moment later.

@@ -8,8 +8,8 @@ The order of events, and why:
 3. **Static scan** for forbidden collectives (``forbidden.py``).
 4. **Checks on real ranks.** One ``dpteach.launch`` with as many ranks as the largest check needs; the
    ranks run every check in turn, in the order the exercise declares them (and the report lists them),
-   each in a fresh world of its own size (``rank.py``). Starting ranks dominates the cost of grading (a fresh interpreter importing torch: about two
-   seconds of CPU each, against milliseconds for a check), which is why all checks share one launch
+   each in a fresh world of its own size (``rank.py``). Starting ranks dominates the cost of grading (importing torch:
+   a second or two of CPU in the launcher's zygote, ``dpteach/ranks/zygote.py``, against milliseconds for a check), which is why all checks share one launch
    rather than one launch per world - and why ``grade_many`` lets several submissions share it too.
 5. **When a world dies** - a check ran past its limit, a rank crashed, or the check failed or the code
    raised on one rank while the others waited for it - finished checks keep their results, the running

@@ -11,7 +11,9 @@
 Why not ``torch.multiprocessing.spawn``? It pickles the function *by reference*, so a function
 defined in a notebook cell cannot be found by the children, and a script without an
 ``if __name__ == "__main__"`` guard runs again in every child. Here the function travels by value
-(cloudpickle) to fresh interpreters (``python -m dpteach.ranks.worker``) and nothing is re-executed.
+(cloudpickle) to processes that never ran the caller's code - children of a helper that has imported torch
+once (``zygote.py``), or on GPUs fresh interpreters (``python -m dpteach.ranks.worker``) - and nothing is
+re-executed.
 
 What the launcher promises, because a course that hangs teaches nothing:
 

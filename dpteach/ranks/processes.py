@@ -1,6 +1,7 @@
-"""The processes of one :func:`dpteach.launch`: start W fresh interpreters, watch them, collect, clean up.
+"""The processes of one :func:`dpteach.launch`: start W ranks, watch them, collect, clean up.
 
-Each rank is ``python -m dpteach.ranks.worker`` (``worker.py``), given the function by value in a file and
+Each rank runs ``worker.main()``, forked from the zygote on CPU (``zygote.py``; milliseconds) or as a fresh
+``python -m dpteach.ranks.worker`` on GPUs; it is given the function by value in a file and
 its place in the world in its environment. They meet at a TCP store this process opens on a port the OS
 picks. The launcher then watches three things at once - a result file per rank, each process's exit, and
 the clock - and the first failure (an exception in a rank, a rank that died, the timeout) stops every rank's
@@ -26,6 +27,7 @@ import torch.distributed as dist
 from .backend import cores_of_rank
 from .rank_output import RankOutput
 from .world import World
+from .zygote import fork_rank, use_zygote
 
 
 class RankError(RuntimeError):
@@ -57,7 +59,7 @@ def _signal_name(number: int) -> str:
 
 
 class RankProcesses:
-    """The processes of one launch, from start to clean-up: each rank a fresh interpreter leading its own
+    """The processes of one launch, from start to clean-up: each rank a process leading its own
     process group, watched until every result is in, one fails, or time runs out; then nothing is left."""
 
     def __init__(self, world: World, payload, timeout, show_output, progress, env):
@@ -99,7 +101,8 @@ class RankProcesses:
             "RANK": str(rank), "WORLD_SIZE": str(self.world_size), "LOCAL_RANK": str(rank),
             "LOCAL_WORLD_SIZE": str(self.world_size), "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": str(self.store.port), "DPTEACH_PROGRESS_PORT": str(self.store.port),
-            "DPTEACH_PARENT_PID": str(os.getpid()), "DPTEACH_PAYLOAD": self.payload_path,
+            "DPTEACH_PARENT_PID": str(os.getpid()), "DPTEACH_LAUNCHER_PID": str(os.getpid()),
+            "DPTEACH_PAYLOAD": self.payload_path,
             "DPTEACH_RESULT": os.path.join(self.tmp, f"rank{rank}.pkl"),
             "DPTEACH_BACKEND": self.placement.process_group_backend, "DPTEACH_DEVICE": self.placement.device_for(rank),
             "DPTEACH_TIMEOUT": str(self.timeout), "DPTEACH_SYS_PATH": json.dumps(sys.path),
@@ -123,9 +126,12 @@ class RankProcesses:
             env["DPTEACH_THREADS"] = str(len(cores) if cores else max(1, cpus // self.world_size))
         if cores:
             env["DPTEACH_CORES"] = ",".join(map(str, cores))
-        proc = subprocess.Popen([sys.executable, "-u", "-m", "dpteach.ranks.worker"], env=env,
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                start_new_session=True, cwd=os.getcwd())
+        if use_zygote(self.placement.device_type):  # a fork of a process that has imported torch already
+            proc = fork_rank(env, os.getcwd())
+        else:
+            proc = subprocess.Popen([sys.executable, "-u", "-m", "dpteach.ranks.worker"], env=env,
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    start_new_session=True, cwd=os.getcwd())
         self.procs.append(proc)
         reader = threading.Thread(target=self.output.read, args=(rank, proc.stdout), daemon=True)
         reader.start()

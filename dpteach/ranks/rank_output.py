@@ -5,7 +5,8 @@ launcher's poll loop drains them (``drain``) into the cell or terminal, each lin
 rank, and keeps each rank's last lines for the report of a rank that dies without a traceback.
 
 Progress has two phases (``update``): "starting N ranks" - the ranks that have joined the world, which
-takes seconds on a laptop, each rank a fresh interpreter importing torch - then the run's own progress,
+takes a second or two on a laptop at the first launch (torch imported once, ``zygote.py``) or on GPUs
+(each rank a fresh interpreter importing torch), a fraction of a second otherwise - then the run's own progress,
 when rank 0 reports some (``dpteach.report_progress``); both are read from the launch's store.
 """
 from __future__ import annotations

@@ -1,8 +1,10 @@
-"""Entry point of one rank started by :func:`dpteach.launch` (``python -m dpteach.ranks.worker``).
+"""Entry point of one rank started by :func:`dpteach.launch`: ``main()`` is what every rank runs.
 
-Each rank is a fresh interpreter rather than a ``multiprocessing`` child: that way a function
-defined in a notebook cell or in a script without a ``__main__`` guard is never re-executed, and
-the rank can be killed together with everything it started (it leads its own process group).
+A CPU rank is a child forked from the launcher's zygote (``zygote.py``: a process that has imported
+torch and nothing else); a GPU rank is a fresh interpreter (``python -m dpteach.ranks.worker``).
+Either way it is never a ``multiprocessing`` child of the caller: a function defined in a notebook
+cell or in a script without a ``__main__`` guard is never re-executed, and the rank can be killed
+together with everything it started (it leads its own process group).
 
 The rank joins the world through the key-value store that the launcher holds, runs the function,
 and writes what happened (return value or traceback) to its result file atomically.
