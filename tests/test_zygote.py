@@ -1,0 +1,99 @@
+"""CPU ranks are forked from a zygote that has imported torch once: what a rank sees must not change."""
+import os
+import signal
+import time
+
+import pytest
+
+import dpteach
+
+
+def stat_of(pid: int) -> list[str]:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()
+
+
+def parent_of(pid: int) -> int:
+    return int(stat_of(pid)[1])
+
+
+def cmdline_of(pid: int) -> str:
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return f.read().replace(b"\0", b" ").decode()
+
+
+def gone(pid: int, seconds: float = 10.0) -> bool:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            if stat_of(pid)[0] == "Z":
+                return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _who_am_i():
+    with open("/proc/self/environ", "rb") as f:
+        start_env = f.read().split(b"\0")
+    with open("/proc/self/comm") as f:
+        comm = f.read().strip()
+    return {"pid": os.getpid(), "parent": os.getppid(), "comm": comm,
+            "flag_at_start": b"ZYGOTE_TEST_IMPORT_FLAG=1" in start_env,
+            "flag_now": os.environ.get("ZYGOTE_TEST_IMPORT_FLAG")}
+
+
+pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux's /proc")
+
+
+def test_cpu_ranks_of_successive_launches_are_forked_by_one_zygote():
+    first = dpteach.launch(_who_am_i, 2, show_output=False, progress=False)
+    second = dpteach.launch(_who_am_i, 2, show_output=False, progress=False)
+    zygote = first[0]["parent"]
+    assert {r["parent"] for r in first + second} == {zygote}
+    assert "dpteach.ranks.zygote" in cmdline_of(zygote) and parent_of(zygote) == os.getpid()
+    assert [r["comm"] for r in first] == ["dpteach-rank0", "dpteach-rank1"]
+    assert all(gone(r["pid"]) for r in first + second)  # the ranks end with their launch; the zygote stays
+    assert not gone(zygote, seconds=0.2)
+
+
+def test_a_variable_read_at_import_gets_a_zygote_started_with_it():
+    plain = dpteach.launch(_who_am_i, 2, show_output=False, progress=False)
+    flagged = dpteach.launch(_who_am_i, 2, env={"ZYGOTE_TEST_IMPORT_FLAG": "1"}, show_output=False, progress=False)
+    assert [r["flag_at_start"] for r in plain] == [False, False]
+    # The variable was in the zygote's environment when it imported torch, not set afterwards.
+    assert [(r["flag_at_start"], r["flag_now"]) for r in flagged] == [(True, "1")] * 2
+    assert flagged[0]["parent"] != plain[0]["parent"]
+    again = dpteach.launch(_who_am_i, 2, show_output=False, progress=False)
+    assert again[0]["parent"] == plain[0]["parent"]  # both kinds kept: no start-up paid twice
+
+
+def test_a_third_kind_retires_the_oldest_zygote_once_its_ranks_are_done():
+    seen = [dpteach.launch(_who_am_i, 1, env={"ZYGOTE_TEST_KIND": kind}, show_output=False, progress=False)[0]
+            for kind in ("a", "b", "c")]
+    zygotes = [r["parent"] for r in seen]
+    assert len(set(zygotes)) == 3
+    assert gone(zygotes[0]) and not gone(zygotes[2], seconds=0.2)
+
+
+def test_fresh_ranks_when_asked(monkeypatch):
+    monkeypatch.setenv("DPTEACH_FRESH_RANKS", "1")
+    ranks = dpteach.launch(_who_am_i, 2, show_output=False, progress=False)
+    assert {r["parent"] for r in ranks} == {os.getpid()}
+
+
+def _kill_my_zygote():
+    import torch.distributed as dist
+
+    dist.barrier()
+    if dist.get_rank() == 0:
+        os.kill(os.getppid(), signal.SIGKILL)
+    time.sleep(60)
+
+
+def test_a_zygote_that_dies_under_its_ranks_fails_the_launch_instead_of_hanging():
+    with pytest.raises(dpteach.RankError) as info:  # not the TimeoutError of a launch left waiting
+        dpteach.launch(_kill_my_zygote, 2, timeout=50, show_output=False, progress=False)
+    assert info.value.exit_code == 70  # the worker's "my parent is gone" exit
+    assert dpteach.launch(_who_am_i, 2, show_output=False, progress=False)[0]["comm"] == "dpteach-rank0"
