@@ -97,3 +97,37 @@ def test_a_zygote_that_dies_under_its_ranks_fails_the_launch_instead_of_hanging(
         dpteach.launch(_kill_my_zygote, 2, timeout=50, show_output=False, progress=False)
     assert info.value.exit_code == 70  # the worker's "my parent is gone" exit
     assert dpteach.launch(_who_am_i, 2, show_output=False, progress=False)[0]["comm"] == "dpteach-rank0"
+
+
+def test_popen_python_runs_code_and_modules_as_python_would(tmp_path):
+    import subprocess
+
+    from dpteach.ranks.zygote import popen_python
+
+    env = dict(os.environ)
+    code = "import os, sys\nprint(sys.argv[1:], os.getppid(), flush=True)\nprint('to stderr', file=sys.stderr)\nsys.exit(3)"
+    child = popen_python(["-c", code, "a", "b"], env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = child.stdout.read().splitlines()
+    assert child.wait(timeout=60) == 3
+    words = lines[0].rsplit(" ", 1)
+    assert words[0] == "['a', 'b']" and "dpteach.ranks.zygote" in cmdline_of(int(words[1]))
+    assert "to stderr" in lines
+    with open(tmp_path / "log", "w") as log:
+        module = popen_python(["-m", "json.tool", "--no-such-option"], env, stdout=subprocess.DEVNULL, stderr=log)
+        assert module.wait(timeout=60) == 2  # argparse's usage error, as `python -m json.tool` exits
+    assert "unrecognized arguments: --no-such-option" in (tmp_path / "log").read_text()
+    with open(tmp_path / "raised", "w") as log:
+        raised = popen_python(["-c", "raise KeyError('nope')"], env, stderr=log)
+        assert raised.wait(timeout=60) == 1
+    assert "KeyError: 'nope'" in (tmp_path / "raised").read_text()
+
+
+def test_popen_python_is_a_plain_popen_when_fresh_processes_are_asked_for(monkeypatch):
+    import subprocess
+
+    from dpteach.ranks.zygote import popen_python
+
+    monkeypatch.setenv("DPTEACH_FRESH_RANKS", "1")
+    child = popen_python(["-c", "import os; print(os.getppid())"], dict(os.environ), stdout=subprocess.PIPE, text=True)
+    assert isinstance(child, subprocess.Popen)
+    assert int(child.stdout.read()) == os.getpid() and child.wait(timeout=60) == 0

@@ -9,8 +9,9 @@
   twice, and how far the two runs' final weights are apart.
 
 Both start torchrun as a child process, as a learner would in a terminal: the fault is real, and so
-is torchrun's reaction to it. Most of a small job's time is its processes importing torch (the agent's
-import keeps one core busy, the workers' two) and, in a hang, waiting out the timeout (none): so the
+is torchrun's reaction to it. Most of a small job's time is its workers importing torch (the agent is
+forked from a process that has imported torch already, ``dpteach/ranks/zygote.py``; the workers it starts
+are fresh interpreters, as under any torchrun) and, in a hang, waiting out the timeout (none): so the
 jobs run two at a time where memory allows (``jobs_at_once``), and the cores are not left idle.
 
 * ``replica_groups`` (torchft) keeps a job going without a restart: a dead replica group drops out of the
@@ -32,6 +33,7 @@ import torch
 
 from .. import validate
 from ..ranks.faults import FAULT_KINDS
+from ..ranks.zygote import popen_python
 from ..training.checkpoint import RESUMABLE
 
 # (kind, TORCH_DISTRIBUTED_DEBUG=DETAIL?) rows of the detection table; the mismatch is caught by DETAIL only.
@@ -58,15 +60,20 @@ def _child_env(env: dict | None = None) -> dict:
 def _torchrun(world_size: int, module_args: list[str], env: dict | None = None, max_restarts: int = 0,
               timeout: float = 120.0) -> dict:
     """``torchrun --standalone --nproc-per-node W --max-restarts N -m ...`` in a child process."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world_size}",
+    command = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world_size}",
                f"--max-restarts={max_restarts}", "--monitor-interval=0.1", "-m", *module_args]
     started = time.time()
-    try:
-        done = subprocess.run(command, env=_child_env(env), capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as exc:
-        raise TimeoutError(f"torchrun did not end within {timeout:g} s: {' '.join(command)}") from exc
-    return {"exit_code": done.returncode, "output": done.stdout + done.stderr, "started": started,
-            "ended": time.time()}
+    # The agent is forked from a process that has imported torch already (dpteach/ranks/zygote.py); the workers
+    # it starts are fresh interpreters, as under any torchrun.
+    with tempfile.TemporaryFile("w+") as output:
+        agent = popen_python(command, _child_env(env), stdout=output, stderr=subprocess.STDOUT)
+        try:
+            code = agent.wait(timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            agent.kill()
+            raise TimeoutError(f"torchrun did not end within {timeout:g} s: torchrun {' '.join(command[2:])}") from exc
+        output.seek(0)
+        return {"exit_code": code, "output": output.read(), "started": started, "ended": time.time()}
 
 
 def _clean(message: str | None) -> str | None:
@@ -214,8 +221,7 @@ def _start_lighthouse(heartbeat_timeout_ms: int) -> subprocess.Popen:
             f"heartbeat_timeout_ms={heartbeat_timeout_ms})\n"
             "print(lighthouse.address(), flush=True)\ntime.sleep(3600)\n")
     # Its log goes nowhere: a pipe nobody reads would fill up and stop the Lighthouse.
-    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            env=_child_env(), text=True)
+    return popen_python(["-c", code], _child_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 
 
 def _lighthouse_address(child: subprocess.Popen) -> str:
@@ -275,11 +281,11 @@ def replica_groups(steps: int = 24, kill_after: int = 6, replace_after_s: float 
         address = folder / "lighthouse"  # written once the Lighthouse, started beside the groups, says where it is
 
         def start(group: int, name: str, go: str, *extra: str) -> subprocess.Popen:
-            command = [sys.executable, "-c", WARM, str(folder / f"{name}.ready"), str(folder / go),
+            command = ["-c", WARM, str(folder / f"{name}.ready"), str(folder / go),
                        "--group", str(group), "--lighthouse", f"@{address}", "--steps", str(steps),
                        "--out", str(folder / f"{name}.json"), "--timeout", str(timeout_s), *extra]
             with open(folder / f"{name}.log", "w") as log:
-                children.append(subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=log))
+                children.append(popen_python(command, env, stdout=subprocess.DEVNULL, stderr=log))
             return children[-1]
         try:
             lighthouse = _start_lighthouse(heartbeat_timeout_ms)

@@ -10,7 +10,7 @@ For each rank the launcher sends it the rank's environment and a pipe for its ou
 forks, and the child becomes the rank. A fork copies the imported modules instead of importing them
 again: a rank starts in milliseconds.
 
-What a forked rank is, step by step (``_become_rank``)::
+What a forked rank is, step by step (``zygote_server._become``)::
 
     launcher ── request: env, cwd, pipe ──▶ zygote (torch imported, one thread, never ran a kernel)
                                               │ fork
@@ -36,21 +36,25 @@ Why this is safe, and when it is not used:
   with ``DPTEACH_FRESH_RANKS=1`` in the environment.
 * A rank still cannot outlive its launcher: the zygote exits when the launcher's end of the socket
   closes, and each rank exits when its parent (the zygote) is gone (``worker._exit_when_orphaned``).
+
+The same zygote also starts the other torch processes a lesson runs (``popen_python``: a torchrun agent,
+torchft's Lighthouse and replica groups) as ``python -m ...`` or ``python -c ...`` would: what they then
+start themselves - torchrun's workers - are fresh interpreters as always.
 """
 from __future__ import annotations
 
 import atexit
 import json
 import os
-import select
 import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 
-# Read by the rank after it starts (the worker, torch.distributed at init_process_group, or re-read by
-# _become_rank below), so ranks of one zygote may differ in them. Every other variable keys the zygote.
+# Read by the child after it starts (the worker, torch.distributed at init_process_group, or re-read by
+# ``zygote_server._become``), so children of one zygote may differ in them. Every other variable keys the zygote.
 READ_AFTER_START = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                     "TORCH_DISTRIBUTED_DEBUG", "PYTEST_CURRENT_TEST")
 READ_AFTER_START_PREFIXES = ("DPTEACH_",)
@@ -58,42 +62,63 @@ READ_AFTER_START_PREFIXES = ("DPTEACH_",)
 # optimizer or DDP imports it on construction).
 PRELOAD = ("torch", "torch.distributed", "torch._dynamo", "torch.nn.parallel", "torch.distributed.checkpoint",
            "cloudpickle", "dpteach.ranks.worker", "dpteach.ranks.backend")
+PRELOAD_IF_INSTALLED = ("torchft", "torchft.checkpointing.pg_transport")  # lesson 13's replica groups
 MAX_MESSAGE = 1 << 20
+FIRST_FORK_TIMEOUT = 300.0  # the first fork waits for the zygote's imports: seconds, far more on a busy machine
 
 
-def use_zygote(device_type: str) -> bool:
-    """Whether ranks on ``device_type`` are forked from a zygote (else: fresh interpreters)."""
+def use_zygote(device_type: str = "cpu") -> bool:
+    """Whether processes for ``device_type`` are forked from a zygote (else: fresh interpreters)."""
     return (device_type == "cpu" and sys.platform.startswith("linux")
             and os.environ.get("DPTEACH_FRESH_RANKS", "") in ("", "0"))
 
 
-def _key(env: dict) -> tuple:
-    return tuple(sorted((k, v) for k, v in env.items()
-                        if k not in READ_AFTER_START and not k.startswith(READ_AFTER_START_PREFIXES)))
+def _start_env(env: dict) -> dict:
+    return {k: v for k, v in env.items() if k not in READ_AFTER_START and not k.startswith(READ_AFTER_START_PREFIXES)}
 
 
-# -- the launcher's side ---------------------------------------------------------------------------
-class ForkedRank:
-    """A rank forked by the zygote, seen the way :class:`subprocess.Popen` shows a child."""
-
-    def __init__(self, zygote: "Zygote", pid: int, stdout):
-        self.zygote, self.pid, self.stdout, self.returncode = zygote, pid, stdout, None
+# -- a child of the zygote, seen the way subprocess.Popen shows a child ----------------------------------------
+class ForkedProcess:
+    def __init__(self, zygote: "Zygote", pid: int, args, stdout=None):
+        self.zygote, self.pid, self.args, self.stdout, self.returncode = zygote, pid, args, stdout, None
 
     def poll(self):
         if self.returncode is None:
             self.returncode = self.zygote.exit_code(self.pid)
         return self.returncode
 
+    def wait(self, timeout: float | None = None) -> int:
+        end = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if end is not None and time.monotonic() > end:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            time.sleep(0.01)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
 
 class Zygote:
-    """The launcher's handle on one zygote process; ``fork(env, cwd)`` starts a rank."""
+    """The launcher's handle on one zygote process; ``fork`` starts a child of it."""
 
     def __init__(self, env: dict):
-        self.key = _key(env)
+        self.key = tuple(sorted(env.items()))
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.process = subprocess.Popen([sys.executable, "-u", "-m", "dpteach.ranks.zygote", str(theirs.fileno())],
-                                        env=env, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
-                                        start_new_session=True)
+        self.process = subprocess.Popen(
+            [sys.executable, "-u", "-m", "dpteach.ranks.zygote_server", str(theirs.fileno())],
+            env={**env, "DPTEACH_LAUNCHER_PID": str(os.getpid())},  # marks the zygote and its children in /proc
+            pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, start_new_session=True)
         theirs.close()
         self.sock, self.lock = ours, threading.Lock()
         self.changed = threading.Condition()
@@ -120,27 +145,20 @@ class Zygote:
                     self.exits[int(numbers[0])] = int(numbers[1])
                 self.changed.notify_all()
 
-    def fork(self, env: dict, cwd: str) -> ForkedRank:
-        """Start one rank with environment ``env`` in folder ``cwd``; its output comes out of ``.stdout``."""
-        read_end, write_end = os.pipe()
-        try:
-            with self.lock:
-                self.requests += 1
-                number = self.requests
-                request = json.dumps({"number": number, "env": env, "cwd": cwd}).encode()
-                socket.send_fds(self.sock, [request], [write_end])
-            with self.changed:
-                if not self.changed.wait_for(lambda: number in self.started or not self.alive, timeout=30):
-                    raise RuntimeError("the rank zygote did not answer within 30 s")
-                if number not in self.started:
-                    raise RuntimeError(f"the rank zygote exited (code {self.process.poll()}) before forking a rank")
-                pid = self.started.pop(number)
-        except BaseException:
-            os.close(read_end)
-            raise
-        finally:
-            os.close(write_end)  # the rank holds its own copy: the pipe ends when the rank does
-        return ForkedRank(self, pid, os.fdopen(read_end, "rb"))
+    def fork(self, env: dict, cwd: str, stdout_fd: int, stderr_fd: int, argv: list[str] | None = None) -> int:
+        """Fork a child with environment ``env`` in folder ``cwd`` writing to the two descriptors (which it
+        keeps: the caller may close its own copies); a rank when ``argv`` is None. Returns its pid."""
+        with self.lock:
+            self.requests += 1
+            number = self.requests
+            request = json.dumps({"number": number, "env": env, "cwd": cwd, "argv": argv}).encode()
+            socket.send_fds(self.sock, [request], [stdout_fd, stderr_fd])
+        with self.changed:
+            if not self.changed.wait_for(lambda: number in self.started or not self.alive, timeout=FIRST_FORK_TIMEOUT):
+                raise RuntimeError(f"the zygote did not fork within {FIRST_FORK_TIMEOUT:g} s")
+            if number not in self.started:
+                raise RuntimeError(f"the zygote exited (code {self.process.poll()}) before it forked")
+            return self.started.pop(number)
 
     def exit_code(self, pid: int):
         with self.changed:
@@ -151,10 +169,10 @@ class Zygote:
             return None
 
     def usable_for(self, env: dict) -> bool:
-        return self.alive and self.process.poll() is None and _key(env) == self.key
+        return self.alive and self.process.poll() is None and tuple(sorted(_start_env(env).items())) == self.key
 
     def retire(self) -> None:
-        """Fork no more; the zygote exits once the ranks it forked have ended (a launch may still be using them)."""
+        """Fork no more; the zygote exits once its children have ended (a launch may still be using them)."""
         with self.lock:
             try:
                 self.sock.send(b"retire")
@@ -170,15 +188,12 @@ _retired: list[Zygote] = []  # kept until they exit, so that their sockets stay 
 _zygotes_lock = threading.Lock()
 
 
-def fork_rank(env: dict, cwd: str) -> ForkedRank:
-    """Fork a rank with environment ``env`` from a zygote started with the same import-time environment."""
+def _zygote_for(env: dict) -> Zygote:
+    """A zygote started with ``env``'s import-time variables: the one kept, or a new one."""
     with _zygotes_lock:
         zygote = next((z for z in _zygotes if z.usable_for(env)), None)
         if zygote is None:
-            start_env = {k: v for k, v in env.items()
-                         if k not in READ_AFTER_START and not k.startswith(READ_AFTER_START_PREFIXES)}
-            start_env["DPTEACH_LAUNCHER_PID"] = str(os.getpid())  # marks the zygote and its ranks in /proc
-            zygote = Zygote(start_env)
+            zygote = Zygote(_start_env(env))
             while len(_zygotes) >= 2:
                 _zygotes[0].retire()
                 _retired.append(_zygotes.pop(0))
@@ -186,101 +201,65 @@ def fork_rank(env: dict, cwd: str) -> ForkedRank:
         else:
             _zygotes.remove(zygote)
         _zygotes.append(zygote)
-    return zygote.fork(env, cwd)
+    return zygote
+
+
+def fork_rank(env: dict, cwd: str) -> ForkedProcess:
+    """Fork a rank (``worker.main()``) with environment ``env``; its stdout and stderr come out of ``.stdout``."""
+    zygote = _zygote_for(env)
+    read_end, write_end = os.pipe()
+    try:
+        pid = zygote.fork(env, cwd, write_end, write_end)
+    except BaseException:
+        os.close(read_end)
+        raise
+    finally:
+        os.close(write_end)  # the rank holds its own copy: the pipe ends when the rank does
+    return ForkedProcess(zygote, pid, ["dpteach.ranks.worker"], os.fdopen(read_end, "rb"))
+
+
+def popen_python(argv: list[str], env: dict, stdout=None, stderr=None, text: bool = False):
+    """``subprocess.Popen([sys.executable, *argv], ...)`` for ``-m module ...`` or ``-c code ...``, forked from a
+    zygote where ``use_zygote()`` (else that very Popen). ``stdout``/``stderr``: None (this process's), a file
+    object, ``subprocess.DEVNULL``, ``subprocess.PIPE`` (stdout only; read ``.stdout``) or, for stderr,
+    ``subprocess.STDOUT``."""
+    if not use_zygote():
+        return subprocess.Popen([sys.executable, *argv], env=env, stdout=stdout, stderr=stderr, text=text,
+                                stdin=subprocess.DEVNULL)
+    if stderr == subprocess.PIPE:
+        raise ValueError("stderr=subprocess.PIPE is not supported here: use a file or subprocess.STDOUT")
+    closing, pipe = [], None
+
+    def descriptor(target, default: int) -> int:
+        if target is None:
+            return default
+        if target == subprocess.DEVNULL:
+            closing.append(os.open(os.devnull, os.O_WRONLY))
+            return closing[-1]
+        return target.fileno()
+
+    if stdout == subprocess.PIPE:
+        pipe = os.pipe()
+        closing.append(pipe[1])
+        out = pipe[1]
+    else:
+        out = descriptor(stdout, sys.stdout.fileno())
+    err = out if stderr == subprocess.STDOUT else descriptor(stderr, sys.stderr.fileno())
+    try:
+        zygote = _zygote_for(env)
+        pid = zygote.fork(env, os.getcwd(), out, err, argv=list(argv))
+    except BaseException:
+        if pipe:
+            os.close(pipe[0])
+        raise
+    finally:
+        for fd in closing:
+            os.close(fd)
+    reader = None if pipe is None else os.fdopen(pipe[0], "r" if text else "rb")
+    return ForkedProcess(zygote, pid, [sys.executable, *argv], reader)
 
 
 @atexit.register
 def _close_all() -> None:
     for zygote in _zygotes + _retired:
         zygote.close()
-
-
-# -- the zygote's side -----------------------------------------------------------------------------
-def _become_rank(request: dict, output_fd: int, inherited: list[int]) -> None:
-    """In the forked child: turn the zygote's copy into the rank the request describes; never returns."""
-    code = 1
-    try:
-        os.setsid()  # leads its own process group: the launcher stops a rank and what it started together
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        for fd in inherited:
-            os.close(fd)
-        stdin = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(stdin, 0)
-        os.dup2(output_fd, 1)
-        os.dup2(output_fd, 2)
-        os.close(stdin)
-        os.close(output_fd)
-        os.chdir(request["cwd"])
-        env = dict(request["env"])
-        try:  # `ps -o comm` and `top` tell the ranks from their zygote (the command line stays the zygote's)
-            with open("/proc/self/comm", "w") as comm:
-                comm.write(f"dpteach-rank{env.get('RANK', '')}")
-        except OSError:
-            pass
-        env["DPTEACH_PARENT_PID"] = str(os.getppid())  # the process whose end ends this rank: the zygote
-        os.environ.clear()
-        os.environ.update(env)
-        import torch.distributed as dist
-
-        dist.set_debug_level_from_env()  # read at import, in the zygote; this rank may ask for another level
-        from dpteach.ranks import worker
-
-        code = worker.main()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)  # never return into the zygote's loop
-
-
-def serve(sock: socket.socket) -> None:
-    """The zygote's loop: fork a rank per request, report each rank's exit, end when the launcher does."""
-    import importlib
-
-    for name in PRELOAD:
-        importlib.import_module(name)
-    wake_read, wake_write = os.pipe()
-    os.set_blocking(wake_read, False)
-    os.set_blocking(wake_write, False)
-    signal.set_wakeup_fd(wake_write)
-    signal.signal(signal.SIGCHLD, lambda *_: None)  # only to wake select(): children are reaped below
-    children, retiring = set(), False
-    while True:
-        ready, _, _ = select.select([sock, wake_read], [], [])
-        if wake_read in ready:
-            while True:
-                try:
-                    os.read(wake_read, 512)
-                except BlockingIOError:
-                    break
-        while True:  # reap every child that has ended, and say so
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
-            children.discard(pid)
-            sock.send(f"exited {pid} {os.waitstatus_to_exitcode(status)}".encode())
-        if retiring and not children:
-            return
-        if sock in ready:
-            message, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 1)
-            if not message:
-                return  # the launcher is gone
-            if message == b"retire":
-                retiring = True
-                if not children:
-                    return
-                continue
-            request = json.loads(message)
-            pid = os.fork()
-            if pid == 0:
-                _become_rank(request, fds[0], [sock.fileno(), wake_read, wake_write])
-            os.close(fds[0])
-            children.add(pid)
-            sock.send(f"started {request['number']} {pid}".encode())
-
-
-if __name__ == "__main__":
-    serve(socket.socket(fileno=int(sys.argv[1])))
