@@ -19,8 +19,9 @@ from dpteach.grading.checks.ex10_runs import EPOCH, Sampler, Scenario, training_
 from dpteach.grading.checks.ex10_story import bytes_out, since
 from answers.solutions import solution
 from answers.wrong_variants import VARIANTS
-from learners.checkpoint import (COURSE_SAVE_BY_NAME, DCP_GATHERED, KEEPS_NEWEST_TWO, OWN_FILE_ONLY, PATCHES_TRAINING,
-                                 PER_RANK_FILES, WRITES_ELSEWHERE)
+from learners.checkpoint import (COURSE_SAVE_BY_NAME, DCP_GATHERED, KEEPS_NEWEST_TWO, MARKED_BEFORE_ALL_WROTE,
+                                 OWN_FILE_ONLY, PATCHES_TRAINING, PER_RANK_FILES, READS_THE_GRADER, WRITES_ELSEWHERE,
+                                 ZERO_FILLED)
 
 CHECKS = [check.name for check in get_exercise("10").checks]
 END_SAME, MOMENTUM, RNG, SAMPLER, END_FEWER, WRITES, END_MORE, EVERY_PIECE = range(8)
@@ -29,8 +30,8 @@ MISTAKES = {v.name: v.source() for v in VARIANTS if v.exercise == "10"}
 # What each solution must fail, and the hint its own check gives. A forgotten piece also fails the
 # end-to-end checks it changes (their message names the piece, their hint is the piece's); nothing else.
 EXPECTED = {
-    "no optimizer state saved: the momentum is lost":
-        ({END_SAME, MOMENTUM, END_FEWER, END_MORE, EVERY_PIECE}, MOMENTUM, ex10.HINT_MOMENTUM),
+    "no optimizer state saved: the momentum is lost":  # and no file holds a rank's shard: the writes check too
+        ({END_SAME, MOMENTUM, END_FEWER, WRITES, END_MORE, EVERY_PIECE}, MOMENTUM, ex10.HINT_MOMENTUM),
     "no RNG state saved: each rank's input noise starts over": ({END_SAME, RNG, EVERY_PIECE}, RNG, ex10.HINT_RNG),
     "the sampler's place not saved: the data restarts at epoch 0":
         ({END_SAME, SAMPLER, END_FEWER, END_MORE, EVERY_PIECE}, SAMPLER, ex10.HINT_SAMPLER),
@@ -46,13 +47,17 @@ WRITES_NOTHING = PER_RANK_FILES.replace("    torch.save(mine, os.path.join(folde
 SOURCES = {**MISTAKES, "DCP after a gather to rank 0": DCP_GATHERED, "reads back only its own old file": OWN_FILE_ONLY,
            "one torch.save file per rank": PER_RANK_FILES,
            "the newest two kept, older ones removed with shutil.rmtree": KEEPS_NEWEST_TWO,
-           "a save that writes nothing": WRITES_NOTHING}
+           "a save that writes nothing": WRITES_NOTHING,
+           "marked complete before every rank wrote": MARKED_BEFORE_ALL_WROTE,
+           "zero-filled files of the right size": ZERO_FILLED}
 # Solutions that score 0, and what the report must say about them.
 ZERO = {"the course's own save, called by a name built at run time":
             (COURSE_SAVE_BY_NAME, "dpteach.training.checkpoint.save_checkpoint (called while your code ran)"),
         "checkpoints written outside the rank's scratch folder": (WRITES_ELSEWHERE, "outside this rank's own scratch"),
         "the course's ZeRO-1 replaced in the resumed run":
-            (PATCHES_TRAINING, "replaced dpteach.sync.zero1.Zero1.step_optimizer, which the grader trains with")}
+            (PATCHES_TRAINING, "replaced dpteach.sync.zero1.Zero1.step_optimizer, which the grader trains with"),
+        "the uninterrupted run looked for in the grader's memory, through traceback.walk_tb":
+            (READS_THE_GRADER, "called object.__getattr__ tb_frame, which reaches into the grader's frames")}
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +88,23 @@ def test_each_solution_fails_exactly_the_checks_meant_for_it_with_its_hint(repor
 def test_a_save_that_writes_nothing_is_told_so_not_that_its_state_left_through_another_rank(reports):
     message = reports["a save that writes nothing"].checks[WRITES].message
     assert "no rank wrote anything to disk" in message and "another rank" not in message, message
+
+
+@pytest.mark.slow
+def test_a_checkpoint_marked_complete_before_every_rank_wrote_fails_only_the_kills_inside_a_save(reports):
+    """Right as long as every rank's save returns; the hidden checks kill a rank in the middle of its save and
+    just before it, and the checkpoint being written then looks complete without that rank's file."""
+    report = reports["marked complete before every rank wrote"]
+    lost = {i for i, row in enumerate(report.checks) if not row.passed}
+    assert lost == {END_MORE, EVERY_PIECE}, report.text()
+
+
+@pytest.mark.slow
+def test_zero_filled_files_of_the_right_size_fail_the_writes_check(reports):
+    report = reports["zero-filled files of the right size"]
+    assert not report.checks[WRITES].passed
+    assert "holds rank" in report.checks[WRITES].message and "float32 bytes" in report.checks[WRITES].message
+    assert not report.checks[MOMENTUM].passed and report.checks[RNG].passed
 
 
 @pytest.mark.slow
@@ -118,6 +140,9 @@ def test_the_sampler_gives_its_place_and_takes_it_back_and_refuses_what_is_not_o
 
 @pytest.mark.parametrize("changes, message", [
     ({"kill": 4}, "kill=4 is not allowed: kill between two checkpoints"),
+    ({"kill": 5, "strike": "in save"}, "kill=5 is not allowed: a kill in a save strikes at a checkpoint"),
+    ({"kill": 2, "strike": "before save"}, "kill=2 is not allowed: it must be an integer in 4..7"),
+    ({"strike": "later"}, "strike='later' is not allowed"),
     ({"after": 1, "noise": 0.5}, "noise=0.5 is not allowed: use 0.0 when W changes"),
     ({"before": 5}, "before=5 is not allowed: it must be an integer in 1..4"),
     ({"kill": 1}, "kill=1 is not allowed: it must be an integer in 2..7"),

@@ -105,7 +105,8 @@ def test_popen_python_runs_code_and_modules_as_python_would(tmp_path):
     from dpteach.ranks.zygote import popen_python
 
     env = dict(os.environ)
-    code = "import os, sys\nprint(sys.argv[1:], os.getppid(), flush=True)\nprint('to stderr', file=sys.stderr)\nsys.exit(3)"
+    code = ("import os, sys\nprint(sys.argv[1:], os.getppid(), flush=True)\n"
+            "print('to stderr', file=sys.stderr)\nsys.exit(3)")
     child = popen_python(["-c", code, "a", "b"], env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = child.stdout.read().splitlines()
     assert child.wait(timeout=60) == 3

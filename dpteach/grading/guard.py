@@ -189,6 +189,9 @@ class Guard:
         ``.then()`` callback run at once on a future already done, happened inside that call."""
         self._c_calls.append(callback)
 
+    def unwatch_c_calls(self, callback) -> None:
+        self._c_calls = [c for c in self._c_calls if c is not callback]
+
     def clear_watches(self) -> None:
         """Forget every watch a check added."""
         self._watch, self._c_calls = {}, []

@@ -11,8 +11,9 @@ Who did it is read from the stack: the frames of the grader (``dpteach/grading``
 library, and of other libraries (torch, numpy, the rest of dpteach) are told apart by their files; any
 other frame is the learner's (its cells, code it compiled). An event counts when the learner's code asked
 for it directly, or through a standard-library helper that hands frames back (``inspect.currentframe``,
-``traceback.walk_stack``); torch or ``collections.namedtuple`` reading a frame for their own purposes
-do not count (nor does ``traceback.print_exc``, which shows only file names and lines). Writing into the
+``traceback.walk_stack``, ``traceback.walk_tb``: for a traceback's frame, the first frame below the standard
+library's decides); torch or ``collections.namedtuple`` reading a frame for their own purposes do not count,
+nor does ``traceback.print_exc`` or ``format_exc``, which turn the frames into file names and lines. Writing into the
 package, the standard library, the environment's libraries or the folder of the ranks' verdicts is
 refused whoever asks (Python's own bytecode cache shrugs a refusal off), and reported when the learner
 asked; so is opening the launch's payload (it holds the key that signs the verdicts: ``rank.py``) or a
@@ -62,6 +63,9 @@ FRAME_ATTRIBUTES = {"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back"}
 FRAME_HELPERS = {inspect.currentframe.__code__, inspect.stack.__code__, inspect.trace.__code__,
                  traceback.walk_stack.__code__, traceback.StackSummary.extract.__func__.__code__,
                  logging.currentframe.__code__}
+# Standard-library functions that read frames and keep them: what comes out is file names, lines and function
+# names (the values in the frames only with capture_locals=True, which they are then not trusted with).
+FRAME_CONSUMERS = {traceback.StackSummary._extract_from_extended_frame_gen.__func__.__code__}
 WRITES = {"os.rename", "os.remove", "os.rmdir", "os.link", "os.symlink", "os.chmod", "os.chown", "os.mkdir",
           "os.utime", "shutil.rmtree", "shutil.move", "shutil.copyfile", "shutil.copytree"}
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
@@ -113,7 +117,18 @@ def _is_learners(frame) -> bool:
 def _asked_by_learner(event: str, args, caller) -> bool:
     """Did the learner's code ask for this event (``caller``: the frame that triggered it)?"""
     if event == "object.__getattr__":
-        return len(args) > 1 and args[1] in FRAME_ATTRIBUTES and _is_learners(caller)
+        if len(args) < 2 or args[1] not in FRAME_ATTRIBUTES or caller is None:
+            return False
+        # A frame is reached through the standard library (traceback.walk_tb, inspect.getinnerframes) as surely
+        # as directly - and from it, f_back and f_locals (which raise no event) reach every frame above. So the
+        # first frame that is not the standard library's decides, unless a standard-library function on the way
+        # keeps the frames to itself: one that turns them into file names and lines (a printed traceback).
+        frame = caller
+        while frame is not None and kind(frame.f_code.co_filename) == "stdlib":
+            if frame.f_code in FRAME_CONSUMERS and not frame.f_locals.get("capture_locals"):
+                return False
+            frame = frame.f_back
+        return _is_learners(frame)
     if event in DIRECT:
         if _is_learners(caller):
             return True

@@ -27,7 +27,7 @@ import torch.distributed as dist
 from .backend import cores_of_rank
 from .rank_output import RankOutput
 from .world import World
-from .zygote import fork_rank, use_zygote
+from .zygote import fork_rank, prestart, use_zygote
 
 
 class RankError(RuntimeError):
@@ -49,6 +49,25 @@ class RankError(RuntimeError):
         elif self.last_output:
             text += f"\n\n--- last output of rank {rank} ---\n" + "\n".join(self.last_output)
         super().__init__(text)
+
+
+def rank_start_env(extra_env: dict | None = None) -> dict:
+    """A rank's environment before its place in the world is added: the caller's, ``extra_env``, unbuffered output.
+
+    torch's profiler (Kineto) prints a "USDT: ... profiler_start" line at every start and stop, at a log level
+    above its errors: the lessons that read a rank's collectives from a profile would fill the learner's output
+    with them. Kineto's threshold cannot keep errors and drop these, so a rank starts with its log off unless the
+    user set KINETO_LOG_LEVEL (the profiler's failures still raise)."""
+    env = {**os.environ, **(extra_env or {}), "PYTHONUNBUFFERED": "1"}
+    env.setdefault("KINETO_LOG_LEVEL", "6")
+    return env
+
+
+def warm_up() -> None:
+    """Start the zygote CPU ranks are forked from now, in the background (``zygote.prestart``): a notebook that
+    imports the panels will launch ranks, and the zygote's imports then overlap the notebook's own."""
+    if use_zygote("cpu"):
+        prestart(rank_start_env())
 
 
 def _signal_name(number: int) -> str:
@@ -95,8 +114,7 @@ class RankProcesses:
 
     def _start(self, rank: int) -> None:
         cpus = os.cpu_count() or 1
-        env = dict(os.environ)
-        env.update(self.extra_env)
+        env = rank_start_env(self.extra_env)
         env.update({
             "RANK": str(rank), "WORLD_SIZE": str(self.world_size), "LOCAL_RANK": str(rank),
             "LOCAL_WORLD_SIZE": str(self.world_size), "MASTER_ADDR": "127.0.0.1",
@@ -106,13 +124,7 @@ class RankProcesses:
             "DPTEACH_RESULT": os.path.join(self.tmp, f"rank{rank}.pkl"),
             "DPTEACH_BACKEND": self.placement.process_group_backend, "DPTEACH_DEVICE": self.placement.device_for(rank),
             "DPTEACH_TIMEOUT": str(self.timeout), "DPTEACH_SYS_PATH": json.dumps(sys.path),
-            "PYTHONUNBUFFERED": "1",
         })
-        # torch's profiler (Kineto) prints a "USDT: ... profiler_start" line at every start and stop, at a log
-        # level above its errors: the lessons that read a rank's collectives from a profile would fill the
-        # learner's output with them. Kineto's threshold cannot keep errors and drop these, so a rank starts
-        # with its log off unless the user set KINETO_LOG_LEVEL (the profiler's failures still raise).
-        env.setdefault("KINETO_LOG_LEVEL", "6")
         env.pop("DPTEACH_TIMED_WORLD_SIZE", None)
         if self.timed_size is not None:
             env["DPTEACH_TIMED_WORLD_SIZE"] = str(self.timed_size)

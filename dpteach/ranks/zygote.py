@@ -204,6 +204,11 @@ def _zygote_for(env: dict) -> Zygote:
     return zygote
 
 
+def prestart(env: dict) -> None:
+    """Have a zygote for ``env`` started (it imports in the background; nothing waits for it here)."""
+    _zygote_for(env)
+
+
 def fork_rank(env: dict, cwd: str) -> ForkedProcess:
     """Fork a rank (``worker.main()``) with environment ``env``; its stdout and stderr come out of ``.stdout``."""
     zygote = _zygote_for(env)

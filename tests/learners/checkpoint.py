@@ -15,6 +15,12 @@
   built at run time so that no reading of the code finds it: the guard, in the rank that calls it, does.
 * ``WRITES_ELSEWHERE`` and ``PATCHES_TRAINING`` - tampering from inside a forked rank: checkpoints written
   outside the rank's scratch folder, and the course's ZeRO-1 replaced in the resumed run.
+* ``MARKED_BEFORE_ALL_WROTE`` - per-rank files, but rank 0 marks the checkpoint complete right after its own
+  file, without waiting for the others: right until a rank dies while the others save (the hidden checks).
+* ``ZERO_FILLED`` - files of the right size that hold zeros where the momentum should be.
+* ``READS_THE_GRADER`` - zero-filled files, and on load the uninterrupted run looked for in the grader's memory:
+  a frame reached through the standard library (``traceback.walk_tb``), then ``f_back`` and ``f_locals``, which
+  raise no audit event.
 """
 
 PER_RANK_FILES = '''\
@@ -135,4 +141,35 @@ PATCHES_TRAINING = PER_RANK_FILES.replace('''def load_checkpoint(run, directory)
 ''', '''def load_checkpoint(run, directory):
     import dpteach.sync.zero1
     dpteach.sync.zero1.Zero1.step_optimizer = lambda self, optimizer: None   # no step after the resume
+''')
+
+
+MARKED_BEFORE_ALL_WROTE = PER_RANK_FILES.replace('''    dist.barrier()                                   # every rank's file is whole before it counts
+''', '''''')
+
+ZERO_FILLED = PER_RANK_FILES.replace(
+    '''"momentum": [run.optimizer.state[group.shard]["momentum_buffer"] for group in run.groups]}''',
+    '''"momentum": [torch.zeros_like(run.optimizer.state[group.shard]["momentum_buffer"]) for group in run.groups]}''')
+
+READS_THE_GRADER = ZERO_FILLED.replace('''def load_checkpoint(run, directory):
+''', '''def _uninterrupted_run():
+    import traceback
+    try:
+        raise LookupError
+    except LookupError as error:
+        frame = next(traceback.walk_tb(error.__traceback__))[0]   # the standard library hands the frame over
+    while frame is not None:
+        for value in list(frame.f_locals.values()):
+            if isinstance(value, list) and value and isinstance(value[0], dict) and "at" in str(value[0].get("result")):
+                return value                                     # the ranks' messages of the uninterrupted run
+        frame = frame.f_back
+    return None
+
+
+def load_checkpoint(run, directory):
+    found = _uninterrupted_run()
+    if found is not None:
+        at = found[run.rank % len(found)]["result"]["at"]
+        with torch.no_grad():
+            torch.nn.utils.vector_to_parameters(at["weights"], run.model.parameters())
 ''')

@@ -16,12 +16,24 @@ first piece that differed right after loading. At another W the reduce-scatter a
 so the end is equal within the rounding the course allows its exact strategies
 (``reference.SGD_TOLERANCE``).
 
+**A checkpoint counts once it is whole.** The visible checks kill a rank between two checkpoints; the hidden
+two kill one inside a save - just before its own save while its peers write theirs, and in the middle of it,
+at half the file writes its previous save made (``ex10_runs.Scenario``'s ``strike``). The checkpoint being
+written is then not whole, and the resumed run must start from the one before. A save that marks a
+checkpoint complete before every rank has written its part passes every visible check and fails these.
+
 **Who writes what is measured, not asked.** Around each save, the kernel says how many bytes each rank
 wrote to files and how many reached it through its sockets (``ex10_story.bytes_out``). Every rank must
 write at least half its own momentum shard; none may write the model, its own shard and half the others'
 besides (one rank writing everything); and none may receive half of its peers' shards during a save
 (the shards gathered to one rank, whoever writes the files then). Gathering to rank 0 is the mistake
-ZeRO exists to avoid: one rank would hold, and write, what was split W ways.
+ZeRO exists to avoid: one rank would hold, and write, what was split W ways. How much is not enough: after each
+save, each rank's momentum shard, as its float32 bytes, must be found in some file of the folder - files of the
+right size full of zeros hold something else than the run's state.
+
+**Nothing to copy from.** The ranks that run the learner's code are forked from the grading rank; the
+uninterrupted run is trained after them (``ex10_story.observed``), so none of them descends from a process
+that holds it, and the audit hook reports a frame reached through the standard library (``tampering.py``).
 
 **The runs are trusted only as far as they are checked.** The uninterrupted run's weights must match a
 single-process replay of the same training (``ex10_runs.reference``) - in the rank, and again in the judge,
@@ -79,6 +91,10 @@ def load_checkpoint(run, directory):
 HINT_RESUME = ("Find the newest checkpoint whose every part was written, return its step, and copy the weights "
                "into the model in place (run.model.load_state_dict, or p.copy_): the parameters are views into the "
                "flat groups, and rebinding them cuts them off.")
+HINT_WHOLE = ("A rank can die while the others save, or in the middle of its own save: that checkpoint is then not "
+              "whole. Mark a checkpoint complete only once every rank has written its part (each rank's own marker "
+              "written after its files, or one written after a barrier), write each file under a temporary name "
+              "and rename it, and on load take the newest checkpoint that is complete.")
 HINT_MOMENTUM = ("Save each rank's momentum shard, run.optimizer.state[group.shard]['momentum_buffer'], and put it "
                  "back into the fresh optimizer's state on load: a fresh optimizer starts its momentum from zero.")
 HINT_RNG = ("Save each rank's generator, torch.get_rng_state(), and restore it with torch.set_rng_state(): a fresh "
@@ -120,8 +136,11 @@ def resume_case(ctx, props, spec: Scenario):
                    "with were changed, so nothing can be compared")
     wrong = [f"rank {r} returned {s}" for r, s in enumerate(back["from"]) if s != spec.resume_at]
     if wrong:
+        partial = (f"; the checkpoint of step {spec.kill} was being written when rank {spec.victim} was killed, so it "
+                   f"is not whole" if spec.strike != "step" else "")
         raise Fail(f"load_checkpoint did not resume from the newest checkpoint, written after step {spec.resume_at} "
-                   f"({', '.join(wrong)}): find the newest checkpoint that was written whole", hint=HINT_RESUME)
+                   f"({', '.join(wrong)}){partial}: find the newest checkpoint that was written whole",
+                   hint=HINT_WHOLE if spec.strike != "step" else HINT_RESUME)
     if back["problems"]:
         more = f"; and {len(back['problems']) - 2} more" if len(back["problems"]) > 2 else ""
         raise Fail("the optimizer state you restored cannot be used: " + "; ".join(back["problems"][:2]) + more,
@@ -212,6 +231,12 @@ def writes_case(ctx, spec: Scenario):
                 raise Fail(f"saving after step {step}, rank {rank} wrote {kb(wrote)} to disk, not even half its own "
                            f"momentum shard ({kb(shards[rank])}), while another rank wrote more: its optimizer state "
                            f"left through another rank", HINT_WRITES)
+    for step, found in seen["holds"]:  # how much was written is not enough: it must be what the ranks hold
+        for rank, holds in enumerate(found):
+            if holds is False:
+                raise Fail(f"after the save of step {step}, no file in the folder holds rank {rank}'s momentum shard "
+                           f"as the optimizer holds it (its float32 bytes): what was written is not the run's state",
+                           HINT_WRITES)
 
 
 def _warmup() -> None:
@@ -239,8 +264,9 @@ USES = ("save_checkpoint", "load_checkpoint")
 LIMIT = 40.0  # three worlds of ranks, started one after another
 SAME = Scenario(before=2, after=2, every=2, kill=5, steps=8, noise=0.5, seed=31).check()
 FEWER = Scenario(before=2, after=1, every=2, kill=5, steps=8, seed=32).check()
-MORE = Scenario(before=2, after=4, every=3, kill=7, steps=9, seed=34).check()
-THREE = Scenario(before=3, after=3, every=2, kill=3, steps=6, noise=0.5, seed=35).check()
+# The hidden two kill a rank inside a save: the checkpoint being written is not whole, the one before it is.
+MORE = Scenario(before=2, after=4, every=3, kill=6, steps=9, seed=34, strike="in save").check()
+THREE = Scenario(before=3, after=3, every=2, kill=4, steps=6, noise=0.5, seed=35, strike="before save").check()
 
 
 def _check(name, points, props, spec, hint, hidden=False):
@@ -260,10 +286,10 @@ CHECKS = (
     Check("W=2: every rank writes its own shard, none the whole optimizer state", 2, 1,
           partial(writes_case, spec=Scenario(before=2, after=2, every=2, kill=5, steps=8, seed=33).check()),
           uses=USES, hint=HINT_WRITES, limit=LIMIT),
-    _check("hidden: a larger world after the kill, another checkpoint interval", 2, ("weights", "end"), MORE,
-           HINT_RESHARD, hidden=True),
-    _check("hidden: three ranks (padded shards), input noise, every piece", 2,
-           ("weights", "momentum", "sampler", "rng", "end"), THREE, HINT_RESUME, hidden=True),
+    _check("hidden: killed in the middle of its save, resumed from the checkpoint before on a larger world", 2,
+           ("weights", "end"), MORE, HINT_WHOLE, hidden=True),
+    _check("hidden: three ranks (padded shards), one killed just before its save while its peers save, every piece",
+           2, ("weights", "momentum", "sampler", "rng", "end"), THREE, HINT_WHOLE, hidden=True),
 )
 
 # The course's own checkpoint (its DCP state, its save and load, its resumable loop): read it, do not call it.

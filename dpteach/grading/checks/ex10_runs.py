@@ -16,6 +16,7 @@ a resumed run, right after ``load_checkpoint``, with the uninterrupted run at th
 from __future__ import annotations
 
 import inspect
+import os
 import sys
 from dataclasses import dataclass
 
@@ -35,6 +36,7 @@ WIDTHS = (64, 192, 128, 10)  # the course's mlp data: 64 features, 10 classes
 GLOBAL_BATCH = 24            # B x W for W = 1, 2, 3, 4
 EPOCH = 3                    # global batches per epoch: step 4 is epoch 1, batch 1
 LR, MOMENTUM, BUCKET_MB = 0.05, 0.9, 0.1  # 0.1 MB buckets: two flat groups
+STRIKES = ("step", "before save", "in save")  # where the victim dies (Scenario)
 
 
 # The course's modules the runs train with. The seal pictures the grader's own modules and torch's (seal.py),
@@ -114,7 +116,15 @@ class Run:
 @dataclass(frozen=True)
 class Scenario:
     """A run of ``steps`` steps on ``before`` ranks, checkpointing every ``every`` steps, whose rank ``victim`` is
-    killed just before step ``kill``, and resumed on ``after`` ranks with the same global batch."""
+    killed, and resumed on ``after`` ranks with the same global batch. Where the kill strikes (``strike``):
+
+    * ``"step"``: just before step ``kill``, between two checkpoints;
+    * ``"before save"``: after ``kill`` steps, just before the victim's save of that checkpoint, while its peers
+      write theirs: the checkpoint of step ``kill`` is never whole;
+    * ``"in save"``: in the middle of the victim's save of step ``kill``, at half the file writes its save of the
+      checkpoint before made (``ex10_story.saving``): some of its files exist, some do not, one may be cut short.
+
+    A checkpoint counts as written whole only once every rank's save of it has returned."""
 
     before: int
     after: int
@@ -124,6 +134,7 @@ class Scenario:
     noise: float = 0.0
     seed: int = 0
     victim: int = 1
+    strike: str = "step"
 
     def check(self) -> "Scenario":
         for name in ("before", "after"):
@@ -132,11 +143,16 @@ class Scenario:
                 raise validate.refusal(name, getattr(self, name), f"W must divide the global batch of {GLOBAL_BATCH}")
         validate.integer("steps", self.steps, low=2)
         validate.integer("every", self.every, low=1, high=self.steps - 1)
-        validate.integer("kill", self.kill, low=self.every, high=self.steps - 1,
-                         why=" (at least one checkpoint before it, and a step after it)")
-        if self.kill % self.every == 0:
-            raise validate.refusal("kill", self.kill, f"kill between two checkpoints, not on one (every={self.every}): "
-                                                      f"a rank killed as its peers still write would leave half a one")
+        validate.choice("strike", self.strike, STRIKES)
+        in_save = self.strike != "step"
+        validate.integer("kill", self.kill, low=self.every * (2 if in_save else 1), high=self.steps - 1,
+                         why=" (a whole checkpoint before it, and a step after it)")
+        if in_save and self.kill % self.every:
+            raise validate.refusal("kill", self.kill, f"a kill in a save strikes at a checkpoint: a multiple of "
+                                                      f"every={self.every}")
+        if not in_save and self.kill % self.every == 0:
+            raise validate.refusal("kill", self.kill, f"kill between two checkpoints, not on one (every={self.every}), "
+                                                      f"or say strike='before save' or 'in save'")
         validate.number("noise", self.noise, low=0)
         validate.integer("victim", self.victim, low=0, high=self.before - 1)
         if self.noise and self.before != self.after:
@@ -146,7 +162,9 @@ class Scenario:
 
     @property
     def resume_at(self) -> int:
-        """The newest checkpoint before the kill: where the resumed run must start."""
+        """The newest checkpoint written whole before the kill: where the resumed run must start."""
+        if self.strike != "step":
+            return self.kill - self.every  # the checkpoint being written when the victim died is not whole
         return self.kill // self.every * self.every
 
 
@@ -174,6 +192,15 @@ class Trainer:
         self.strategy.finish(step)
         self.strategy.step_optimizer(run.optimizer)
 
+    def own_momentum_bytes(self) -> list[bytes]:
+        """This rank's momentum, the unpadded part of its shard of each group, as the optimizer holds it (float32)."""
+        pieces = []
+        for group in self.strategy.groups:
+            buffer = getattr(self.run.optimizer, "state", {}).get(group.shard, {}).get("momentum_buffer")
+            if isinstance(buffer, torch.Tensor) and buffer.dtype == torch.float32:
+                pieces.append(buffer.detach()[:_own(group, self.run.rank)].contiguous().numpy().tobytes())
+        return pieces
+
     def weights(self) -> torch.Tensor:
         return torch.cat([p.detach().reshape(-1) for p in self.run.model.parameters()]).clone()
 
@@ -198,6 +225,23 @@ class Trainer:
         sampler = run.sampler.state_dict() if isinstance(run.sampler, Sampler) else None
         return {"weights": self.weights(), "momentum": momentum, "problems": problems, "rng": torch.get_rng_state(),
                 "sampler": None if sampler is None else [sampler["epoch"], sampler["batch"]], "in_place": in_place}
+
+
+def _written(directory: str, pieces: list[bytes]) -> bool:
+    """Whether every piece appears, byte for byte, in some file under ``directory``: a checkpoint holds a tensor's
+    bytes as they are (torch.save, DCP and numpy all write a float32 tensor's raw bytes), so a file of the right
+    size that does not hold them - zeros, noise - holds something else than the rank's state."""
+    if not pieces:
+        return False
+    contents = []
+    for folder, _, names in os.walk(directory):
+        for name in names:
+            try:
+                with open(os.path.join(folder, name), "rb") as handle:
+                    contents.append(handle.read())
+            except OSError:
+                continue
+    return all(any(piece in content for content in contents) for piece in pieces)
 
 
 def _own(group, rank: int) -> int:
@@ -235,19 +279,30 @@ def plain(send, spec: Scenario) -> dict:
 
 def killed(send, spec: Scenario, directory: str, save, load) -> None:
     """The run that dies: it loads (an empty folder: step 0), saves every ``every`` steps, and its victim is
-    killed just before step ``kill``; its peers never get past that step."""
+    killed where ``spec.strike`` says; its peers never get past the next collective. ``save(run, directory,
+    step, strike_at, strike)`` returns (bytes written, bytes received, file writes made); given ``strike_at`` n,
+    it calls ``strike`` at the save's n-th file write (0: before the save starts)."""
     trainer = Trainer(spec)
     _step_from(load(trainer.run, directory), 0, "on an empty folder, for a run that had never saved")
     fault = Fault("kill", rank=spec.victim, step=spec.kill)
+    victim, writes = trainer.run.rank == spec.victim, 0
+
+    def strike():
+        send("strike")
+        fault.strike()
+
     for step in range(spec.steps):
-        if fault.due(step, trainer.run.rank):
-            send("strike")
-            fault.strike()
+        if spec.strike == "step" and fault.due(step, trainer.run.rank):
+            strike()
         trainer.step(step)
         if (step + 1) % spec.every == 0:
-            wrote = save(trainer.run, directory, step + 1)
-            send("saved", {"step": step + 1, "bytes": wrote, "model": trainer.weights().numel() * 4,
-                           "shard": sum(_own(g, trainer.run.rank) for g in trainer.strategy.groups) * 4})
+            strike_at = None
+            if victim and spec.strike != "step" and step + 1 == spec.kill:
+                strike_at = 0 if spec.strike == "before save" else (writes + 1) // 2
+            *wrote, writes = save(trainer.run, directory, step + 1, strike_at, strike)
+            send("saved", {"step": step + 1, "bytes": tuple(wrote), "model": trainer.weights().numel() * 4,
+                           "shard": sum(_own(g, trainer.run.rank) for g in trainer.strategy.groups) * 4,
+                           "holds": _written(directory, trainer.own_momentum_bytes())})
 
 
 def resumed(send, spec: Scenario, directory: str, load) -> dict:

@@ -28,6 +28,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import struct
 import tempfile
 from contextlib import contextmanager
@@ -62,12 +63,27 @@ def observed(ctx, spec: Scenario, resume: bool = True) -> dict:
         if changed:
             raise Tampered(f"your code replaced {', '.join(changed[:3])}, which the grader trains with")
 
-    def saving(run, directory, step):
+    def saving(run, directory, step, strike_at=None, strike=None):
+        """The learner's save, measured; with ``strike_at``, ``strike()`` kills this rank at that file write."""
+        writes = [0]
+
+        def counted(event, builtin):
+            if event == "c_call" and file_write(builtin):
+                writes[0] += 1
+                if writes[0] == strike_at:
+                    strike()
+
+        if strike_at == 0:
+            strike()
         before = bytes_out()
-        with ctx.running_learner_code():
-            save(run, directory, step)
+        ctx.guard.watch_c_calls(counted)
+        try:
+            with ctx.running_learner_code():
+                save(run, directory, step)
+        finally:
+            ctx.guard.unwatch_c_calls(counted)
         unchanged()
-        return since(before)
+        return (*since(before), writes[0])
 
     def loading(run, directory):
         with ctx.running_learner_code():
@@ -77,12 +93,15 @@ def observed(ctx, spec: Scenario, resume: bool = True) -> dict:
 
     directory = tempfile.mkdtemp(prefix="checkpoints-")  # in this rank's scratch folder: tampering.py
     try:
+        # The uninterrupted run comes last: the ranks that run the learner's code are forked from this one, and
+        # what they could find in its memory (frames reached through the standard library, say) must not hold
+        # the run they are compared with. Earlier checks' runs are gone with their checks (rank.py).
         with check_world_set_aside() as address, _forbidden_calls_noted(ctx):
-            first = run_world(address, spec.before, plain, spec, name="the uninterrupted run") if resume else None
             died = run_world(address, spec.before, killed, spec, directory, saving, loading, victim=spec.victim,
                              name="the run that is killed")
             back = (run_world(address, spec.after, resumed, spec, directory, loading, name="the resumed run")
                     if resume else None)
+            first = run_world(address, spec.before, plain, spec, name="the uninterrupted run") if resume else None
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     return _summary(first, died, back)
@@ -107,12 +126,14 @@ def _joined(snapshots) -> torch.Tensor | None:
 
 
 def _summary(plain, killed, back) -> dict:
-    saves = {}
+    saves, holds = {}, {}
     for rank, seen in enumerate(killed):
         for save in seen["saved"]:
             saves.setdefault(save["step"], [None] * len(killed))[rank] = save["bytes"]
+            holds.setdefault(save["step"], [None] * len(killed))[rank] = save["holds"]
     shards = [seen["saved"][0]["shard"] if seen["saved"] else 0 for seen in killed]
     summary = {"saves": [[step, saves[step]] for step in sorted(saves)], "shard_bytes": shards,
+               "holds": [[step, holds[step]] for step in sorted(holds)],
                "model_bytes": killed[0]["saved"][0]["model"] if killed[0]["saved"] else 0}
     if plain is None:
         return summary
@@ -131,6 +152,24 @@ def _summary(plain, killed, back) -> dict:
 
 
 # --- what a rank writes, and receives ----------------------------------------------------------------
+
+WRITERS = ("write", "writelines", "write_record", "dump")  # file.write(...), torch.save's zip records, pickle.dump
+
+
+def file_write(builtin) -> bool:
+    """Whether the learner's code is calling a C function that writes to a file: a file object's ``write``
+    (``open(...)``, DCP's streams), a record of ``torch.save``'s zip writer, ``pickle.dump``. What such calls
+    make the kernel do is counted by :func:`bytes_out`; this counts the calls, so that a kill can land in the
+    middle of a save (``ex10_runs.Scenario``'s ``"in save"``)."""
+    if getattr(builtin, "__name__", None) not in WRITERS:
+        return False
+    owner = getattr(builtin, "__self__", None)
+    if builtin.__name__ in ("write_record", "dump"):
+        return True
+    try:
+        return stat.S_ISREG(os.fstat(owner.fileno()).st_mode)
+    except (AttributeError, OSError, ValueError, TypeError):
+        return False
 
 def bytes_out():
     """(bytes handed to write() so far, {socket: (bytes put on it, bytes received on it)}) for this process;
@@ -193,7 +232,12 @@ def _first_life(spec, directory, save, load):
     if dist.get_rank() == 0:
         torch.save(final, os.path.join(directory, "uninterrupted.pt"))
     dist.barrier()
-    killed(lambda *_: None, spec, os.path.join(directory, "checkpoints"), save, load)
+
+    def saving(run, folder, step, strike_at=None, strike=None):  # as the grader's, but nothing is measured
+        save(run, folder, step)
+        return None, None, 0
+
+    killed(lambda *_: None, spec, os.path.join(directory, "checkpoints"), saving, load)
 
 
 def try_resume(save_checkpoint, load_checkpoint, before: int = 2, after: int = 2, every: int = 2, kill: int = 5,

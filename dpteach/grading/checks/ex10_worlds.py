@@ -52,7 +52,7 @@ from ..learner import LearnerError, Tampered
 from ..spec import Fail
 
 CHILD_TIMEOUT = timedelta(seconds=60)  # a child's collectives; the check's own time limit acts long before
-GRACE = 2.0  # seconds the other children get to end on their own once one has failed
+GRACE = 2.0  # seconds the other children get to end on their own once one has failed, or the victim has died
 LEARNERS = {"LearnerError": LearnerError, "Tampered": Tampered, "Fail": Fail, "ForbiddenCall": ForbiddenCall}
 
 
@@ -143,6 +143,7 @@ def _end_on_tampering(send) -> None:
 
 def _collect(children: dict, key: bytes, size: int, victim, name: str) -> list[dict]:
     """Read every child's signed messages until all have ended; stop the rest once the victim died or one failed."""
+    # "struck": False, or when the victim said it was about to be killed
     seen = [{"result": None, "saved": [], "errors": [], "struck": False, "ended": None} for _ in range(size)]
     buffers = {fd: b"" for fd in children}
     pids = {rank: pid for rank, pid in children.values()}
@@ -159,10 +160,12 @@ def _collect(children: dict, key: bytes, size: int, victim, name: str) -> list[d
                 continue
             buffers[fd] += chunk
             buffers[fd] = _messages(buffers[fd], key, seen[rank])
+        # Once the victim is dead, its peers get a moment to end as a job's surviving workers do: a save under
+        # way is finished or fails, and the next collective fails. Then, as torchrun would, the rest are stopped.
         struck = victim is not None and seen[victim]["struck"] and all(r != victim for r, _ in open_.values())
         failed = any(s["errors"] for s in seen)
         if stop_at is None and (struck or failed):
-            stop_at = time.monotonic() + (0.0 if struck else GRACE)
+            stop_at = time.monotonic() + GRACE
         if stop_at is not None and time.monotonic() >= stop_at:
             for fd, (rank, pid) in list(open_.items()):
                 _kill(pid)
@@ -190,7 +193,7 @@ def _messages(buffer: bytes, key: bytes, into: dict) -> bytes:
         elif kind == "saved":
             into["saved"].append(payload)
         elif kind == "strike":
-            into["struck"] = True
+            into["struck"] = at
         elif kind == "result":
             into["result"] = payload
     return buffer
@@ -211,9 +214,12 @@ def _how(status: int) -> str:
 
 def _raise_first(seen: list, victim, name: str) -> None:
     """The learner's failure first (tampering before all), in the order the ranks met them; a rank that ended
-    without a word; then the grader's own - unless the planned kill explains it: a peer of the victim fails
-    in its next collective, and that failure is the kill's doing."""
-    errors = sorted(((at, rank, e) for rank, s in enumerate(seen) for at, e in s["errors"]), key=lambda e: e[:2])
+    without a word; then the grader's own - unless the planned kill explains it: once the victim is dead, a
+    peer fails in its next collective (in the learner's save as much as in the grader's step), and that
+    failure is the kill's doing. Tampering is never the kill's doing."""
+    struck_at = seen[victim]["struck"] if victim is not None else False
+    errors = sorted(((at, rank, e) for rank, s in enumerate(seen) for at, e in s["errors"]
+                     if struck_at is False or at < struck_at or e["kind"] == "Tampered"), key=lambda e: e[:2])
     for kinds in (("Tampered",), tuple(LEARNERS)):
         for _, rank, error in errors:
             if error["kind"] in kinds:
@@ -221,7 +227,7 @@ def _raise_first(seen: list, victim, name: str) -> None:
                 if cls is LearnerError:
                     raise LearnerError(f"{error['text']}\n(on rank {rank} of {name}, W={len(seen)})", error["exc_type"])
                 raise cls(error["text"], error["hint"]) if cls is Fail else cls(error["text"])
-    struck = victim is not None and seen[victim]["struck"]
+    struck = struck_at is not False
     for rank, s in enumerate(seen):
         if s["result"] is None and not s["errors"] and not (struck and (rank == victim or s["ended"] == "stopped")):
             raise LearnerError(f"rank {rank} of {name} (W={len(seen)}) ended its process ({s['ended']}) before it "
