@@ -5,8 +5,8 @@
   collective - and reads what every rank saw and when: the delay from the fault to each peer's error,
   the error itself, and when torchrun ended the job.
 * ``restart_run`` trains under ``torchrun --max-restarts 1`` (``dpteach train``) with a rank killed
-  mid-run, and the same run without the kill: the restart count, the step resumed from, the steps done
-  twice, and how far the two runs' final weights are apart.
+  mid-run, and the same run without the kill (on ``dpteach.launch``'s ranks): the restart count, the step
+  resumed from, the steps done twice, and how far the two runs' final weights are apart.
 
 Both start torchrun as a child process, as a learner would in a terminal: the fault is real, and so
 is torchrun's reaction to it. Most of a small job's time is its workers importing torch (the agent is
@@ -177,12 +177,26 @@ def _train_job(directory: Path, name: str, world_size: int, options: list[str], 
             "seconds": job["ended"] - job["started"]}
 
 
+def _untouched_run(directory: Path, strategy: str, world_size: int, steps: int, every: int) -> dict:
+    """What ``dpteach train`` runs, without torchrun and without a fault: the same ranks' function, checkpoints and
+    all, on ``dpteach.launch``'s ranks (forked from a process that has imported torch: no start-up worth timing).
+    One thread per rank, as torchrun's workers here (``_child_env``): a thread count is part of the arithmetic."""
+    from ..ranks.launcher import launch
+    from ..training.resumable import Checkpointing, train_resumable_on_rank
+    from ..training.train import TrainConfig
+    started = time.time()
+    config = TrainConfig(strategy=strategy, model="mlp", steps=steps)  # dpteach train's defaults
+    first = launch(train_resumable_on_rank, world_size, args=(config, Checkpointing(str(directory), every=every), None),
+                   env={"OMP_NUM_THREADS": "1"}, show_output=False, progress=False, timeout=300)[0]
+    return {"losses": first["losses"], "weights": first["params"], "seconds": time.time() - started}
+
+
 def restart_run(strategy: str = "ddp", world_size: int = 2, steps: int = 12, every: int = 4, fault_step: int = 6,
                 max_restarts: int = 1, parallel: int | None = None) -> dict:
-    """The same training run twice under torchrun: once with rank 1 killed before ``fault_step`` (and
-    ``--max-restarts``), once untouched, to compare the final weights. Checkpoints every ``every`` steps.
-    ``parallel``: 2 runs the two jobs side by side (None: where memory allows, ``jobs_at_once``); their
-    seconds then include waiting for the cores, so they are reported, not compared."""
+    """The same training run twice: under torchrun with rank 1 killed before ``fault_step`` (and
+    ``--max-restarts``), and untouched (``_untouched_run``), to compare the final weights. Checkpoints every
+    ``every`` steps. ``parallel``: 2 runs the two side by side (None: where memory allows, ``jobs_at_once``);
+    their seconds then include waiting for the cores, so they are reported, not compared."""
     validate.choice("strategy", strategy, RESUMABLE)
     validate.integer("world_size", world_size, low=2, high=8)
     validate.integer("steps", steps, low=2, high=200)
@@ -195,7 +209,7 @@ def restart_run(strategy: str = "ddp", world_size: int = 2, steps: int = 12, eve
     with tempfile.TemporaryDirectory(prefix="dpteach-restart-") as tmp, ThreadPoolExecutor(parallel) as pool:
         killed = pool.submit(_train_job, Path(tmp), "killed", world_size,
                              options + ["--fault", f"kill@{fault_step}:1"], max_restarts)
-        clean = pool.submit(_train_job, Path(tmp), "untouched", world_size, options, 0)
+        clean = pool.submit(_untouched_run, Path(tmp) / "untouched", strategy, world_size, steps, every)
         killed, clean = killed.result(), clean.result()
     return {"strategy": strategy, "world_size": world_size, "steps": steps, "every": every, "fault_step": fault_step,
             "max_restarts": max_restarts, "restarts": killed["restarts"], "resumed_from": killed["resumed_from"],

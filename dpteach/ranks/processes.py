@@ -130,11 +130,11 @@ class RankProcesses:
             env["DPTEACH_TIMED_WORLD_SIZE"] = str(self.timed_size)
         env.update(self.placement.rank_env(rank, str(self.store.port)))
         # W ranks share the cores: without this each would start one thread per core and they
-        # would trample each other (a user's OMP_NUM_THREADS still wins). A rank pinned to its own
+        # would trample each other (a user's OMP_NUM_THREADS, in the environment or in env=, still wins). A rank pinned to its own
         # cores runs exactly one thread per core it holds: two threads on one core spin-wait for each
         # other, which made a lone rank train many times slower than a plain process.
         cores = cores_of_rank(rank, self.world_size, self.placement.device_type)
-        if "OMP_NUM_THREADS" not in os.environ:
+        if "OMP_NUM_THREADS" not in env:
             env["DPTEACH_THREADS"] = str(len(cores) if cores else max(1, cpus // self.world_size))
         if cores:
             env["DPTEACH_CORES"] = ",".join(map(str, cores))
