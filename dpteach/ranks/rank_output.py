@@ -55,11 +55,13 @@ class RankOutput:
             joined = min(store.add("launch/joined", 0), self.world_size)
             _advance(self.bar, joined)
             if joined == self.world_size:
+                self.bar.refresh()  # show "N/N" before it goes: ranks forked in milliseconds join between two draws
                 self.bar.close()
                 self.bar, self.phase = None, "joined"
         if self.phase != "run" and store.check(["progress/total"]):
             if self.bar is not None:  # the run reports progress, so every rank has joined (not all counted yet)
                 _advance(self.bar, self.bar.total)
+                self.bar.refresh()
                 self.bar.close()
             desc = store.get("progress/desc").decode() if store.check(["progress/desc"]) else None
             self.bar = progress_bar(total=int(store.get("progress/total")), desc=desc)
