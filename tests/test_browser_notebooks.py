@@ -107,12 +107,14 @@ def check_the_run_was_visible(rec: dict, where: str) -> None:
 
 
 def change_a_control(panel) -> str:
-    """Move the panel's first slider one step, else pick another option in its first dropdown, else
+    """Move the panel's first slider one step (down where it can: the smaller run, as the slider's default is
+    sized to the smallest run that shows the point), else pick another option in its first dropdown, else
     tick its first checkbox; returns what was changed."""
     handle = panel.locator(".noUi-handle").first
     if handle.count():
         handle.focus()
-        handle.press("ArrowRight")
+        at_low_end = handle.get_attribute("aria-valuenow") == handle.get_attribute("aria-valuemin")
+        handle.press("ArrowRight" if at_low_end else "ArrowLeft")
         return "slider"
     select = panel.locator("select").first
     if select.count():

@@ -127,13 +127,14 @@ def test_emulated_link_matches_a_link_the_kernel_shapes(two_hosts, rate_bits):
     beta = 8 / rate_bits
     # `local` sends nothing, so it must take the same time in both runs: when it does not, the machine's own
     # load changed between them (another job, a burst of background work) and the comparison says nothing
-    # about the link. Such a pair is measured again, up to three times in all.
-    for attempt in range(3):
+    # about the link. Such a pair is measured again, up to four times in all. (Within 8%: with `local` 13% apart,
+    # a strategy once measured 1.25x. The two runs cannot be interleaved: one of them is in other namespaces.)
+    for attempt in range(4):
         shaped = {r["strategy"]: r for r in _compare_over_the_cable(two_hosts)["rows"]}
         emulated_report = _compare_emulated(alpha, beta)
         emulated = {r["strategy"]: r for r in emulated_report["rows"]}
         control = emulated["local"]["step_time_s"] / shaped["local"]["step_time_s"]
-        if abs(control - 1) <= 0.15:
+        if abs(control - 1) <= 0.08:
             break
         print(f"\nattempt {attempt + 1}: local (no communication) differs by {control:.2f}x between the two runs: "
               f"the machine's load changed; measuring again")

@@ -41,8 +41,6 @@ from ..replica.models import NUM_CLASSES, build_model, check_model_name
 from ..sync.ddp import wrap_ddp
 from ..training.accounting import profiled
 
-UNUSED_SETTINGS = ("default", "find_unused_parameters", "static_graph")
-
 
 class WithSpareHead(nn.Module):
     """A course model plus a head that this phase of training never calls (an auxiliary or

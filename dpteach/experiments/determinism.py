@@ -6,7 +6,7 @@ example). This experiment trains a model twice on the same W ranks - with ``dete
 adds every gradient element in rank order, and with an ordinary all-reduce strategy (``bucketed``)
 - and holds both to two single-process references:
 
-* ``global batch``: one mean over the global batch, the usual reference (``reference.py``);
+* ``global batch``: one mean over the global batch, the usual reference (``dpteach/training/reference.py``);
 * ``fixed order``: the same process, but each shard's gradient computed on its own and the shards
   added in rank order - the arithmetic ``deterministic`` does across processes.
 

@@ -36,7 +36,7 @@ that is tampering (``tampering.py`` keeps the note), unless the check handed tha
 purpose (``hand``: a hook DDP calls, a ``compute_gradient`` the learner's ``work`` calls).
 
 What the counter of sent elements counts is what the learner's code *asks* to send. What really arrives
-is counted by :class:`~dpteach.ranks.traffic.Traffic` (``traffic.py``): the kernel's own count of the
+is counted by :class:`~dpteach.ranks.traffic.Traffic` (``dpteach/ranks/traffic.py``): the kernel's own count of the
 bytes received on the sockets gloo opened for the check's process group.
 """
 from __future__ import annotations
@@ -95,7 +95,6 @@ class Guard:
         self._builtins: dict = {}        # id of a C original -> (it, forbidden name or None: counted send)
         self._watch: dict = {}           # code object -> callback(event, frame, arg)
         self._c_calls: list = []         # callback(event, builtin) as the learner's code calls C functions
-        self._patched: list = []         # (owner, attribute, original) to undo
         self._handed: set = set()        # code objects of the grader's that the learner's code may call
         self._grading: dict = {}         # code object -> whether it is the grader's (cache)
         self._handed |= {Handed.__call__.__code__, Handed.__getattribute__.__code__, Handed.__setattr__.__code__}
@@ -143,7 +142,6 @@ class Guard:
         self._handed.add(send.__code__)
         self._builtins[id(original)] = (original, None)
         group_class.send = send
-        self._patched.append((group_class, "send", original))
 
     def _replace(self, owner, attribute, original, name) -> None:
         guard = self
@@ -161,12 +159,6 @@ class Guard:
             setattr(owner, attribute, forbidden)
         except (AttributeError, TypeError):
             return
-        self._patched.append((owner, attribute, original))
-
-    def uninstall(self) -> None:
-        for owner, attribute, original in reversed(self._patched):
-            setattr(owner, attribute, original)
-        self._patched.clear()
 
     def watch(self, function, callback) -> None:
         """Call ``callback(event, frame, arg)`` on 'call' and 'return' of ``function`` while active."""
@@ -179,9 +171,6 @@ class Guard:
         code = _code_of(function)
         if code is not None:
             self._handed.add(code)
-
-    def unwatch(self, function) -> None:
-        self._watch.pop(_code_of(function), None)
 
     def watch_c_calls(self, callback) -> None:
         """Call ``callback(event, builtin)`` when a C function is called ("c_call", e.g. ``work.wait()``) and

@@ -247,9 +247,9 @@ def popen_python(argv: list[str], env: dict, stdout=None, stderr=None, text: boo
         pipe = os.pipe()
         closing.append(pipe[1])
         out = pipe[1]
-    else:
-        out = descriptor(stdout, sys.stdout.fileno())
-    err = out if stderr == subprocess.STDOUT else descriptor(stderr, sys.stderr.fileno())
+    else:  # None: this process's own descriptors 1 and 2, as Popen's child inherits them (sys.stdout may be a
+        out = descriptor(stdout, 1)  # notebook's stream with no descriptor at all)
+    err = out if stderr == subprocess.STDOUT else descriptor(stderr, 2)
     try:
         zygote = _zygote_for(env)
         pid = zygote.fork(env, os.getcwd(), out, err, argv=list(argv))

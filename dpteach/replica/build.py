@@ -7,7 +7,7 @@ end it the same way, so that their results can be laid side by side:
 * :func:`build_replica`: the model with rank 0's initial weights on every rank (DDP broadcasts
   them too, in its constructor), the dataset drawn from the seed, and the loss;
 * :func:`make_optimizer` and :func:`step_batches`: the optimizer and the global batch of every
-  step, exactly as the single-process reference (``reference.py``) builds them;
+  step, exactly as the single-process reference (``dpteach/training/reference.py``) builds them;
 * :func:`summarise`: losses, step times, bytes sent, the timeline, and how far the replicas drifted
   apart (:func:`replica_spread`, 0.0 exactly when every rank holds the same weights).
 """

@@ -21,9 +21,9 @@ gradient. (The strategies divide by W and then sum, as DDP's default ``allreduce
 ``torch/distributed/algorithms/ddp_comm_hooks/default_hooks.py``: dividing first keeps a sum of W
 large gradients from overflowing a 16-bit format. gloo and NCCL also offer ``ReduceOp.AVG``.)
 
-Every strategy sends through ``self.comm`` (``dpteach/network/emulated.py``): straight to ``torch.distributed``,
-or, when the run chose a ``link``, through an emulated network that holds each collective back
-until that link would have delivered it.
+Every strategy sends through ``self.comm`` (a ``Comm``, ``dpteach/network/comm.py``): straight to
+``torch.distributed``, or, when the run chose a ``link``, through an emulated network
+(``dpteach/network/emulated.py``) that holds each collective back until that link would have delivered it.
 """
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ class ReadyCount:
 class Strategy:
     """What every strategy says about itself, so that no caller needs to know strategies by name.
 
-    ``exact``: ends at single-process training's weights up to float32 rounding (``reference.py``).
+    ``exact``: ends at single-process training's weights up to float32 rounding (``dpteach/training/reference.py``).
     ``lockstep``: every rank takes step s together, driven by ``train.SyncTrainer``; several such
     strategies can then run step by step side by side (``train.train_interleaved_on_rank``). A
     strategy that is not in lockstep runs its own loop: ``cls.train_on_rank(config)``.

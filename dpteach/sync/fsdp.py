@@ -70,6 +70,3 @@ class TorchFSDP(GradientSync):
 
     def held_tensors(self) -> list:
         return [t for p in self.model.parameters() for t in (p, p.grad)]
-
-    def full_weights(self) -> list:
-        return [p.full_tensor() for p in self.model.parameters()]

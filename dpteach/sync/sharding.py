@@ -57,7 +57,7 @@ class FlatGroup:
 
 
 def shard_buckets(model, world: int, rank: int, bucket_mb: float, first_bucket_mb=None) -> list[FlatGroup]:
-    """The model's parameters in buckets (reverse order, as DDP and ``buckets.py`` cut them), each flat."""
+    """The model's parameters in buckets (reverse order, as DDP and ``dpteach/replica/buckets.py`` cut them), each flat."""
     params = [p for p in model.parameters() if p.requires_grad]
     return [FlatGroup([params[i] for i in indices], world, rank)
             for indices in assign_buckets(params, bucket_mb, first_bucket_mb)]
