@@ -41,8 +41,8 @@ browser:
 test: install browser
 	$(BIN)/python -m pytest -q tests exercises --nbval-lax --durations=25
 
-# The unit and multi-process tests alone: no notebooks, no browser, nothing marked slow (about 3.5 minutes
-# on 2 cores; `make test` runs everything, these included: about 55).
+# The unit and multi-process tests alone: no notebooks, no browser, nothing marked slow (about 3 minutes
+# on 2 cores; `make test` runs everything, these included: about 38, installs aside).
 test-fast: install
 	$(BIN)/python -m pytest -q tests -m "not slow and not browser"
 
