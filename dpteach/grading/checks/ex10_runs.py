@@ -196,10 +196,14 @@ class Trainer:
         """This rank's momentum, the unpadded part of its shard of each group, as the optimizer holds it (float32)."""
         pieces = []
         for group in self.strategy.groups:
-            buffer = getattr(self.run.optimizer, "state", {}).get(group.shard, {}).get("momentum_buffer")
+            buffer = self._momentum_buffer(group)
             if isinstance(buffer, torch.Tensor) and buffer.dtype == torch.float32:
                 pieces.append(buffer.detach()[:_own(group, self.run.rank)].contiguous().numpy().tobytes())
         return pieces
+
+    def _momentum_buffer(self, group):
+        """What the optimizer holds as ``group``'s momentum (None before the first step), whatever the learner put."""
+        return getattr(self.run.optimizer, "state", {}).get(group.shard, {}).get("momentum_buffer")
 
     def weights(self) -> torch.Tensor:
         return torch.cat([p.detach().reshape(-1) for p in self.run.model.parameters()]).clone()
@@ -210,7 +214,7 @@ class Trainer:
         run, rank, problems, momentum = self.run, dist.get_rank(), [], []
         for index, group in enumerate(self.strategy.groups):
             n = group.shard_numel
-            buffer = getattr(run.optimizer, "state", {}).get(group.shard, {}).get("momentum_buffer")
+            buffer = self._momentum_buffer(group)
             if buffer is None:  # none yet: the next step starts it from zero, as a fresh optimizer does
                 momentum.append(None)
             elif not isinstance(buffer, torch.Tensor) or (buffer.shape, buffer.dtype) != (group.shard.shape,
