@@ -87,7 +87,7 @@ LESSONS = (
     Lesson("13", "failures", "When ranks fail",
            "What do the other ranks see when one crashes or hangs, how does a job restart and resume without "
            "losing a step, and how often should it checkpoint?",
-           ("failures.fault_detection", "failures.restart_run", "failures.replica_groups", "checkpoints.resume_equivalence",
+           ("failures.fault_detection", "failures.restart_run", "torchft_groups.replica_groups", "checkpoints.resume_equivalence",
             "checkpoints.checkpoint_cost", "checkpoints.checkpoint_interval"),
            ("10",)),
     Lesson("14", "sending_less", "Sending less",

@@ -9,7 +9,8 @@ import pytest
 from dpteach import launch
 from dpteach.experiments import (checkpoint_cost, checkpoint_interval, fault_detection, replica_groups, restart_run,
                                  resume_equivalence)
-from dpteach.experiments.failures import FAULT_NAMES, fault_row, torchft_missing
+from dpteach.experiments.failures import FAULT_NAMES, fault_row
+from dpteach.experiments.torchft_groups import torchft_missing
 from dpteach.ranks.faults import Fault
 from dpteach.ranks.processes import RankError
 from dpteach.training import interval
@@ -78,9 +79,11 @@ def test_the_interval_formulas_match_a_simulated_job():
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_torchrun_restarts_a_killed_rank_and_the_job_ends_bit_for_bit_equal():
-    result = restart_run(strategy="ddp", world_size=2, steps=10, every=3, fault_step=5, max_restarts=1)
-    assert result["restarts"] == 1 and result["resumed_from"] == 3 and result["steps_redone"] == 2
+@pytest.mark.parametrize("fresh_workers", [False, True])
+def test_torchrun_restarts_a_killed_rank_and_the_job_ends_bit_for_bit_equal(fresh_workers):
+    result = restart_run(strategy="ddp", world_size=2, steps=10, every=3, fault_step=5, max_restarts=1,
+                         fresh_workers=fresh_workers)
+    assert result["fresh_workers"] is fresh_workers and result["restarts"] == 1 and result["resumed_from"] == 3 and result["steps_redone"] == 2
     assert result["max_abs_diff"] == 0.0
 
 
@@ -140,6 +143,7 @@ def test_a_dead_peer_is_seen_at_once_and_a_hung_one_at_the_timeout_jobs_side_by_
     peer = next(r for r in hang["ranks"] if not r["faulty"])
     assert "monitoredBarrier" in peer["error"] and "1" in peer["error"]
     assert all(row["torchrun_exit_code"] != 0 for row in result["rows"])
+    assert "exitcode : -9" in " ".join(kill["torchrun_said"])  # the forked worker's SIGKILL, as torchrun saw it
 
 
 @pytest.mark.slow

@@ -69,6 +69,25 @@ def test_a_variable_read_at_import_gets_a_zygote_started_with_it():
     assert again[0]["parent"] == plain[0]["parent"]  # both kinds kept: no start-up paid twice
 
 
+def test_a_thread_count_is_applied_in_the_child_as_a_fresh_process_would_see_it():
+    import subprocess
+    import sys
+
+    from dpteach.ranks.processes import rank_start_env
+    from dpteach.ranks.zygote import popen_python
+
+    code = ("import os, torch\nprint(os.getppid())\n"
+            "print('\\n'.join(l for l in torch.__config__.parallel_info().splitlines() if 'threads()' in l))")
+    env = {**rank_start_env(), "OMP_NUM_THREADS": "1"}
+    fresh = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    forked = popen_python(["-c", code], env, stdout=subprocess.PIPE, text=True)
+    parent, *threads = forked.stdout.read().splitlines()
+    assert forked.wait(timeout=60) == 0
+    assert threads == fresh.splitlines()[1:] and threads[0].endswith("get_num_threads() : 1")
+    plain = dpteach.launch(_who_am_i, 1, show_output=False, progress=False)[0]
+    assert int(parent) == plain["parent"]  # the same zygote: OMP_NUM_THREADS=1 does not key one
+
+
 def test_a_third_kind_retires_the_oldest_zygote_once_its_ranks_are_done():
     seen = [dpteach.launch(_who_am_i, 1, env={"ZYGOTE_TEST_KIND": kind}, show_output=False, progress=False)[0]
             for kind in ("a", "b", "c")]
@@ -132,3 +151,58 @@ def test_popen_python_is_a_plain_popen_when_fresh_processes_are_asked_for(monkey
     child = popen_python(["-c", "import os; print(os.getppid())"], dict(os.environ), stdout=subprocess.PIPE, text=True)
     assert isinstance(child, subprocess.Popen)
     assert int(child.stdout.read()) == os.getpid() and child.wait(timeout=60) == 0
+
+
+# -- guests: a program that torchrun starts as `python -m dpteach.ranks.zygote_guest ...` ---------------------------
+def _guest(code: str, env_extra: dict | None = None, **popen):
+    import subprocess
+    import sys
+
+    from dpteach.ranks.processes import rank_start_env
+    from dpteach.ranks.zygote import GUEST_SOCKET, _zygote_for
+
+    env = rank_start_env()
+    zygote = _zygote_for(env)  # the one a launch would use; a guest finds it by its socket, as torchrun's workers do
+    env = {**env, GUEST_SOCKET: zygote.guest_path, **(env_extra or {})}
+    return subprocess.Popen([sys.executable, "-m", "dpteach.ranks.zygote_guest", "-c", code], env=env,
+                            start_new_session=True, stdout=subprocess.PIPE, text=True, **popen)
+
+
+WHO = "import os\nprint(os.getpid(), os.getppid(), open('/proc/self/comm').read().strip(), flush=True)\n"
+
+
+def test_a_guest_is_forked_by_the_zygote_and_ends_as_its_program_ends():
+    exits = _guest(WHO + "raise SystemExit(3)")
+    pid, parent, comm = exits.stdout.readline().split()
+    assert exits.wait(timeout=60) == 3
+    assert int(pid) != exits.pid and "dpteach.ranks.zygote" in cmdline_of(int(parent)) and comm == "dpteach-forked"
+    killed = _guest("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")
+    assert killed.wait(timeout=60) == -signal.SIGKILL  # torchrun reads "exitcode: -9", as from the program itself
+
+
+def test_a_signal_to_the_guest_reaches_its_program(tmp_path):
+    code = ("import signal, sys, time\n"
+            f"signal.signal(signal.SIGTERM, lambda *_: (open({str(tmp_path / 'got')!r}, 'w').write('TERM'), sys.exit(5)))\n"
+            + WHO + "time.sleep(60)\n")
+    guest = _guest(code)
+    guest.stdout.readline()  # printed once its handler is in place
+    os.killpg(guest.pid, signal.SIGTERM)  # how torchrun stops a worker (subprocess_handler.py, close)
+    assert guest.wait(timeout=30) == 5 and (tmp_path / "got").read_text() == "TERM"
+
+
+def test_a_guest_killed_outright_takes_its_program_with_it():
+    guest = _guest(WHO + "import time\ntime.sleep(120)\n")
+    program = int(guest.stdout.readline().split()[0])
+    guest.kill()
+    assert guest.wait(timeout=30) == -signal.SIGKILL
+    assert gone(program)  # the zygote saw the guest's socket close and killed what it had asked for
+
+
+def test_a_guest_that_would_import_torch_differently_runs_a_fresh_interpreter():
+    import subprocess
+
+    guest = _guest(WHO, {"ZYGOTE_TEST_IMPORT_FLAG": "1", "DPTEACH_GUEST_VERBOSE": "1"}, stderr=subprocess.PIPE)
+    pid, parent, comm = guest.stdout.readline().split()
+    assert guest.wait(timeout=60) == 0
+    assert int(pid) == guest.pid and int(parent) == os.getpid()  # the guest became the program (exec)
+    assert "ZYGOTE_TEST_IMPORT_FLAG" in guest.stderr.read()  # and said why

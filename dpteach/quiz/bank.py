@@ -13,12 +13,13 @@ the file, the item and what is wrong. Checking happens in two layers:
 """
 from __future__ import annotations
 
+import functools
 import json
 import random
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import jsonschema
 import yaml
 
 from .catalog import EXPERIMENTS, NOTEBOOKS, default_bank_dir, topic_header, topic_order  # noqa: F401 (default_bank_dir: here too)
@@ -116,7 +117,24 @@ def _schema() -> dict:
     return schema
 
 
-_VALIDATOR = jsonschema.Draft202012Validator(_schema())
+@functools.cache
+def _validator():
+    """The schema's validator, built on first use. jsonschema is imported here, and without one optional
+    package: when ``rfc3987_syntax`` is installed (Jupyter's own dependencies bring it), jsonschema's format
+    module imports it to check the "iri" format, and it builds its grammar at import - about 1.5 s of a
+    laptop core, in every lesson that shows a quiz. The bank's schema checks no format, and jsonschema
+    skips a format checker whose package cannot be imported (``jsonschema/_format.py``); a process that
+    imported jsonschema before keeps what it has."""
+    optional = "rfc3987_syntax"
+    block = optional not in sys.modules and "jsonschema" not in sys.modules
+    if block:
+        sys.modules[optional] = None  # `import rfc3987_syntax` raises ModuleNotFoundError while this is here
+    try:
+        import jsonschema
+    finally:
+        if block and sys.modules.get(optional, 0) is None:
+            del sys.modules[optional]
+    return jsonschema.Draft202012Validator(_schema())
 
 
 def _item_label(data, index: int) -> str:
@@ -145,7 +163,7 @@ def _say(error) -> str:
 
 def _schema_problems(data, file: str) -> list[Problem]:
     problems = []
-    for error in sorted(_VALIDATOR.iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path]):
+    for error in sorted(_validator().iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path]):
         path = list(error.absolute_path)
         if len(path) >= 2 and path[0] == "items" and isinstance(path[1], int):
             field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path[2:]).lstrip(".")

@@ -63,6 +63,23 @@ def rank_start_env(extra_env: dict | None = None) -> dict:
     return env
 
 
+# torchrun gives each worker one thread when it starts more than one per node and OMP_NUM_THREADS is unset
+# (torch/distributed/run.py); lesson 13's untouched runs, compared with its torchrun jobs, have one thread too.
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}
+
+
+def child_job_env(env: dict | None = None) -> dict:
+    """The environment of a job a lesson starts as a child (a torchrun agent, torchft's groups): a rank's with one
+    thread (``rank_start_env``), plus ``env``, and never the world of a notebook that itself runs under torchrun
+    (nor its debug setting, unless ``env`` asks for one). Being a rank's, it selects the zygote that ranks are
+    forked from, so a torchrun agent, its forked workers and ``launch(..., env=ONE_THREAD)``'s ranks share it."""
+    result = rank_start_env({**ONE_THREAD, **(env or {})})
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCH_DISTRIBUTED_DEBUG"):
+        if name not in (env or {}):
+            result.pop(name, None)
+    return result
+
+
 def warm_up() -> None:
     """Start the zygote CPU ranks are forked from now, in the background (``zygote.prestart``): a notebook that
     imports the panels will launch ranks, and the zygote's imports then overlap the notebook's own."""

@@ -27,9 +27,15 @@ Why this is safe, and when it is not used:
 * The zygote never computes: no torch operator, no thread pool, no CUDA. Forking a process that has
   started threads can leave a lock held forever in the child; an idle import is safe to fork. (numpy's
   OpenBLAS starts idle threads at import; OpenBLAS stops them around ``fork`` itself.)
-* A variable read while torch is imported (``OMP_NUM_THREADS``, ``TORCH_CPP_LOG_LEVEL``, ...) must have
+* A variable read while torch is imported (``TORCH_CPP_LOG_LEVEL``, ``MKL_NUM_THREADS``, ...) must have
   the value the rank would have seen. The zygote is keyed by every variable except those read later
   (``READ_AFTER_START``): a launch whose environment differs in one of them gets a zygote of its own.
+  One is read at import and yet does not key it: ``OMP_NUM_THREADS=1``, which torchrun gives its workers.
+  The OpenMP runtime reads it when torch loads it, but the child applies it with ``torch.set_num_threads(1)``
+  before it runs anything (``zygote_server._become``), which gives torch's intra-op pool, OpenMP and MKL
+  the one thread a fresh process would have (the way every rank already sets its threads, ``worker.py``).
+  Other counts key a zygote: a fresh process caps them at the physical cores (MKL's maximum), and
+  ``set_num_threads`` would not.
 * CUDA cannot be used in a child forked from a process that initialised it, and this course has no
   GPU to test forked NCCL ranks on: GPU worlds keep fresh interpreters (``use_zygote``), as do
   macOS and Windows (fork with torch loaded is unsafe on macOS; Windows has no fork), and any launch
@@ -46,18 +52,24 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
 # Read by the child after it starts (the worker, torch.distributed at init_process_group, or re-read by
 # ``zygote_server._become``), so children of one zygote may differ in them. Every other variable keys the zygote.
 READ_AFTER_START = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                    "TORCH_DISTRIBUTED_DEBUG", "PYTEST_CURRENT_TEST")
-READ_AFTER_START_PREFIXES = ("DPTEACH_",)
+                    "TORCH_DISTRIBUTED_DEBUG", "PYTEST_CURRENT_TEST",
+                    # what torchrun's agent adds for its workers (local_elastic_agent.py, _start_workers)
+                    "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE",
+                    "TORCH_NCCL_ASYNC_ERROR_HANDLING")
+READ_AFTER_START_PREFIXES = ("DPTEACH_", "TORCHELASTIC_")
+GUEST_SOCKET = "DPTEACH_ZYGOTE_SOCKET"  # where a program forked by a zygote finds it again (zygote_guest.py)
 # What every rank imports sooner or later; torch._dynamo alone is over a second of CPU (a torch
 # optimizer or DDP imports it on construction).
 PRELOAD = ("torch", "torch.distributed", "torch._dynamo", "torch.nn.parallel", "torch.distributed.checkpoint",
@@ -73,8 +85,10 @@ def use_zygote(device_type: str = "cpu") -> bool:
             and os.environ.get("DPTEACH_FRESH_RANKS", "") in ("", "0"))
 
 
-def _start_env(env: dict) -> dict:
-    return {k: v for k, v in env.items() if k not in READ_AFTER_START and not k.startswith(READ_AFTER_START_PREFIXES)}
+def import_time_env(env: dict) -> dict:
+    """The part of ``env`` that a process reads while it imports torch: what keys a zygote."""
+    return {k: v for k, v in env.items() if k not in READ_AFTER_START and not k.startswith(READ_AFTER_START_PREFIXES)
+            and not (k == "OMP_NUM_THREADS" and v == "1")}
 
 
 # -- a child of the zygote, seen the way subprocess.Popen shows a child ----------------------------------------
@@ -115,14 +129,16 @@ class Zygote:
     def __init__(self, env: dict):
         self.key = tuple(sorted(env.items()))
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.folder = tempfile.mkdtemp(prefix="dpteach-zygote-")  # mode 0700: only this user reaches the socket
+        self.guest_path = os.path.join(self.folder, "guests")
         self.process = subprocess.Popen(
-            [sys.executable, "-u", "-m", "dpteach.ranks.zygote_server", str(theirs.fileno())],
+            [sys.executable, "-u", "-m", "dpteach.ranks.zygote_server", str(theirs.fileno()), self.guest_path],
             env={**env, "DPTEACH_LAUNCHER_PID": str(os.getpid())},  # marks the zygote and its children in /proc
             pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, start_new_session=True)
         theirs.close()
         self.sock, self.lock = ours, threading.Lock()
         self.changed = threading.Condition()
-        self.started: dict[int, int] = {}  # request number -> pid
+        self.started: dict[int, int | str] = {}  # request number -> pid, or why the zygote refused it
         self.exits: dict[int, int] = {}    # pid -> exit code (negative: killed by that signal)
         self.alive, self.requests = True, 0
         threading.Thread(target=self._listen, daemon=True).start()
@@ -138,9 +154,11 @@ class Zygote:
                     self.alive = False
                     self.changed.notify_all()
                     return
-                kind, *numbers = message.decode().split()
+                kind, *numbers = message.decode().split(maxsplit=2)
                 if kind == "started":
                     self.started[int(numbers[0])] = int(numbers[1])
+                elif kind == "refused":
+                    self.started[int(numbers[0])] = numbers[1]
                 elif kind == "exited":
                     self.exits[int(numbers[0])] = int(numbers[1])
                 self.changed.notify_all()
@@ -158,7 +176,10 @@ class Zygote:
                 raise RuntimeError(f"the zygote did not fork within {FIRST_FORK_TIMEOUT:g} s")
             if number not in self.started:
                 raise RuntimeError(f"the zygote exited (code {self.process.poll()}) before it forked")
-            return self.started.pop(number)
+            pid = self.started.pop(number)
+        if isinstance(pid, str):
+            raise RuntimeError(f"the zygote refused to fork: {pid}")
+        return pid
 
     def exit_code(self, pid: int):
         with self.changed:
@@ -169,7 +190,7 @@ class Zygote:
             return None
 
     def usable_for(self, env: dict) -> bool:
-        return self.alive and self.process.poll() is None and tuple(sorted(_start_env(env).items())) == self.key
+        return self.alive and self.process.poll() is None and tuple(sorted(import_time_env(env).items())) == self.key
 
     def retire(self) -> None:
         """Fork no more; the zygote exits once its children have ended (a launch may still be using them)."""
@@ -181,6 +202,7 @@ class Zygote:
 
     def close(self) -> None:
         self.sock.close()  # the zygote sees the socket close and exits at once; so do its ranks, orphaned
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 _zygotes: list[Zygote] = []  # the most recently used last; at most two are kept
@@ -193,7 +215,7 @@ def _zygote_for(env: dict) -> Zygote:
     with _zygotes_lock:
         zygote = next((z for z in _zygotes if z.usable_for(env)), None)
         if zygote is None:
-            zygote = Zygote(_start_env(env))
+            zygote = Zygote(import_time_env(env))
             while len(_zygotes) >= 2:
                 _zygotes[0].retire()
                 _retired.append(_zygotes.pop(0))
@@ -252,7 +274,8 @@ def popen_python(argv: list[str], env: dict, stdout=None, stderr=None, text: boo
     err = out if stderr == subprocess.STDOUT else descriptor(stderr, 2)
     try:
         zygote = _zygote_for(env)
-        pid = zygote.fork(env, os.getcwd(), out, err, argv=list(argv))
+        # what it starts can find this zygote again: torchrun's workers, as ``zygote_guest`` (``forked_python``)
+        pid = zygote.fork({**env, GUEST_SOCKET: zygote.guest_path}, os.getcwd(), out, err, argv=list(argv))
     except BaseException:
         if pipe:
             os.close(pipe[0])

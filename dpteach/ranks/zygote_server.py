@@ -23,7 +23,7 @@ import socket
 import sys
 import traceback
 
-from dpteach.ranks.zygote import MAX_MESSAGE, PRELOAD, PRELOAD_IF_INSTALLED
+from dpteach.ranks.zygote import MAX_MESSAGE, PRELOAD, PRELOAD_IF_INSTALLED, import_time_env
 
 
 def _run_python(argv: list[str]) -> int:
@@ -76,9 +76,12 @@ def _become(request: dict, stdout_fd: int, stderr_fd: int, inherited: list[int])
             pass
         os.environ.clear()
         os.environ.update(env)
+        import torch
         import torch.distributed as dist
 
         dist.set_debug_level_from_env()  # read at import, in the zygote; this child may ask for another level
+        if env.get("OMP_NUM_THREADS") == "1":  # as a fresh process started with it (zygote.py, "read at import")
+            torch.set_num_threads(1)
         if argv is None:
             from dpteach.ranks import worker
 
@@ -91,8 +94,30 @@ def _become(request: dict, stdout_fd: int, stderr_fd: int, inherited: list[int])
         os._exit(code)  # never return into the zygote's loop
 
 
-def serve(sock: socket.socket) -> None:
-    """The zygote's loop: fork a child per request, report each child's exit, end when the launcher does."""
+def _guest_refusal(request: dict, start_env: dict) -> str | None:
+    """Why a guest's request may not be forked here (None: it may): its environment would have made an
+    interpreter import torch differently from this one."""
+    theirs = import_time_env(request["env"])
+    differ = sorted(k for k in set(theirs) | set(start_env) if theirs.get(k) != start_env.get(k))
+    if differ:
+        return "its environment differs in a variable read at import: " + ", ".join(differ[:5])
+    if request.get("argv") is None:
+        return "a guest asks for a program (argv), not a rank"
+    return None
+
+
+def serve(sock: socket.socket, guest_path: str | None = None) -> None:
+    """The zygote's loop: fork a child per request, report each child's exit, end when the launcher does.
+
+    Besides its launcher, the zygote takes requests from *guests* on ``guest_path`` (a Unix socket in a folder
+    only this user can enter): a worker that torchrun starts as ``python -m dpteach.ranks.zygote_guest ...``
+    asks for itself to be forked here (``zygote_guest.py``). A guest's child is killed when the guest goes."""
+    start_env = import_time_env(dict(os.environ))  # this zygote's key: what a guest's environment must match
+    listener = None
+    if guest_path:  # bound before the imports: a guest that comes early waits in the queue, not in vain
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        listener.bind(guest_path)
+        listener.listen(16)
     for name in PRELOAD:
         importlib.import_module(name)
     for name in PRELOAD_IF_INSTALLED:
@@ -105,44 +130,79 @@ def serve(sock: socket.socket) -> None:
     os.set_blocking(wake_write, False)
     signal.set_wakeup_fd(wake_write)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # only to wake select(): children are reaped below
-    children, retiring = set(), False
+    guests: set[socket.socket] = set()
+    children: dict[int, socket.socket] = {}  # pid -> the connection that asked for it
+    retiring = False
     while True:
-        ready, _, _ = select.select([sock, wake_read], [], [])
+        ready, _, _ = select.select([sock, wake_read, *([listener] if listener else []), *guests], [], [])
         if wake_read in ready:
             while True:
                 try:
                     os.read(wake_read, 512)
                 except BlockingIOError:
                     break
-        while True:  # reap every child that has ended, and say so
+        while True:  # reap every child that has ended, and tell whoever asked for it
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 break
             if pid == 0:
                 break
-            children.discard(pid)
-            sock.send(f"exited {pid} {os.waitstatus_to_exitcode(status)}".encode())
+            asker = children.pop(pid, sock)
+            try:
+                asker.send(f"exited {pid} {os.waitstatus_to_exitcode(status)}".encode())
+            except OSError:
+                pass  # a guest that has gone
         if retiring and not children:
             return
-        if sock in ready:
-            message, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 2)
+        if listener is not None and listener in ready:
+            guests.add(listener.accept()[0])
+        for connection in [c for c in (sock, *guests) if c in ready]:
+            message, fds, _, _ = socket.recv_fds(connection, MAX_MESSAGE, 2)
             if not message:
-                return  # the launcher is gone
+                if connection is sock:
+                    return  # the launcher is gone
+                guests.discard(connection)  # a guest is gone: so is what it asked for
+                for pid in [p for p, c in children.items() if c is connection]:
+                    try:
+                        os.killpg(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                connection.close()
+                continue
             if message == b"retire":
                 retiring = True
                 if not children:
                     return
                 continue
             request = json.loads(message)
+            refusal = "this zygote is retiring" if retiring else None
+            if connection is not sock and refusal is None:
+                refusal = _guest_refusal(request, start_env)
+            if refusal:
+                for fd in fds:
+                    os.close(fd)
+                connection.send(f"refused {request['number']} {refusal}".encode())
+                continue
             pid = os.fork()
             if pid == 0:
-                _become(request, fds[0], fds[1], [sock.fileno(), wake_read, wake_write])
+                _become(request, fds[0], fds[1], [sock.fileno(), wake_read, wake_write,
+                                                  *([listener.fileno()] if listener else []),
+                                                  *(g.fileno() for g in guests)])
             for fd in fds:
                 os.close(fd)
-            children.add(pid)
-            sock.send(f"started {request['number']} {pid}".encode())
+            children[pid] = connection
+            connection.send(f"started {request['number']} {pid}".encode())
 
 
 if __name__ == "__main__":
-    serve(socket.socket(fileno=int(sys.argv[1])))
+    guest_path = sys.argv[2] if len(sys.argv) > 2 else None
+    try:
+        serve(socket.socket(fileno=int(sys.argv[1])), guest_path)
+    finally:  # the launcher made the folder; whichever of the two ends last leaves nothing behind
+        if guest_path:
+            for remove in (os.unlink, os.rmdir):
+                try:
+                    remove(guest_path if remove is os.unlink else os.path.dirname(guest_path))
+                except OSError:
+                    pass
