@@ -10,7 +10,8 @@ import yaml
 
 from dpteach import course
 from dpteach.quiz import EXPERIMENTS, NOTEBOOKS, BankError, load_bank, topic_titles, validate_bank
-from dpteach.quiz.bank import _schema, default_bank_dir
+from dpteach.quiz.bank import default_bank_dir
+from dpteach.quiz.bank_checks import course_schema
 from dpteach.quiz.catalog import lesson_topics, topic_header
 
 SEEDS = Path(__file__).parents[2] / "shared" / "seeds"
@@ -59,7 +60,7 @@ def test_each_lesson_asks_the_topics_it_teaches():
 
 
 def test_the_schema_lists_come_from_the_course_table():
-    definitions = _schema()["$defs"]
+    definitions = course_schema()["$defs"]
     assert definitions["lesson"]["enum"] == [lesson.number for lesson in course.LESSONS]
     assert definitions["notebook"]["enum"] == list(NOTEBOOKS) == [lesson.notebook for lesson in course.LESSONS]
     assert definitions["experiment"]["enum"] == list(EXPERIMENTS)
