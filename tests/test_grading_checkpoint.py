@@ -15,7 +15,8 @@ import pytest
 
 from dpteach.grading import get_exercise, grade_sources
 from dpteach.grading.checks import ex10_checkpoint as ex10
-from dpteach.grading.checks.ex10_runs import EPOCH, Sampler, Scenario, training_changed
+from dpteach.grading.checks.ex10_runs import Scenario, training_changed
+from dpteach.grading.checks.ex10_trainer import EPOCH, Sampler
 from dpteach.grading.checks.ex10_story import bytes_out, since
 from answers.solutions import solution
 from answers.wrong_variants import VARIANTS

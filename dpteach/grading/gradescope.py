@@ -33,8 +33,8 @@ def results_json(report: Report) -> dict:
         if check.outcome in ("failed", "error", "timed_out") and check.hint:
             lines.append(f"hint: {check.hint}")
         full = check.earned == check.points
-        name = check.name if not check.hidden or check.name.startswith("hidden") else f"hidden: {check.name}"
-        tests.append({"name": name, "number": str(number),
+        tests.append({"name": check.name,  # a hidden check's says so (spec.Check)
+                      "number": str(number),
                       "score": check.earned, "max_score": check.points,
                       "status": "passed" if full else "failed",
                       "output": "\n".join(lines) or ("passed" if full else check.outcome),

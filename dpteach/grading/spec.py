@@ -149,6 +149,14 @@ class Check:
     hint: str = ""
     limit: float = 6.0
 
+    HIDDEN = "hidden: "  # how a hidden check's name starts in every report; the flag alone decides it
+
+    def __post_init__(self):
+        if self.hidden and not self.name.startswith(self.HIDDEN):
+            object.__setattr__(self, "name", self.HIDDEN + self.name)  # frozen: set once, here
+        if not self.hidden and self.name.startswith(self.HIDDEN):
+            raise ValueError(f"name={self.name!r}: a check is hidden by hidden=True, not by its name")
+
 
 # Functions that run in a rank after the learner's code and whose results the replay takes as observed
 # (the drives of ``ctx.drive`` and the helpers that read what they return): the seal pictures their code.

@@ -173,9 +173,9 @@ CHECKS = (
           partial(server_case, updates=4, bound=None, seed=102), uses=USES, hint=HINT_REPLAY),
     Check("W=3, max_staleness=0: stale pushes dropped, fresh ones applied", 2, 3,
           partial(server_case, updates=4, bound=0, seed=103), uses=USES, hint=HINT),
-    Check("hidden: larger world, bound 1, more updates", 2, 4,
+    Check("larger world, bound 1, more updates", 2, 4,
           partial(server_case, updates=5, bound=1, seed=104), hidden=True, uses=USES, hint=HINT),
-    Check("hidden: larger world, no bound", 1, 4,
+    Check("larger world, no bound", 1, 4,
           partial(server_case, updates=3, bound=None, seed=105), hidden=True, uses=USES, hint=HINT_REPLAY),
 )
 

@@ -172,7 +172,7 @@ CHECKS = (
           partial(zero_case, props=("state",), widths=(4, 6, 3), steps=1, seed=92), uses=USES, hint=HINT),
     Check("W=3: N not divisible by W", 2, 3,
           partial(zero_case, props=("weights", "state"), widths=(3, 5, 2), steps=2, seed=93), uses=USES, hint=HINT),
-    Check("hidden: larger world, deeper model, four steps", 2, 4,
+    Check("larger world, deeper model, four steps", 2, 4,
           partial(zero_case, props=("weights", "state"), widths=(5, 7, 4, 3), steps=4, seed=94), hidden=True,
           uses=USES, hint=HINT),
 )

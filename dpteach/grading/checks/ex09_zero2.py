@@ -99,9 +99,9 @@ CHECKS = (
           uses=USES, hint=HINT),
     Check("W=3: one reduce-scatter and one all-gather per step, no more traffic", 1, 3,
           partial(zero2_case, props=("traffic",), widths=(3, 5, 2), steps=2, seed=106), uses=USES, hint=HINT),
-    Check("hidden: larger world, deeper model, four steps", 2, 4,
+    Check("larger world, deeper model, four steps", 2, 4,
           partial(zero2_case, props=ALL, widths=(5, 7, 4, 3), steps=4, seed=107), hidden=True, uses=USES, hint=HINT),
-    Check("hidden: a world of one rank", 1, 1,
+    Check("a world of one rank", 1, 1,
           partial(zero2_case, props=ALL, widths=(3, 4, 2), steps=2, seed=108), hidden=True, uses=USES, hint=HINT),
 )
 

@@ -6,7 +6,7 @@ run that uses the course's ZeRO-1 (``dpteach/sync/zero1.py``). Each check is one
 again, calling the learner's save every few steps, until one of its ranks is killed with SIGKILL; a fresh
 run - on the same W, or another with the same global batch - calls the learner's load and trains to the
 end. The resumed run is then compared, right after its load and at the end, with the uninterrupted one
-(what a rank holds, and the runs themselves: ``ex10_runs.py``).
+(what a rank holds: ``ex10_trainer.py``; the runs themselves: ``ex10_runs.py``).
 
 **One check per piece, so that a forgotten piece names itself.** At the same W the end must be equal
 exactly (max |difference| 0.0): the same ranks add the same numbers in the same order. A checkpoint that
@@ -36,7 +36,7 @@ uninterrupted run is trained after them (``ex10_story.observed``), so none of th
 that holds it, and the audit hook reports a frame reached through the standard library (``tampering.py``).
 
 **The runs are trusted only as far as they are checked.** The uninterrupted run's weights must match a
-single-process replay of the same training (``ex10_runs.reference``) - in the rank, and again in the judge,
+single-process replay of the same training (``ex10_trainer.reference``) - in the rank, and again in the judge,
 where no learner code ran: a solution that changed the training the grader compares against does not pass.
 So must the course's modules the runs train with, after every call of the learner's code
 (``ex10_runs.training_changed``).
@@ -51,7 +51,8 @@ import torch
 
 from ...training.reference import SGD_TOLERANCE
 from ..spec import Check, Exercise, Fail
-from .ex10_runs import Sampler, Scenario, reference
+from .ex10_runs import Scenario
+from .ex10_trainer import Sampler, reference
 from .ex10_story import observed
 
 STUB = '''\
@@ -286,9 +287,9 @@ CHECKS = (
     Check("W=2: every rank writes its own shard, none the whole optimizer state", 2, 1,
           partial(writes_case, spec=Scenario(before=2, after=2, every=2, kill=5, steps=8, seed=33).check()),
           uses=USES, hint=HINT_WRITES, limit=LIMIT),
-    _check("hidden: killed in the middle of its save, resumed from the checkpoint before on a larger world", 2,
+    _check("killed in the middle of its save, resumed from the checkpoint before on a larger world", 2,
            ("weights", "end"), MORE, HINT_WHOLE, hidden=True),
-    _check("hidden: three ranks (padded shards), one killed just before its save while its peers save, every piece",
+    _check("three ranks (padded shards), one killed just before its save while its peers save, every piece",
            2, ("weights", "momentum", "sampler", "rng", "end"), THREE, HINT_WHOLE, hidden=True),
 )
 

@@ -44,7 +44,8 @@ import torch.distributed as dist
 from ..guard import ForbiddenCall
 from ..learner import Tampered
 from ..spec import observes
-from .ex10_runs import Sampler, Scenario, killed, plain, resumed, training_changed
+from .ex10_runs import Scenario, killed, plain, resumed, training_changed
+from .ex10_trainer import Sampler
 from .ex10_worlds import check_world_set_aside, run_world
 
 ACKED_AT, RECEIVED_AT = 120, 128  # offsets of tcpi_bytes_acked and tcpi_bytes_received in Linux's struct tcp_info
