@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import importlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -129,7 +129,8 @@ class Check:
 
     ``uses`` names the learner's functions the check calls: when one of them hangs, the world has to be
     killed, and later checks of the same function are skipped rather than each waiting for its own
-    time-out (the learner fixes the hang first either way). ``hint`` is shown when the check fails.
+    time-out (the learner fixes the hang first either way). Left empty, it is every name the exercise
+    defines (``Exercise.names``). ``hint`` is shown when the check fails.
 
     Every check is judged twice: in the ranks, and again by ``replay.py`` in a clean process from what the
     rank recorded, and only a check passed in both passes. So a check talks to the learner only through
@@ -185,6 +186,10 @@ class Exercise:
     forbidden_modules: tuple = ()
     rule: str = ""            # one sentence: what the forbidden list means, shown when it is broken
     warmup: Callable | None = None  # run in each rank before the first check, outside its time limit
+
+    def __post_init__(self):  # a check that names no function calls every one the learner defines
+        object.__setattr__(self, "checks", tuple(check if check.uses else replace(check, uses=tuple(self.names))
+                                                 for check in self.checks))
 
     @property
     def max_score(self) -> int:

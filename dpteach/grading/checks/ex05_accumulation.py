@@ -165,28 +165,25 @@ HINT_WEIGHTS = ("The accumulated gradient must be the mean over the K micro-batc
                 "averages over ranks, the division of each loss by K averages over micro-batches.")
 HINT_SYNC = ("The choice has to be made before model(x) is called: pick the context for the micro-batch "
              "(model.no_sync() or contextlib.nullcontext()) first, then run forward and backward inside it.")
-USES = ("train_step",)
 
 CHECKS = (
     Check("W=2, K=2: the weights after one step equal one process on the whole batch", 2, 2,
-          partial(accumulation_case, props=("weights",), k=2, steps=1, seed=61), uses=USES, hint=HINT_WEIGHTS),
+          partial(accumulation_case, props=("weights",), k=2, steps=1, seed=61), hint=HINT_WEIGHTS),
     Check("W=2, K=4: gradients are synchronised once per step, on the last micro-batch", 2, 2,
-          partial(accumulation_case, props=("comm", "weights"), k=4, steps=1, seed=62), uses=USES, hint=HINT_SYNC),
+          partial(accumulation_case, props=("comm", "weights"), k=4, steps=1, seed=62), hint=HINT_SYNC),
     Check("W=2, K=2: returns the step's loss, the mean of the micro-batch losses", 1, 2,
-          partial(accumulation_case, props=("loss",), k=2, steps=1, seed=63), uses=USES,
+          partial(accumulation_case, props=("loss",), k=2, steps=1, seed=63),
           hint="Add up loss.item() of each scaled micro-batch loss (or average the unscaled ones)."),
     Check("W=2, K=2: three steps in a row match one process, gradients cleared", 2, 2,
-          partial(accumulation_case, props=("weights", "cleared"), k=2, steps=3, seed=64), uses=USES,
+          partial(accumulation_case, props=("weights", "cleared"), k=2, steps=3, seed=64),
           hint=HINT_WEIGHTS),
     Check("larger world, more micro-batches, two steps", 2, 3,
-          partial(accumulation_case, props=("weights", "comm", "cleared"), k=3, steps=2, seed=65), hidden=True,
-          uses=USES, hint=HINT_WEIGHTS),
+          partial(accumulation_case, props=("weights", "comm", "cleared"), k=3, steps=2, seed=65), hidden=True, hint=HINT_WEIGHTS),
     Check("larger world, no accumulation (K=1) still synchronises", 1, 3,
-          partial(accumulation_case, props=("weights", "comm"), k=1, steps=1, seed=66), hidden=True, uses=USES,
+          partial(accumulation_case, props=("weights", "comm"), k=1, steps=1, seed=66), hidden=True,
           hint=HINT_SYNC),
     Check("a world of one rank, synchronised once in each of several steps", 2, 1,
-          partial(accumulation_case, props=("weights", "comm", "loss"), k=3, steps=3, seed=67), hidden=True,
-          uses=USES, hint=HINT_SYNC),
+          partial(accumulation_case, props=("weights", "comm", "loss"), k=3, steps=3, seed=67), hidden=True, hint=HINT_SYNC),
 )
 
 

@@ -164,19 +164,18 @@ HINT = ("Keep the server's version as a counter: staleness is counter - the vers
 HINT_REPLAY = ("After recv, copy message[1:] into each param.grad (in model.parameters() order) before "
                "optimizer.step(); a worker loads message[1:] of the reply into its parameters "
                "(vector_to_parameters).")
-USES = ("serve", "work")
 
 CHECKS = (
     Check("W=2 (one worker): every push is applied, and the weights follow its log", 1, 2,
-          partial(server_case, updates=4, bound=None, seed=101), uses=USES, hint=HINT_REPLAY),
+          partial(server_case, updates=4, bound=None, seed=101), hint=HINT_REPLAY),
     Check("W=3, no bound, a slow worker: the final weights equal replaying the log", 3, 3,
-          partial(server_case, updates=4, bound=None, seed=102), uses=USES, hint=HINT_REPLAY),
+          partial(server_case, updates=4, bound=None, seed=102), hint=HINT_REPLAY),
     Check("W=3, max_staleness=0: stale pushes dropped, fresh ones applied", 2, 3,
-          partial(server_case, updates=4, bound=0, seed=103), uses=USES, hint=HINT),
+          partial(server_case, updates=4, bound=0, seed=103), hint=HINT),
     Check("larger world, bound 1, more updates", 2, 4,
-          partial(server_case, updates=5, bound=1, seed=104), hidden=True, uses=USES, hint=HINT),
+          partial(server_case, updates=5, bound=1, seed=104), hidden=True, hint=HINT),
     Check("larger world, no bound", 1, 4,
-          partial(server_case, updates=3, bound=None, seed=105), hidden=True, uses=USES, hint=HINT_REPLAY),
+          partial(server_case, updates=3, bound=None, seed=105), hidden=True, hint=HINT_REPLAY),
 )
 
 

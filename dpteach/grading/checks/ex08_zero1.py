@@ -160,21 +160,19 @@ def _zero_steps(ctx, widths, steps, seed, mine_seed, state):
             "received": None if after is None or before is None else after - before}
 
 
-USES = ("ZeroSGD",)
 HINT = ("Flatten the gradients in params order, reduce-scatter them (your slice = the sum over ranks), "
         "divide by W, update your slice of the flat parameters with your momentum slice, all-gather, and copy "
         "back into each parameter.")
 
 CHECKS = (
     Check("W=2: three steps equal SGD with momentum on the averaged gradient", 3, 2,
-          partial(zero_case, props=("weights",), widths=(4, 6, 3), steps=3, seed=91), uses=USES, hint=HINT),
+          partial(zero_case, props=("weights",), widths=(4, 6, 3), steps=3, seed=91), hint=HINT),
     Check("W=2: each rank keeps momentum for its slice only", 1, 2,
-          partial(zero_case, props=("state",), widths=(4, 6, 3), steps=1, seed=92), uses=USES, hint=HINT),
+          partial(zero_case, props=("state",), widths=(4, 6, 3), steps=1, seed=92), hint=HINT),
     Check("W=3: N not divisible by W", 2, 3,
-          partial(zero_case, props=("weights", "state"), widths=(3, 5, 2), steps=2, seed=93), uses=USES, hint=HINT),
+          partial(zero_case, props=("weights", "state"), widths=(3, 5, 2), steps=2, seed=93), hint=HINT),
     Check("larger world, deeper model, four steps", 2, 4,
-          partial(zero_case, props=("weights", "state"), widths=(5, 7, 4, 3), steps=4, seed=94), hidden=True,
-          uses=USES, hint=HINT),
+          partial(zero_case, props=("weights", "state"), widths=(5, 7, 4, 3), steps=4, seed=94), hidden=True, hint=HINT),
 )
 
 

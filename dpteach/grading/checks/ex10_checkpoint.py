@@ -261,7 +261,7 @@ def _warmup() -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-USES = ("save_checkpoint", "load_checkpoint")
+NAMES = ("save_checkpoint", "load_checkpoint")
 LIMIT = 40.0  # three worlds of ranks, started one after another
 SAME = Scenario(before=2, after=2, every=2, kill=5, steps=8, noise=0.5, seed=31).check()
 FEWER = Scenario(before=2, after=1, every=2, kill=5, steps=8, seed=32).check()
@@ -271,7 +271,7 @@ THREE = Scenario(before=3, after=3, every=2, kill=4, steps=6, noise=0.5, seed=35
 
 
 def _check(name, points, props, spec, hint, hidden=False):
-    return Check(name, points, 1, partial(resume_case, props=props, spec=spec), hidden=hidden, uses=USES, hint=hint,
+    return Check(name, points, 1, partial(resume_case, props=props, spec=spec), hidden=hidden, hint=hint,
                  limit=LIMIT)
 
 
@@ -285,8 +285,7 @@ CHECKS = (
     _check("W=2 -> 1: resumed on one rank, same global batch: the same weights at the end, within 1e-5", 3,
            ("weights", "end"), FEWER, HINT_RESHARD),
     Check("W=2: every rank writes its own shard, none the whole optimizer state", 2, 1,
-          partial(writes_case, spec=Scenario(before=2, after=2, every=2, kill=5, steps=8, seed=33).check()),
-          uses=USES, hint=HINT_WRITES, limit=LIMIT),
+          partial(writes_case, spec=Scenario(before=2, after=2, every=2, kill=5, steps=8, seed=33).check()), hint=HINT_WRITES, limit=LIMIT),
     _check("killed in the middle of its save, resumed from the checkpoint before on a larger world", 2,
            ("weights", "end"), MORE, HINT_WHOLE, hidden=True),
     _check("three ranks (padded shards), one killed just before its save while its peers save, every piece",
@@ -298,7 +297,7 @@ COURSE_CHECKPOINT = ("dpteach.training.checkpoint", "dpteach.training.resumable"
 
 EXERCISE = Exercise(
     id="10", stem="10_checkpoint", title="Checkpoint and resume: a ZeRO-1 run that survives a kill",
-    names=USES, stub=STUB, checks=CHECKS, warmup=_warmup,
+    names=NAMES, stub=STUB, checks=CHECKS, warmup=_warmup,
     forbidden=tuple(f"dpteach.training.checkpoint.{name}" for name in (
         "save_checkpoint", "load_checkpoint", "training_state", "_sharded_state", "_flat_dtensor")),
     forbidden_modules=COURSE_CHECKPOINT,
