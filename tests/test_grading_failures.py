@@ -204,9 +204,9 @@ def test_an_endless_loop_at_the_top_of_a_cell_is_an_error_and_other_submissions_
 
 def _blamed(per_rank: dict, timeout, failure):
     from dpteach.grading.report import CheckResult
-    from dpteach.grading.runner import _blame
+    from dpteach.grading.runner import blame
     row = CheckResult(name="reduce_scatter: W=2", points=5, hidden=False)
-    _blame(row, EX01.checks[RS_W2], per_rank, timeout, failure, 1.0)
+    blame(row, EX01.checks[RS_W2], per_rank, timeout, failure, 1.0)
     return row
 
 
@@ -230,20 +230,20 @@ def test_when_every_rank_reports_an_error_the_first_is_the_cause_and_the_others_
     # before the launcher stops it: then every rank has a record, and the merge must still blame the
     # first exception and say that the others were waiting for it (seen once in a loaded full run).
     from dpteach.grading.report import CheckResult
-    from dpteach.grading.runner import _merge
+    from dpteach.grading.runner import merge_ranks
     cause = {"rank": 1, "outcome": "error", "at": 5.0, "message": "KeyError: 'only rank 1 fails'"}
     echo = {"rank": 0, "outcome": "error", "at": 5.2, "message": "RuntimeError: Connection reset by peer"}
     row = CheckResult(name="W=2", points=2, hidden=False)
-    _merge(row, {0: echo, 1: cause})
+    merge_ranks(row, {0: echo, 1: cause})
     assert row.outcome == "error" and row.message.startswith("rank 1: KeyError: 'only rank 1 fails'")
     assert "left waiting for rank 1" in row.message
     alone = CheckResult(name="W=2", points=2, hidden=False)
-    _merge(alone, {0: {"rank": 0, "outcome": "passed", "at": 5.2, "message": ""}, 1: cause})
+    merge_ranks(alone, {0: {"rank": 0, "outcome": "passed", "at": 5.2, "message": ""}, 1: cause})
     assert alone.message == "rank 1: KeyError: 'only rank 1 fails'"  # nobody waited: nothing to add
 
 
 def test_a_world_that_broke_outside_any_code_under_test_is_retried_and_anything_else_is_not():
-    from dpteach.grading.runner import _failed_outside_any_code_under_test as infrastructure
+    from dpteach.grading.runner import failed_outside_any_code_under_test as infrastructure
     from dpteach.ranks.launcher import RankError
     joining = RankError(1, "raised RuntimeError: Gloo connectFullMesh failed", exit_code=1, exc_type="RuntimeError")
     assert infrastructure(joining, {}, None)

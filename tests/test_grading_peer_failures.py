@@ -11,7 +11,7 @@ import pytest
 from dpteach.grading import get_exercise, grade_sources
 from dpteach.grading.rank import WATCHDOG_EXIT_CODE
 from dpteach.grading.report import CheckResult
-from dpteach.grading.runner import _blame
+from dpteach.grading.runner import blame
 from dpteach.ranks.launcher import RankError
 from learners.overlap import RANK_FOR_WORLD
 from learners.zero2 import PADDED
@@ -58,7 +58,7 @@ def test_a_failure_on_one_rank_is_reported_with_its_message_while_its_peer_waits
 
 def _blamed(per_rank, timeout, failure):
     row = CheckResult(name="W=2", points=2, hidden=False, hint="the check's hint")
-    how = _blame(row, EX09.checks[1], per_rank, timeout, failure, 1.0)
+    how = blame(row, EX09.checks[1], per_rank, timeout, failure, 1.0)
     return row, how
 
 

@@ -47,7 +47,7 @@ from .judge import Judge, rejudge
 from .rank import sign
 from .report import CheckResult, Report, not_attempted
 from .spec import Exercise
-from .verdicts import _blame, _failed_outside_any_code_under_test, _merge
+from .verdicts import blame, failed_outside_any_code_under_test, merge_ranks
 
 LOAD_LIMIT = 20.0       # seconds for a rank to execute the learner's cells
 GRADING_BUDGET = 120.0  # after this, checks left after a dead world are not started again
@@ -140,7 +140,7 @@ def _run_checks(exercise: Exercise, jobs: list, limit_scale: float) -> dict:
         if judge is not None:
             judge.close()
     for (job, i), per_rank in finished.items():
-        _merge(jobs[job][1].checks[i], per_rank)
+        merge_ranks(jobs[job][1].checks[i], per_rank)
     for job, names in called.items():
         jobs[job][1].forbidden += [f"{name} (called while your code ran)" for name in sorted(names)]
     return load_errors
@@ -189,12 +189,12 @@ def _run_worlds(exercise, jobs, pending, limit_scale, deadline, load_errors, ret
             break
         broken = next((key for key in remaining if key in timeouts), remaining[0])
         job, index = broken
-        if broken not in retried and _failed_outside_any_code_under_test(failure, by_check.get(broken, {}),
+        if broken not in retried and failed_outside_any_code_under_test(failure, by_check.get(broken, {}),
                                                                          timeouts.get(broken)):
             retried.add(broken)  # e.g. gloo failing to connect a check's world under load: once more
             pending = remaining
             continue
-        how = _blame(jobs[job][1].checks[index], checks[index], by_check.get(broken, {}), timeouts.get(broken),
+        how = blame(jobs[job][1].checks[index], checks[index], by_check.get(broken, {}), timeouts.get(broken),
                      failure, limit_scale)
         after = [key for key in remaining if key != broken]
         skipped = [(j, i) for j, i in after if how and j == job and set(checks[index].uses) <= set(checks[i].uses)]

@@ -111,6 +111,14 @@ COLLECTIVE_MODULES = ("torch.distributed._functional_collectives", "torch.distri
 ALL_COLLECTIVES = TORCH_COLLECTIVES + DPTEACH_COLLECTIVES
 
 
+def no_collectives(*also: str) -> dict:
+    """An exercise's rule when the learner builds on point-to-point messages (or leaves the communication to
+    DDP): no collective of torch's or of the course's, by name, by process-group method or by module;
+    ``also``: more qualified names. Pass it as ``Exercise(..., **no_collectives(...))``."""
+    return {"forbidden": ALL_COLLECTIVES + also, "forbidden_methods": PROCESS_GROUP_METHODS,
+            "forbidden_modules": COLLECTIVE_MODULES}
+
+
 class Fail(Exception):
     """A checked property does not hold; the message says which, in words, without expected values.
 

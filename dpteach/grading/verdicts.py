@@ -29,7 +29,7 @@ CRASH_NOTES = {"SIGABRT": " (the C++ side aborted; with gloo that is typically a
                "SIGSEGV": NATIVE, "SIGBUS": NATIVE, "SIGILL": NATIVE, "SIGFPE": NATIVE}
 
 
-def _merge(row: CheckResult, per_rank: dict) -> None:
+def merge_ranks(row: CheckResult, per_rank: dict) -> None:
     """A check passes when it passed on every rank; otherwise one failing rank speaks for it: a forbidden
     call first, then the first exception, then the lowest rank whose result was wrong."""
     failing = [per_rank[r] for r in sorted(per_rank) if per_rank[r]["outcome"] != "passed"]
@@ -51,7 +51,7 @@ def _merge(row: CheckResult, per_rank: dict) -> None:
         row.message = "the grader itself failed on this check - please report it:\n" + worst["message"]
 
 
-def _blame(row: CheckResult, check, per_rank: dict, timeout: dict | None, failure, limit_scale: float):
+def blame(row: CheckResult, check, per_rank: dict, timeout: dict | None, failure, limit_scale: float):
     """The check that was running when its world died: why, as precisely as the records allow. Returns how
     the learner's code ended when later checks of its functions are to be skipped (a hang or a crash: it
     recurs, each time at a new world's cost), or None when a rank's own verdict explains the death.
@@ -104,12 +104,12 @@ def _blame(row: CheckResult, check, per_rank: dict, timeout: dict | None, failur
         row.outcome = "error"
         row.message = f"the world stopped during this check: {failure}"
         how = "crashed"
-    if _failed_outside_any_code_under_test(failure, per_rank, timeout):
+    if failed_outside_any_code_under_test(failure, per_rank, timeout):
         row.message = "the grader itself failed on this check - please report it:\n" + str(failure)
     return how
 
 
-def _failed_outside_any_code_under_test(failure, per_rank: dict, timeout: dict | None) -> bool:
+def failed_outside_any_code_under_test(failure, per_rank: dict, timeout: dict | None) -> bool:
     """A rank raised in the grader's own code around a check - joining or leaving the check's world -
     with no learner exception, time-out or crash to explain it. gloo's connect on a loaded machine
     fails that way now and then; a grader bug does too, and then it fails again when retried."""

@@ -16,6 +16,8 @@ then computes the expected result: nothing in the check's frame during the call 
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ...collectives import chunk_bounds
@@ -121,3 +123,15 @@ def reachable_bytes(roots, params) -> int:
         elif isinstance(value, (list, tuple, set, frozenset)):
             pending += [(item, depth + 1) for item in value]
     return sum(storages.values())
+
+
+def check_ring_traffic(ctx, sent, numel, passes):
+    """A ring pass sends W-1 chunks per rank; allow a few elements for exchanging sizes."""
+    if ctx.world == 1:
+        return
+    limit = passes * (ctx.world - 1) * math.ceil(numel / ctx.world) + 4 * ctx.world
+    if sent > limit:
+        raise Fail("this rank sent more elements than a ring does: a ring sends W-1 chunks per rank and pass, "
+                   "(W-1)/W of the tensor, not whole tensors and not to every rank")
+    if sent == 0:
+        raise Fail("this rank sent nothing with send/isend: the data must travel point to point")

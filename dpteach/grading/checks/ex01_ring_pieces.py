@@ -9,14 +9,13 @@ but is not a ring.
 """
 from __future__ import annotations
 
-import math
 from functools import partial
 
 import torch
 
 from ...collectives import chunk_bounds
-from ..spec import (ALL_COLLECTIVES, COLLECTIVE_MODULES, PROCESS_GROUP_METHODS, Check, Exercise, Fail)
-from .common import (everyones, expect_dtype, expect_tensor, rank_data, secret_seed, sum_over_ranks, unchanged,
+from ..spec import Check, Exercise, Fail, no_collectives
+from .common import (check_ring_traffic, everyones, expect_dtype, expect_tensor, rank_data, secret_seed, sum_over_ranks, unchanged,
                      which_chunk)
 
 STUB = '''\
@@ -74,7 +73,7 @@ def reduce_scatter_case(ctx, numel, dtype, seed, traffic=False):
         raise Fail("the returned chunk's values differ from chunk r of the sum over ranks")
     unchanged(before, mine, "the input tensor")
     if traffic:
-        _check_traffic(ctx, sent, numel, passes=1)
+        check_ring_traffic(ctx, sent, numel, passes=1)
 
 
 def _chunks(seeds, world, numel, dtype):
@@ -101,7 +100,7 @@ def all_gather_case(ctx, numel, dtype, seed, traffic=False):
         raise Fail("the gathered tensor's values differ from the chunks the ranks passed in, in rank order")
     unchanged(before, chunk, "the chunk passed in")
     if traffic:
-        _check_traffic(ctx, sent, numel, passes=1)
+        check_ring_traffic(ctx, sent, numel, passes=1)
 
 
 def round_trip_case(ctx, numel, dtype, seed):
@@ -113,18 +112,6 @@ def round_trip_case(ctx, numel, dtype, seed):
     out = expect_tensor(out, "the result of all_gather")
     if out.dtype != dtype or out.numel() != numel or not torch.equal(out.reshape(-1), total):
         raise Fail("all_gather(reduce_scatter(x), n) is not the all-reduce (the sum over ranks) of x")
-
-
-def _check_traffic(ctx, sent, numel, passes):
-    """A ring pass sends W-1 chunks per rank; allow a few elements for exchanging sizes."""
-    if ctx.world == 1:
-        return
-    limit = passes * (ctx.world - 1) * math.ceil(numel / ctx.world) + 4 * ctx.world
-    if sent > limit:
-        raise Fail("this rank sent more elements than a ring does: a ring sends W-1 chunks per rank and pass, "
-                   "(W-1)/W of the tensor, not whole tensors and not to every rank")
-    if sent == 0:
-        raise Fail("this rank sent nothing with send/isend: the data must travel point to point")
 
 
 RS, AG, BOTH = ("reduce_scatter",), ("all_gather",), ("reduce_scatter", "all_gather")
@@ -164,6 +151,6 @@ CHECKS = (
 EXERCISE = Exercise(
     id="01", stem="01_ring_reduce_scatter_all_gather", title="Ring reduce-scatter and all-gather",
     names=("reduce_scatter", "all_gather"), stub=STUB, checks=CHECKS,
-    forbidden=ALL_COLLECTIVES, forbidden_methods=PROCESS_GROUP_METHODS, forbidden_modules=COLLECTIVE_MODULES,
+    **no_collectives(),
     rule="this exercise asks you to build the collectives from send/recv, and your code uses a built-in one",
 )

@@ -13,9 +13,8 @@ from functools import partial
 import torch
 
 from ...collectives import chunk_bounds
-from ..spec import ALL_COLLECTIVES, COLLECTIVE_MODULES, PROCESS_GROUP_METHODS, Check, Exercise, Fail
-from .common import everyones, rank_data, secret_seed, sum_over_ranks
-from .ex01_ring_pieces import _check_traffic
+from ..spec import Check, Exercise, Fail, no_collectives
+from .common import check_ring_traffic, everyones, rank_data, secret_seed, sum_over_ranks
 
 STUB = '''\
 import torch
@@ -92,7 +91,7 @@ def all_reduce_case(ctx, numel, dtype, seed, shape=None, traffic=False, repeat=1
             raise Fail("the tensor passed in is right, but the returned value is not it: return `tensor`",
                        hint=HINT_RETURN)
         if traffic:
-            _check_traffic(ctx, sent, numel, passes=2)
+            check_ring_traffic(ctx, sent, numel, passes=2)
 
 
 f32, f64, f16, bf16, i64 = torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64
@@ -127,7 +126,6 @@ CHECKS = (
 
 EXERCISE = Exercise(
     id="02", stem="02_ring_all_reduce", title="Ring all-reduce", names=("ring_all_reduce",), stub=STUB,
-    checks=CHECKS, forbidden=ALL_COLLECTIVES, forbidden_methods=PROCESS_GROUP_METHODS,
-    forbidden_modules=COLLECTIVE_MODULES,
+    checks=CHECKS, **no_collectives(),
     rule="this exercise asks you to build the all-reduce from send/recv, and your code uses a built-in collective",
 )

@@ -33,7 +33,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from ..spec import ALL_COLLECTIVES, COLLECTIVE_MODULES, PROCESS_GROUP_METHODS, Check, Exercise, Fail, observes
+from ..spec import Check, Exercise, Fail, no_collectives, observes
 from .common import everyones, secret_seed
 
 STUB = '''\
@@ -190,10 +190,9 @@ CHECKS = (
 EXERCISE = Exercise(
     id="05", stem="05_accumulation", title="Gradient accumulation with no_sync()", names=("train_step",),
     stub=STUB, checks=CHECKS,
-    forbidden=ALL_COLLECTIVES + ("dpteach.training.train.train_on_rank", "dpteach.training.train.train_each_on_rank",
-                                 "dpteach.training.train.train_interleaved_on_rank", "dpteach.training.train.SyncTrainer",
-                                 "dpteach.training.reference.train_single_process"),
-    forbidden_methods=PROCESS_GROUP_METHODS, forbidden_modules=COLLECTIVE_MODULES,
+    **no_collectives("dpteach.training.train.train_on_rank", "dpteach.training.train.train_each_on_rank",
+                     "dpteach.training.train.train_interleaved_on_rank", "dpteach.training.train.SyncTrainer",
+                     "dpteach.training.reference.train_single_process"),
     rule="this exercise asks DDP to do the communication, and your code calls a collective itself",
     warmup=_import_dynamo,
 )

@@ -11,7 +11,7 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 from ..spec import Fail
 
 
-def _checked_log(log, pushes, world, updates):
+def checked_log(log, pushes, world, updates):
     if not isinstance(log, (list, tuple)):
         raise Fail("serve should return its log: a list of (worker rank, version, applied) tuples")
     entries = []
@@ -34,7 +34,7 @@ def _checked_log(log, pushes, world, updates):
     return entries
 
 
-def _check_versions(entries, bound):
+def check_versions(entries, bound):
     version, last_sent = 0, {}
     for worker, used, applied in entries:
         if used != last_sent.get(worker, 0):
@@ -51,7 +51,7 @@ def _check_versions(entries, bound):
         last_sent[worker] = version
 
 
-def _replay_log(entries, make_model, gradient, lr, seeds) -> torch.Tensor:
+def replay_log(entries, make_model, gradient, lr, seeds) -> torch.Tensor:
     """The server's weights after applying the log, each gradient taken at the version its worker used
     (``seeds``: each rank's, for its batches)."""
     model = make_model()

@@ -25,9 +25,9 @@ import torch
 from torch import nn
 from torch.nn.utils import parameters_to_vector
 
-from ..spec import ALL_COLLECTIVES, COLLECTIVE_MODULES, PROCESS_GROUP_METHODS, Check, Exercise, Fail, observes
+from ..spec import Check, Exercise, Fail, no_collectives, observes
 from .common import everyones, require_received, secret_seed
-from .ex07_log import _check_versions, _checked_log, _replay_log
+from .ex07_log import check_versions, checked_log, replay_log
 
 STUB = '''\
 import torch
@@ -118,10 +118,10 @@ def server_case(ctx, updates, bound, seed, slow_ms=15.0):
         require_received(ctx, seen["received"], updates * numel * 4, "receiving the server's weights after each push")
         return
     pushes = updates * (ctx.world - 1)
-    entries = _checked_log(seen["log"], pushes, ctx.world, updates)
-    _check_versions(entries, bound)
+    entries = checked_log(seen["log"], pushes, ctx.world, updates)
+    check_versions(entries, bound)
     require_received(ctx, seen["received"], pushes * numel * 4, "receiving every push's gradient")
-    replayed = _replay_log(entries, partial(_model, seed), _gradient, LR, seeds)
+    replayed = replay_log(entries, partial(_model, seed), _gradient, LR, seeds)
     if not torch.allclose(seen["weights"], replayed, atol=1e-6, rtol=1e-5):
         raise Fail("the server's final weights differ from replaying its own log: is each applied gradient "
                    "put into param.grad before optimizer.step(), and does each worker compute on the weights "
@@ -182,7 +182,6 @@ CHECKS = (
 EXERCISE = Exercise(
     id="07", stem="07_parameter_server", title="Asynchronous parameter server with bounded staleness (stretch)",
     names=("serve", "work"), stub=STUB, checks=CHECKS,
-    forbidden=ALL_COLLECTIVES + ("dpteach.sync.async_ps.serve", "dpteach.sync.async_ps.work"),
-    forbidden_methods=PROCESS_GROUP_METHODS, forbidden_modules=COLLECTIVE_MODULES,
+    **no_collectives("dpteach.sync.async_ps.serve", "dpteach.sync.async_ps.work"),
     rule="this exercise asks for point-to-point messages, and your code uses a collective or dpteach's own server",
 )

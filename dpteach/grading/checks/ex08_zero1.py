@@ -62,7 +62,7 @@ class ZeroSGD:
 LR, MOMENTUM = 0.1, 0.9
 
 
-def _model(widths, seed):
+def zero_model(widths, seed):
     torch.manual_seed(seed)
     layers = []
     for a, b in zip(widths[:-1], widths[1:]):
@@ -70,20 +70,20 @@ def _model(widths, seed):
     return nn.Sequential(*layers[:-1]).double()
 
 
-def _batch(widths, seed, step, rank):
+def zero_batch(widths, seed, step, rank):
     generator = torch.Generator().manual_seed((seed * 1000 + step * 41 + rank) % 2 ** 63)
     return (torch.randn(4, widths[0], generator=generator, dtype=torch.float64),
             torch.randn(4, widths[-1], generator=generator, dtype=torch.float64))
 
 
-def _trajectory(widths, seed, seeds, steps):
+def zero_trajectory(widths, seed, seeds, steps):
     """Every rank's gradient, averaged, through SGD with momentum as torch.optim.SGD defines it (written
     out, because constructing a torch optimizer first imports torch._dynamo: seconds of CPU per rank).
     ``seeds[step][rank]``: the seed of each rank's batch at each step. Returns, per step, every rank's flat
     gradient and the flat momentum after the update; and the final weights. (Exercise 09 checks the first
     two slice by slice; both exercises check the weights.)"""
     world = len(seeds[0])
-    model = _model(widths, seed)
+    model = zero_model(widths, seed)
     params = list(model.parameters())
     buffer = torch.zeros(sum(p.numel() for p in params), dtype=torch.float64)
     grads, buffers = [], []
@@ -91,7 +91,7 @@ def _trajectory(widths, seed, seeds, steps):
         per_rank = []
         for rank in range(world):
             model.zero_grad()
-            x, y = _batch(widths, seeds[step][rank], step, rank)
+            x, y = zero_batch(widths, seeds[step][rank], step, rank)
             nn.functional.mse_loss(model(x), y).backward()
             per_rank.append(torch.cat([p.grad.reshape(-1) for p in params]))
         buffer = MOMENTUM * buffer + sum(per_rank) / world
@@ -107,7 +107,7 @@ def zero_case(ctx, props, widths, steps, seed):
     mine_seed = secret_seed(ctx, seed)
     seen = ctx.drive(_zero_steps, widths, steps, seed, mine_seed, "state" in props)
     seeds = everyones(ctx, mine_seed)  # only now: see common.py
-    total = sum(p.numel() for p in _model(widths, seed).parameters())
+    total = sum(p.numel() for p in zero_model(widths, seed).parameters())
     if ctx.world > 1:
         require_received(ctx, seen["received"], steps * total * 8, "a reduce-scatter and an all-gather each step")
     slice_ = math.ceil(total / ctx.world)
@@ -119,7 +119,7 @@ def zero_case(ctx, props, widths, steps, seed):
         raise Fail("this rank holds more momentum than its slice: each rank keeps state for "
                    "chunk_bounds(N, W)[rank] only")
     if "weights" in props:
-        for mine, expected in zip(seen["params"], _trajectory(widths, seed, [seeds] * steps, steps)[2]):
+        for mine, expected in zip(seen["params"], zero_trajectory(widths, seed, [seeds] * steps, steps)[2]):
             if not torch.allclose(mine, expected, atol=1e-10, rtol=1e-9):
                 raise Fail("the weights differ from SGD with momentum on the gradient averaged over ranks: "
                            "check the division by W, the momentum update, and that every slice is gathered")
@@ -138,7 +138,7 @@ def held_elements(optimizer, params, namespace) -> int:
 @observes
 def _zero_steps(ctx, widths, steps, seed, mine_seed, state):
     """The learner's ZeroSGD through ``steps`` steps; what it left: the weights, its state, the bytes received."""
-    model = _model(widths, seed)
+    model = zero_model(widths, seed)
     params = list(model.parameters())
     before = ctx.received_bytes()
     with ctx.running_learner_code():
@@ -146,7 +146,7 @@ def _zero_steps(ctx, widths, steps, seed, mine_seed, state):
     for step in range(steps):
         for p in params:
             p.grad = None
-        x, y = _batch(widths, mine_seed, step, ctx.rank)
+        x, y = zero_batch(widths, mine_seed, step, ctx.rank)
         nn.functional.mse_loss(model(x), y).backward()
         with ctx.running_learner_code():
             optimizer.step()

@@ -19,7 +19,7 @@ from torch import nn
 from ...collectives import chunk_bounds
 from ..spec import Fail, observes
 from .common import everyones, reachable_bytes, secret_seed
-from .ex08_zero1 import LR, MOMENTUM, _batch, _model, _trajectory
+from .ex08_zero1 import LR, MOMENTUM, zero_batch, zero_model, zero_trajectory
 
 ELEMENT = 8  # bytes per element: the models are float64
 
@@ -83,7 +83,7 @@ def _memory(optimizer, params) -> dict:
 
 
 def zero2_case(ctx, props, widths, steps, seed):
-    shapes = [tuple(p.shape) for p in _model(widths, seed).parameters()]
+    shapes = [tuple(p.shape) for p in zero_model(widths, seed).parameters()]
     total = sum(math.prod(shape) for shape in shapes)
     live, seeds = {}, []  # live: the learner's optimizer and the model, in the rank only
     ctx.drive(_start, live, widths, seed)
@@ -92,7 +92,7 @@ def zero2_case(ctx, props, widths, steps, seed):
         mine_seed = secret_seed(ctx, seed * 1000 + step)  # a fresh salt each step
         reduced = ctx.drive(_reduce, live, widths, step, mine_seed, "grad" in props)
         seeds.append(everyones(ctx, mine_seed))  # only now that reduce_gradients() has returned: common.py
-        grads, buffers, weights = _trajectory(widths, seed, seeds, step + 1)
+        grads, buffers, weights = zero_trajectory(widths, seed, seeds, step + 1)
         if "memory" in props:
             _check_memory(reduced["memory"], shapes, ctx, total, "after reduce_gradients()", later)
         if "grad" in props:
@@ -115,7 +115,7 @@ def zero2_case(ctx, props, widths, steps, seed):
 
 @observes
 def _start(ctx, live, widths, seed):
-    model = _model(widths, seed)
+    model = zero_model(widths, seed)
     live.update(model=model, params=list(model.parameters()))
     with ctx.running_learner_code():
         live["optimizer"] = ctx.learner("Zero2SGD")(live["params"], LR, MOMENTUM)
@@ -126,7 +126,7 @@ def _reduce(ctx, live, widths, step, mine_seed, grad):
     """Backward on this rank's batch, then the learner's reduce_gradients(); what they left."""
     model, params, optimizer = live["model"], live["params"], live["optimizer"]
     model.zero_grad(set_to_none=True)
-    x, y = _batch(widths, mine_seed, step, ctx.rank)
+    x, y = zero_batch(widths, mine_seed, step, ctx.rank)
     loss = nn.functional.mse_loss(model(x), y)
     live["sent"] = ctx.guard.sent_elements
     with ctx.running_learner_code():
