@@ -17,7 +17,7 @@ from dpteach.grading import get_exercise, grade_sources
 from dpteach.grading.checks import ex10_checkpoint as ex10
 from dpteach.grading.checks.ex10_runs import Scenario, training_changed
 from dpteach.grading.checks.ex10_trainer import EPOCH, Sampler
-from dpteach.grading.checks.ex10_story import bytes_out, since
+from dpteach.grading.checks.ex10_observed import bytes_out, since
 from answers.solutions import solution
 from answers.wrong_variants import VARIANTS
 from learners.checkpoint import (COURSE_SAVE_BY_NAME, DCP_GATHERED, KEEPS_NEWEST_TWO, MARKED_BEFORE_ALL_WROTE,
@@ -121,7 +121,7 @@ def test_the_reference_answer_at_another_w_ends_within_the_tolerance_and_a_kill_
     """What the try cell prints: a run killed for real on 2 ranks, resumed on 1."""
     namespace = {}
     exec(solution("10"), namespace)
-    from dpteach.grading.checks.ex10_story import try_resume
+    from dpteach.grading.checks.ex10_observed import try_resume
     gap = try_resume(namespace["save_checkpoint"], namespace["load_checkpoint"], before=2, after=1)
     assert 0.0 <= gap <= 1e-5
 

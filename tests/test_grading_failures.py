@@ -213,7 +213,7 @@ def _blamed(per_rank: dict, timeout, failure):
 def test_an_error_raised_after_a_peers_watchdog_fired_is_its_echo_and_the_row_says_timed_out():
     # A deadlock: rank 0's watchdog fires first; rank 1's receive then fails ("connection reset by peer")
     # before its own watchdog fires. That exception is a consequence of the hang, not the learner's bug.
-    from dpteach.grading.rank import WATCHDOG_EXIT_CODE
+    from dpteach.grading.in_rank import WATCHDOG_EXIT_CODE
     from dpteach.ranks.launcher import RankError
     echo = {"rank": 1, "outcome": "error", "at": 100.25, "message": "RuntimeError: Connection reset by peer"}
     timeout = {"event": "timeout", "rank": 0, "at": 100.2}

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from dpteach.grading import get_exercise, grade_sources
-from dpteach.grading.checks import ex04_backward, ex04_overlap
+from dpteach.grading.checks import ex04_steps, ex04_overlap
 from learners.overlap import EAGER, NO_WAIT, STYLES, solution, style
 
 EX04 = get_exercise("04")
@@ -77,7 +77,7 @@ def test_a_blocking_all_reduce_in_the_hook_still_loses_the_overlap_checks(wrong)
 def test_the_twin_branch_model_completes_its_buckets_out_of_order_on_even_ranks_only(rank, first):
     """The premise of the order checks: on even ranks bucket 2 is complete before bucket 1."""
     widths, plan = ex04_overlap.TWIN, ex04_overlap.TWIN_PLAN
-    model = ex04_backward._model(widths, torch.float32, seed=60)
+    model = ex04_steps._model(widths, torch.float32, seed=60)
     params = list(model.parameters())
     missing, completed = [len(bucket) for bucket in plan], []
     where = {params[i]: b for b, bucket in enumerate(plan) for i in bucket}
@@ -89,7 +89,7 @@ def test_the_twin_branch_model_completes_its_buckets_out_of_order_on_even_ranks_
 
     for p in params:
         p.register_post_accumulate_grad_hook(hook)
-    ex04_backward._loss(model, widths, torch.float32, 60, 0, rank).backward()
+    ex04_steps._loss(model, widths, torch.float32, 60, 0, rank).backward()
     assert completed[0] == 0 and completed[1] == first and sorted(completed) == [0, 1, 2]
     equal = [sum(params[i].numel() for i in plan[b]) for b in (1, 2)]
     assert equal[0] == equal[1]  # same size: ranks that disagree add up wrong numbers, gloo does not abort

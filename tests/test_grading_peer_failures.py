@@ -9,7 +9,7 @@ at step 1 while its peer waits in step 2's all-reduce).
 import pytest
 
 from dpteach.grading import get_exercise, grade_sources
-from dpteach.grading.rank import WATCHDOG_EXIT_CODE
+from dpteach.grading.in_rank import WATCHDOG_EXIT_CODE
 from dpteach.grading.report import CheckResult
 from dpteach.grading.runner import blame
 from dpteach.ranks.launcher import RankError

@@ -5,7 +5,7 @@ import torch
 
 from dpteach.grading.replay import ReplayContext, decode, encode, judge, record_call
 from dpteach.grading.guard import Guard
-from dpteach.grading.rank import Context
+from dpteach.grading.in_rank import Context
 from dpteach.grading.spec import all_exercises
 
 

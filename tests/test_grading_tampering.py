@@ -217,7 +217,7 @@ def test_the_audit_hook_notes_reaching_into_frames_and_the_grader_files_not_ordi
 # -- the verdicts the ranks write are signed -------------------------------------------------------------
 
 def test_only_verdicts_signed_with_the_launchs_key_are_read():
-    from dpteach.grading.rank import sign
+    from dpteach.grading.in_rank import sign
     from dpteach.grading.runner import _genuine
     key = b"k" * 32
     record = {"event": "check", "job": 0, "check": 1, "rank": 0, "outcome": "passed"}

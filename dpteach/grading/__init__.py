@@ -10,7 +10,7 @@ In an exercise notebook, after writing the stub's function(s)::
 In a terminal: ``dpteach grade exercises/01_ring_reduce_scatter_all_gather.ipynb [--json]``.
 
 No grading server, database or JupyterHub: the checks run here, on this machine's CPU cores, in real
-gloo process groups of 1 to 4 ranks (``runner.py``, ``rank.py``), with a time limit per check, hidden
+gloo process groups of 1 to 4 ranks (``runner.py``, ``in_rank.py``), with a time limit per check, hidden
 cases, and a guard against calling the built-in collective the exercise asks you to build
 (``forbidden.py`` reads the code, ``guard.py`` watches it run). Every check is judged twice - in the ranks,
 and again from what they recorded in a process where no learner code ran (``replay.py``, ``judge.py``) -

@@ -260,7 +260,7 @@ def judge(exercise_id: str, index: int, rank: int, world: int, recording: list, 
     from .spec import Fail, get_exercise
     check = get_exercise(exercise_id).checks[index]
     with torch.random.fork_rng():
-        torch.manual_seed(1000 + rank)  # as the rank did before the check (rank.py)
+        torch.manual_seed(1000 + rank)  # as the rank did before the check (in_rank.py)
         ctx = ReplayContext(rank, world, recording, keys, job, index, gathers)
         try:
             check.run(ctx)

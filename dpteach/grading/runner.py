@@ -8,18 +8,18 @@ The order of events, and why:
 3. **Static scan** for forbidden collectives (``forbidden.py``).
 4. **Checks on real ranks.** One ``dpteach.launch`` with as many ranks as the largest check needs; the
    ranks run every check in turn, in the order the exercise declares them (and the report lists them),
-   each in a fresh world of its own size (``rank.py``). Starting ranks dominates the cost of grading (importing torch:
+   each in a fresh world of its own size (``in_rank.py``). Starting ranks dominates the cost of grading (importing torch:
    a second or two of CPU in the launcher's zygote, ``dpteach/ranks/zygote.py``, against milliseconds for a check), which is why all checks share one launch
    rather than one launch per world - and why ``grade_many`` lets several submissions share it too.
 5. **When a world dies** - a check ran past its limit, a rank crashed, or the check failed or the code
    raised on one rank while the others waited for it - finished checks keep their results, the running
    check gets the blame, and a new world runs the rest. A verdict a rank wrote before the world died is
-   the blame (the first failure or exception, with its message; its peers were stopped: ``rank.py``).
+   the blame (the first failure or exception, with its message; its peers were stopped: ``in_rank.py``).
    Only a hang or a crash skips the later checks of the same learner functions (a hang recurs, each
    time at the cost of a time limit and a new world). No rank outlives its launch.
 6. **Judged again** (``judge.py``): every check that passed in its ranks is replayed from its recording
    in a process where no learner code ran, and counts as passed only if it passes there too. Only the
-   verdict lines the ranks' own writer signed are read (``rank.py``): learner code in a rank could append
+   verdict lines the ranks' own writer signed are read (``in_rank.py``): learner code in a rank could append
    lines of its own to the results file, not sign them.
 7. **Score**: the points of the checks that passed; zero when a forbidden call was found, by reading or
    at run time, or when the learner's code tampered with the checks. The attempt is recorded in the
@@ -44,7 +44,7 @@ from .salts import new_keys
 from ..ranks.traffic import countable
 from .notebook import Submission, attempted, syntax_problem
 from .judge import Judge, rejudge
-from .rank import sign
+from .in_rank import sign
 from .report import CheckResult, Report, not_attempted
 from .spec import Exercise
 from .verdicts import blame, failed_outside_any_code_under_test, merge_ranks
@@ -225,7 +225,7 @@ def _launch(exercise: Exercise, jobs: list, pending: list, limit_scale: float):
                + sum(exercise.checks[i].limit for _, i in pending) * limit_scale)
     failure = None
     try:
-        from .rank import rank_main
+        from .in_rank import rank_main
         launch(rank_main, world, args=(plan,), device="cpu", backend="gloo", timeout=timeout,
                show_output=False, progress=False)
     except (RankError, TimeoutError, TypeError) as exc:

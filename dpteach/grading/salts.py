@@ -9,7 +9,7 @@ the messages that carry it. Where the salts come from decides whether that holds
   when this module is imported: a solution cell that replaces ``random._urandom`` or ``os.urandom`` in a
   rank changes nothing here). A salt is ``HMAC(rank's key, "job/check/draw")``: the rank that owns the key
   can derive its own salts and no one else's.
-* **A rank holds only its own key.** ``rank.py`` takes its key out of the plan before any learner code is
+* **A rank holds only its own key.** ``in_rank.py`` takes its key out of the plan before any learner code is
   loaded and drops the others'.
 * **The judge never takes a salt, a seed or a gathered value from a rank's word.** It derives every rank's
   salts from the keys the parent gives it (``replay.py``), so a rank that fakes the grader's all-gather or

@@ -17,7 +17,7 @@ recorded) and once more before a check's verdict is written. What it pictures:
   and the classes defined there, ``torch.Tensor``, its metaclass and ``Parameter``, and the process
   group's classes (``ProcessGroup``, ``Work``, the gloo backend, the stores): every name, callable or not,
   and no name added or removed;
-* **code** of what the replay takes on trust: the rank's machinery (this module, ``rank``, ``learner``,
+* **code** of what the replay takes on trust: the rank's machinery (this module, ``in_rank``, ``learner``,
   ``replay``, ``guard``, ``tampering``, ``spec``) and every function marked ``spec.observes`` - its code
   object, defaults and closure. A helper that only computes what is expected is judged again in the
   replay, where the learner's code never ran; swapping its code is caught there;
@@ -51,7 +51,7 @@ MODULES = ("torch", "torch.distributed", "torch.distributed.distributed_c10d", "
            "ctypes", "socket", "secrets", "hmac", "hashlib", "threading", "_thread", "functools", "random",
            "tempfile")
 STRICT_PREFIX = "dpteach.grading"
-TRUSTED_MODULES = ("dpteach.grading.seal", "dpteach.grading.rank", "dpteach.grading.learner",
+TRUSTED_MODULES = ("dpteach.grading.seal", "dpteach.grading.in_rank", "dpteach.grading.learner",
                    "dpteach.grading.replay", "dpteach.grading.guard", "dpteach.grading.tampering",
                    "dpteach.grading.spec", "dpteach.grading.salts", "dpteach.ranks.traffic",
                    "dpteach.grading.watchdog")

@@ -9,7 +9,7 @@ the notebook's cell tagged ``solution``, so that cell is, character for characte
 compares the learner's cell against to tell "not attempted" from an attempt.
 
 A :class:`Check` is one property with points. Its ``run(ctx)`` executes on *every* rank of a world of
-``world`` ranks, calls the learner's code through ``ctx`` (see ``dpteach/grading/rank.py``) and raises
+``world`` ranks, calls the learner's code through ``ctx`` (see ``dpteach/grading/in_rank.py``) and raises
 :class:`Fail` with a message for people when the property does not hold. Messages describe what is
 wrong ("the chunk's values differ from the sum over ranks") and never the expected numbers: an
 answer key leaked through an error message is still an answer key.
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable
 
 # The exercise modules, in course order: the modules of ``checks/`` named ``exNN_*`` that define
-# ``EXERCISE`` (their helpers, such as ``ex04_backward``, define none). A new exercise is a new module.
+# ``EXERCISE`` (their helpers, such as ``ex04_steps``, define none). A new exercise is a new module.
 CHECKS_DIR = Path(__file__).with_name("checks")
 EXERCISE_MODULES = tuple(f"{__package__}.checks.{path.stem}" for path in sorted(CHECKS_DIR.glob("ex[0-9][0-9]_*.py"))
                          if "\nEXERCISE = " in path.read_text(encoding="utf-8"))

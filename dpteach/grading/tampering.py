@@ -16,7 +16,7 @@ library's decides); torch or ``collections.namedtuple`` reading a frame for thei
 nor does ``traceback.print_exc`` or ``format_exc``, which turn the frames into file names and lines. Writing into the
 package, the standard library, the environment's libraries or the folder of the ranks' verdicts is
 refused whoever asks (Python's own bytecode cache shrugs a refusal off), and reported when the learner
-asked; so is opening the launch's payload (it holds the key that signs the verdicts: ``rank.py``) or a
+asked; so is opening the launch's payload (it holds the key that signs the verdicts: ``in_rank.py``) or a
 process's memory.
 
 **ctypes** reaches any object and any frame through raw memory (``PyEval_GetFrame``, a cast to
@@ -26,7 +26,7 @@ writes in these exercises needs ctypes, so any such event on the learner's behal
 neither the standard library's nor another library's is the learner's) is tampering, as is importing it
 (``forbidden.reaching``, before anything runs).
 
-**Other channels than messages.** Each rank gets a scratch folder of its own (``rank.py``: ``TMPDIR`` and
+**Other channels than messages.** Each rank gets a scratch folder of its own (``in_rank.py``: ``TMPDIR`` and
 ``tempfile`` point there). While the learner's code runs, it may write there and nowhere else, and may
 not open another rank's scratch folder; it may not start processes (a ``cat`` of the launch's payload
 would need no ``open`` here) nor open sockets of its own. So ranks can only learn each other's data from

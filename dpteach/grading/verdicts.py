@@ -2,7 +2,7 @@
 every rank, blamed when its world died first.
 
 Each rank judges on its own and writes its own record, so a check has up to W verdicts, and a world can
-die with some of them missing (a time-out, a crash, peers stopped after one rank failed: ``rank.py``). One
+die with some of them missing (a time-out, a crash, peers stopped after one rank failed: ``in_rank.py``). One
 record has to speak for the check, and it must be the one that explains the others: what zeroes the
 exercise (tampering, a forbidden call) first, then the first exception (its peers' errors are usually its
 echo: "connection reset by peer"), then the lowest rank whose result was wrong.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import signal
 
 from ..ranks.launcher import RankError
-from .rank import WATCHDOG_EXIT_CODE
+from .in_rank import WATCHDOG_EXIT_CODE
 from .report import CheckResult
 
 
@@ -58,7 +58,7 @@ def blame(row: CheckResult, check, per_rank: dict, timeout: dict | None, failure
 
     ``timeout``: the earliest watchdog record ("timeout" at the limit; "stopped" after a peer failed). A
     verdict written before it is the cause: a rank whose check failed or whose code raised stops calling the
-    learner's code, and its peers wait for it there (``rank.py``). An exception *after* it is an echo: in a
+    learner's code, and its peers wait for it there (``in_rank.py``). An exception *after* it is an echo: in a
     deadlock the first watchdog ends its rank, and a peer's receive fails ("connection reset by peer")
     moments before its own watchdog would fire; blaming it would call a hang a crash.
     """

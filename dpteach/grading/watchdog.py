@@ -1,7 +1,7 @@
 """A rank's plumbing: its signed results file, the watchdog that keeps time limits, the store barrier, and
 running one submission in a process of its own.
 
-See ``rank.py`` for why verdicts are signed and how the watchdog ends a rank. What this module adds:
+See ``in_rank.py`` for why verdicts are signed and how the watchdog ends a rank. What this module adds:
 
 **One process per submission** (:func:`in_own_process`). ``grade_many`` lets several submissions share one
 launch (starting ranks is the expensive part of grading). They must not share a process: a submission's
@@ -136,7 +136,7 @@ def in_own_process(run, results: Results, address) -> None:
         try:
             threading.Thread(target=_exit_when_orphaned, args=(parent,), daemon=True).start()
             run(dist.TCPStore(*address, is_master=False, timeout=PROCESS_GROUP_TIMEOUT),
-                start_watchdog(results, address))  # the file was opened before the audit hook: rank.py
+                start_watchdog(results, address))  # the file was opened before the audit hook: in_rank.py
         except BaseException:
             os.write(writer, traceback.format_exc()[-4000:].encode())
             code = 1

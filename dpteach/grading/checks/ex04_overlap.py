@@ -1,7 +1,7 @@
 """Exercise 04: the overlap hook - launch each bucket's all-reduce from backward, wait before the step.
 
 The learner writes ``OverlapSync(model, buckets)`` with ``hook(param)`` and ``finish()``. The grader runs
-real backward passes on real ranks (``ex04_backward.py``) and watches every ``dist.all_reduce`` the learner
+real backward passes on real ranks (``ex04_steps.py``) and watches every ``dist.all_reduce`` the learner
 launches: whether it was launched during backward (the overlap) or only in ``finish()``, with
 ``async_op=True``, one per bucket in bucket order - also on a model whose buckets complete out of order on
 some ranks, where launching each bucket as soon as it is complete makes the ranks add up different
@@ -18,7 +18,7 @@ from functools import partial
 import torch
 
 from ..spec import PROCESS_GROUP_METHODS, TORCH_COLLECTIVES, Check, Exercise
-from .ex04_backward import overlap_case
+from .ex04_steps import overlap_case
 
 STUB = '''\
 import torch

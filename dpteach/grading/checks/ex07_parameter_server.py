@@ -27,7 +27,7 @@ from torch.nn.utils import parameters_to_vector
 
 from ..spec import Check, Exercise, Fail, no_collectives, observes
 from .common import everyones, require_received, secret_seed
-from .ex07_log import check_versions, checked_log, replay_log
+from .ex07_server_log import check_versions, checked_log, replay_log
 
 STUB = '''\
 import torch

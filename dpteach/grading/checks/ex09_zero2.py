@@ -33,7 +33,7 @@ from functools import partial
 
 from ..spec import Check, Exercise
 from .ex08_zero1 import EXERCISE as ZERO1
-from .ex09_slices import zero2_case
+from .ex09_steps import zero2_case
 
 STUB = '''\
 import torch

@@ -2,7 +2,7 @@
 
 The learner writes ``save_checkpoint(run, directory, step)`` and ``load_checkpoint(run, directory)`` for a
 run that uses the course's ZeRO-1 (``dpteach/sync/zero1.py``). Each check is one story on real ranks
-(``ex10_story.py``, on the worlds of ``ex10_worlds.py``): the run trains uninterrupted; the same run trains
+(``ex10_observed.py``, on the worlds of ``ex10_worlds.py``): the run trains uninterrupted; the same run trains
 again, calling the learner's save every few steps, until one of its ranks is killed with SIGKILL; a fresh
 run - on the same W, or another with the same global batch - calls the learner's load and trains to the
 end. The resumed run is then compared, right after its load and at the end, with the uninterrupted one
@@ -23,7 +23,7 @@ written is then not whole, and the resumed run must start from the one before. A
 checkpoint complete before every rank has written its part passes every visible check and fails these.
 
 **Who writes what is measured, not asked.** Around each save, the kernel says how many bytes each rank
-wrote to files and how many reached it through its sockets (``ex10_story.bytes_out``). Every rank must
+wrote to files and how many reached it through its sockets (``ex10_observed.bytes_out``). Every rank must
 write at least half its own momentum shard; none may write the model, its own shard and half the others'
 besides (one rank writing everything); and none may receive half of its peers' shards during a save
 (the shards gathered to one rank, whoever writes the files then). Gathering to rank 0 is the mistake
@@ -32,7 +32,7 @@ save, each rank's momentum shard, as its float32 bytes, must be found in some fi
 right size full of zeros hold something else than the run's state.
 
 **Nothing to copy from.** The ranks that run the learner's code are forked from the grading rank; the
-uninterrupted run is trained after them (``ex10_story.observed``), so none of them descends from a process
+uninterrupted run is trained after them (``ex10_observed.observed``), so none of them descends from a process
 that holds it, and the audit hook reports a frame reached through the standard library (``tampering.py``).
 
 **The runs are trusted only as far as they are checked.** The uninterrupted run's weights must match a
@@ -53,7 +53,7 @@ from ...training.reference import SGD_TOLERANCE
 from ..spec import Check, Exercise, Fail
 from .ex10_runs import Scenario
 from .ex10_trainer import Sampler, reference
-from .ex10_story import observed
+from .ex10_observed import observed
 
 STUB = '''\
 import os

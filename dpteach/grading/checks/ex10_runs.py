@@ -65,7 +65,7 @@ class Scenario:
     * ``"before save"``: after ``kill`` steps, just before the victim's save of that checkpoint, while its peers
       write theirs: the checkpoint of step ``kill`` is never whole;
     * ``"in save"``: in the middle of the victim's save of step ``kill``, at half the file writes its save of the
-      checkpoint before made (``ex10_story.saving``): some of its files exist, some do not, one may be cut short.
+      checkpoint before made (``ex10_observed.saving``): some of its files exist, some do not, one may be cut short.
 
     A checkpoint counts as written whole only once every rank's save of it has returned."""
 

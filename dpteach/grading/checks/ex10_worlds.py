@@ -19,7 +19,7 @@ forked child can neither tear down its parent's process group (it waits on threa
 nor start a second default one beside it.
 
 **What comes back.** Each child writes messages into a pipe of its own, each signed with a key made for
-this world (HMAC, as the ranks sign their verdicts: ``rank.py``): the learner's code may write into the
+this world (HMAC, as the ranks sign their verdicts: ``in_rank.py``): the learner's code may write into the
 pipe, not sign. A child ends at once, saying so, the moment the audit hook notes tampering, before the
 learner's code could forge anything with what it reached. When the planned victim has died, the parent
 stops the others, as torchrun stops a job when one of its workers dies.
@@ -58,7 +58,7 @@ LEARNERS = {"LearnerError": LearnerError, "Tampered": Tampered, "Fail": Fail, "F
 
 @contextmanager
 def check_world_set_aside():
-    """Take down the check's world of one for the block, and start a new one after it (rank.py ends it)."""
+    """Take down the check's world of one for the block, and start a new one after it (in_rank.py ends it)."""
     address = (os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]))
     initialized = dist.is_initialized()
     if initialized:

@@ -96,7 +96,7 @@ def observed(ctx, spec: Scenario, resume: bool = True) -> dict:
     try:
         # The uninterrupted run comes last: the ranks that run the learner's code are forked from this one, and
         # what they could find in its memory (frames reached through the standard library, say) must not hold
-        # the run they are compared with. Earlier checks' runs are gone with their checks (rank.py).
+        # the run they are compared with. Earlier checks' runs are gone with their checks (in_rank.py).
         with check_world_set_aside() as address, _forbidden_calls_noted(ctx):
             died = run_world(address, spec.before, killed, spec, directory, saving, loading, victim=spec.victim,
                              name="the run that is killed")
