@@ -5,6 +5,34 @@ The pieces, bottom to top (see the README's map):
 * :func:`launch` runs a function on W real ranks (gloo on CPU, NCCL on GPUs, or joins ``torchrun``);
 * :mod:`dpteach.collectives` builds all-reduce from send/recv, step by step;
 * :mod:`dpteach.network.costmodel` predicts collective times with the alpha-beta model.
+
+Its modules, one line each (``scripts/package_faces.py`` writes this list from their docstrings):
+
+* ``__main__``: ``python -m dpteach ...`` is the ``dpteach`` command, for environments where scripts are not on
+  PATH.
+* ``cli``: The ``dpteach`` command: ``dpteach <subcommand> --help`` for each.
+* ``course``: The course in one table: its lessons, what each one runs, and which exercises go with it.
+* ``materials``: Where the course's own files are: the lessons, the exercises and the quiz bank.
+* ``measure``: How the course compares measured times: interleaved, repeated, a median with an interval, and a
+  ranking only where the intervals separate.
+* ``progress``: The learner's progress through the course: quiz answers, exercise grades and predictions, in one
+  JSON file.
+* ``units``: How the course writes a number of bytes: binary units (KiB, MiB, GiB), in tables, axes and sentences
+  alike.
+* ``validate``: Argument checks for the course's public entry points, in one voice.
+* ``workspace``: A learner's own copy of the course, for a course installed with pip.
+* ``collectives/``: Collectives written with point-to-point messages only, to be read next to notebook 02.
+* ``commands/``: One module per ``dpteach`` subcommand.
+* ``experiments/``: One function per lesson: each runs real ranks and returns plain data (dicts and lists).
+* ``grading/``: Exercises that grade themselves by running the learner's code on real multi-rank worlds.
+* ``network/``: The network and its cost: what a link is, what a collective costs on it, and how one is sent.
+* ``quiz/``: Quizzes in the style of certification practice questions, each option explained, each answer shown
+  live.
+* ``ranks/``: Running ranks: where a world's processes come from and what each one knows.
+* ``replica/``: One rank's replica: what it trains and what it records on the way.
+* ``sync/``: Gradient-sync strategies, one small file each, to be read next to the notebooks.
+* ``training/``: Training with a strategy, and what a run is held to.
+* ``widgets/``: ipywidgets panels for the notebooks: controls, a Run button, and an output area.
 """
 import importlib
 

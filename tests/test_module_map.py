@@ -88,3 +88,25 @@ def test_the_check_sees_imports_inside_functions_too():
     # launcher imports the world at module level; doctor imports experiments inside a function
     assert "dpteach.ranks.world" in imports_of("dpteach.ranks.launcher")
     assert "dpteach.experiments.machine" in imports_of("dpteach.commands.doctor")
+
+
+def test_every_package_face_lists_each_of_its_modules_in_one_line(tmp_path):
+    """A package's docstring ends with its modules' first sentences, written by scripts/package_faces.py: a new
+    module, or a module whose first sentence changed, makes the face stale until the script is run."""
+    import shutil
+    import subprocess
+    import sys
+
+    script = ROOT / "scripts" / "package_faces.py"
+    check = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+    copy = tmp_path / "repo"  # the same check on a copy with one module more: it must notice
+    shutil.copytree(ROOT / "dpteach", copy / "dpteach", ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "scripts").mkdir()
+    shutil.copy(script, copy / "scripts")
+    (copy / "dpteach" / "ranks" / "newcomer.py").write_text('"""A module nobody listed yet. More text."""\n')
+    stale = subprocess.run([sys.executable, str(copy / "scripts" / "package_faces.py"), "--check"],
+                           capture_output=True, text=True)
+    assert stale.returncode == 1 and "dpteach/ranks/__init__.py" in stale.stderr
+    subprocess.run([sys.executable, str(copy / "scripts" / "package_faces.py")], check=True, capture_output=True)
+    assert "* ``newcomer``: A module nobody listed yet." in (copy / "dpteach" / "ranks" / "__init__.py").read_text()

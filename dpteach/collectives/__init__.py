@@ -7,6 +7,13 @@
 Every function takes ``op`` ("sum" or "avg"), works for any length and the common dtypes, on CPU
 or CUDA tensors, and can record a ``trace``: a list that receives one dict per transfer
 (algorithm, phase, step, src, dst, chunk, start, stop, elements) - what the notebook replays.
+
+Its modules, one line each (``scripts/package_faces.py`` writes this list from their docstrings):
+
+* ``_p2p``: The plumbing every hand-written collective shares: one exchange, chunking, checks, staging.
+* ``naive``: Naive all-reduce: everyone sends to one root, the root adds, the root sends the sum back.
+* ``ring``: Ring all-reduce, built from nothing but send and receive.
+* ``tree``: Tree all-reduce: a binomial tree reduces to rank 0, then the same tree broadcasts back.
 """
 from ._p2p import DTYPES, OPS, chunk_bounds, exchange
 from .naive import naive_all_reduce

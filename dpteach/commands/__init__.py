@@ -1,1 +1,23 @@
-"""One module per ``dpteach`` subcommand."""
+"""One module per ``dpteach`` subcommand.
+
+Its modules, one line each (``scripts/package_faces.py`` writes this list from their docstrings):
+
+* ``autograder``: ``dpteach autograder``: write a Gradescope autograder for one exercise.
+* ``batch_size``: ``dpteach batch-size``: how big a batch - the critical batch size and the learning-rate rules, on
+  real ranks.
+* ``bench``: ``dpteach bench allreduce``: the all-reduce sweep (algbw and busbw as in nccl-tests), as a table or as
+  JSON.
+* ``compare``: ``dpteach compare``: every gradient-sync strategy on one model, measured in one run.
+* ``doctor``: ``dpteach doctor``: what this machine offers, which backend the course will use, and a smoke test.
+* ``gpucheck``: Exercise every CUDA path that one GPU allows, in a few minutes, and say what was measured.
+* ``gpucheck_verdict``: What ``dpteach doctor --gpu`` (``gpucheck.py``) holds its report to: every check, by name,
+  passed or not.
+* ``grade``: ``dpteach grade``: grade an exercise notebook in the terminal, the same way ``check()`` does in the
+  notebook.
+* ``lab``: ``dpteach lab``: open JupyterLab on the course's first notebook.
+* ``progress``: ``dpteach progress``: how far the learner is - quiz items per topic and exercise grades.
+* ``quiz``: ``dpteach quiz``: take a quiz in the terminal, check the bank, list it, or score an answers file.
+* ``train``: ``dpteach train``: one strategy, checkpointed every N steps, resumed from the newest checkpoint if
+  there is one.
+* ``workspace``: ``dpteach workspace``: your copy of the course against the version in the installed package.
+"""

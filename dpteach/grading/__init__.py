@@ -20,6 +20,33 @@ same progress store as the quizzes (``dpteach progress``).
 For tools: :func:`grade_notebook` (a notebook file), :func:`grade_source` (the text of a solution cell) and
 :func:`grade_namespace` (a dict of the learner's objects) return a :class:`~dpteach.grading.report.Report`
 instead of printing.
+
+Its modules, one line each (``scripts/package_faces.py`` writes this list from their docstrings):
+
+* ``forbidden``: The static half of "build it yourself": read the learner's code for collectives the exercise
+  forbids.
+* ``gradescope``: The grade as Gradescope reads it: ``results.json``, and the autograder bundle that writes it.
+* ``guard``: The run-time half of "build it yourself": inside each rank, catch calls to the collectives an exercise
+  forbids.
+* ``in_rank``: What runs inside each rank while an exercise is graded.
+* ``judge``: The clean process that judges every check again, and the rule that only two passes make a pass.
+* ``learner``: How a check reaches the learner's code inside a rank: the context a check's ``run(ctx)`` is given.
+* ``notebook``: Getting the learner's code out of an exercise, and telling whether they have touched it yet.
+* ``replay``: The verdict, reached again where no learner code has run: record in the rank, replay in a clean
+  process.
+* ``report``: The grade, as a table for people and as JSON for tools.
+* ``runner``: Grade a submission: read it, run its checks on real ranks, and turn what happened into a report.
+* ``salts``: Secret salts: chosen by the parent process, known inside each rank for that rank alone, and given to
+  the judge for every rank.
+* ``seal``: Notice when a solution rewires what the checks judge with, before the check judges.
+* ``spec``: What an exercise is, for the grader: the names the learner writes, the stub they start from, the checks.
+* ``tampering``: What the learner's code does to the grader around it, seen as it happens: Python's audit events.
+* ``tryout``: What an exercise's "try it" cell does when the learner's code is not working yet.
+* ``verdicts``: How the ranks' records of one check become its row in the report: merged when the check finished on
+  every rank, blamed when its world died first.
+* ``watchdog``: A rank's plumbing: its signed results file, the watchdog that keeps time limits, the store barrier,
+  and running one submission in a process of its own.
+* ``checks/``: The exercises' checks, one module per exercise (``exNN_*.py``), each defining ``EXERCISE``.
 """
 from __future__ import annotations
 

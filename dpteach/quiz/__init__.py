@@ -10,6 +10,16 @@ In a notebook::
 
 In a terminal: ``dpteach quiz --topic overlap``; instructors check the bank with
 ``dpteach quiz --validate``. The bank lives in ``quizzes/<topic>.yaml`` (format: ``quizzes/README.md``).
+
+Its modules, one line each (``scripts/package_faces.py`` writes this list from their docstrings):
+
+* ``bank``: Load the quiz bank (``quizzes/<topic>.yaml``) and check it before any learner sees it.
+* ``bank_checks``: The two layers of checking a quiz bank file (``bank.py`` reads the files and uses both).
+* ``catalog``: What a quiz item may refer to: the course's topics, notebooks and experiments.
+* ``scoring``: Which items a quiz session asks, in which option order, and whether an answer is right.
+* ``terminal``: The quiz in a plain terminal: numbered options, answers typed as ``2`` or ``1,3``.
+* ``widget``: The quiz as an ipywidgets panel inside a notebook: pick, submit, read why each option is right or
+  wrong.
 """
 from __future__ import annotations
 

@@ -28,6 +28,34 @@ equals the reference that adds shard gradients in the same order
 
 Every strategy says what it is through the attributes of ``base.Strategy`` (exact? in lockstep?
 how many ranks only serve?), so the trainer and the experiments never test for a name.
+
+Its modules, one line each (``scripts/package_faces.py`` writes this list from their docstrings):
+
+* ``async_ps``: ``async``: a parameter server that applies each worker's gradient the moment it arrives.
+* ``base``: What every gradient-sync strategy answers: when, and how, do the ranks' gradients become their average?
+* ``bucketed``: ``bucketed``: after backward, gradients are packed into buckets and each bucket is all-reduced once.
+* ``compressed``: ``compressed``: send fewer bits per gradient - 8-bit integers, or 16-bit floats.
+* ``ddp``: ``ddp``: PyTorch's own ``DistributedDataParallel``, the reference the hand-written strategies match.
+* ``deterministic``: ``deterministic``: every gradient element is summed over the ranks in one fixed order, 0, 1,
+  ..., W-1.
+* ``diloco``: ``diloco``: local SGD with an optimizer on the outside - DiLoCo (Douillard et al., "DiLoCo:
+  Distributed Low-Communication Training of Language Models", 2023).
+* ``fsdp``: ``fsdp``: torch's FSDP2, ``fully_shard`` on every layer - the reference for ``zero3``, as ``ddp`` is for
+  ``overlap``.
+* ``fsdp_trace``: FSDP2's collectives of one step, read from the ranges it records for the profiler.
+* ``hsdp``: ``hsdp``: hybrid sharding - ZeRO-3 inside each node, plain replication across nodes.
+* ``local``: ``local``: no communication at all - the compute floor every other strategy is measured against.
+* ``local_sgd``: ``local_sgd``: every rank steps on its own gradients, and the ranks average their *weights* every H
+  steps.
+* ``naive``: ``naive``: after backward, one blocking all-reduce per parameter.
+* ``overlap``: ``overlap``: each bucket's all-reduce starts while backward is still computing earlier layers.
+* ``powersgd``: ``powersgd``: send a rank-r sketch of each gradient matrix instead of the matrix (lesson 14).
+* ``powersgd_torch``: ``powersgd_torch``: DDP with torch's own ``powerSGD_hook`` - the reference ``powersgd.py`` is
+  held to.
+* ``sharding``: What the ZeRO stages share: flat shards, and the two halves of an all-reduce.
+* ``zero1``: ``zero1``: ZeRO stage 1 - each rank keeps the optimizer state of its own shard only.
+* ``zero2``: ``zero2``: ZeRO stage 2 - gradients are sharded too, reduce-scattered during backward.
+* ``zero3``: ``zero3``: ZeRO stage 3 - parameters sharded too, gathered layer by layer just before they are used.
 """
 from .async_ps import ParameterServer
 from .base import Strategy
