@@ -36,7 +36,7 @@ that is tampering (``tampering.py`` keeps the note), unless the check handed tha
 purpose (``hand``: a hook DDP calls, a ``compute_gradient`` the learner's ``work`` calls).
 
 What the counter of sent elements counts is what the learner's code *asks* to send. What really arrives
-is counted by :class:`~dpteach.ranks.traffic.Traffic` (``dpteach/ranks/traffic.py``): the kernel's own count of the
+is counted by :class:`~dpteach.network.traffic.Traffic` (``dpteach/network/traffic.py``): the kernel's own count of the
 bytes received on the sockets gloo opened for the check's process group.
 """
 from __future__ import annotations
@@ -52,7 +52,7 @@ import torch
 import torch.distributed as dist
 
 from . import tampering
-from ..ranks.traffic import Traffic
+from ..network.traffic import Traffic
 
 _getframe = sys._getframe
 _STORE = torch._C._distributed_c10d.Store

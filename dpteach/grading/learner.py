@@ -71,7 +71,7 @@ class Context:
             key = _salts.new_keys(1)[0]
             salt = lambda draw: _salts.salt(key, 0, 0, draw)  # noqa: E731
         self._salt, self._draws = salt, 0  # this rank's salts only: see salts.py
-        self.counts_traffic = guard.traffic.counts  # decided by the parent: dpteach/ranks/traffic.py
+        self.counts_traffic = guard.traffic.counts  # decided by the parent: dpteach/network/traffic.py
         self.namespace, self.guard, self.learner_files = namespace, guard, learner_files
         self.recording: list[dict] = []  # what the replay outside the ranks needs (replay.py)
         self.replayable = True  # False once the check reached for what a recording cannot carry

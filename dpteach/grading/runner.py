@@ -41,7 +41,7 @@ from ..ranks.launcher import RankError, launch
 from ..progress import ProgressStore
 from . import forbidden as static
 from .salts import new_keys
-from ..ranks.traffic import countable
+from ..network.traffic import countable
 from .notebook import Submission, attempted, syntax_problem
 from .judge import Judge, rejudge
 from .in_rank import sign

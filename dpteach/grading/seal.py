@@ -53,7 +53,7 @@ MODULES = ("torch", "torch.distributed", "torch.distributed.distributed_c10d", "
 STRICT_PREFIX = "dpteach.grading"
 TRUSTED_MODULES = ("dpteach.grading.seal", "dpteach.grading.in_rank", "dpteach.grading.learner",
                    "dpteach.grading.replay", "dpteach.grading.guard", "dpteach.grading.tampering",
-                   "dpteach.grading.spec", "dpteach.grading.salts", "dpteach.ranks.traffic",
+                   "dpteach.grading.spec", "dpteach.grading.salts", "dpteach.network.traffic",
                    "dpteach.grading.watchdog")
 _c10d = torch._C._distributed_c10d
 # The process group's classes too: the grader's own all-gathers and the guard's send counter go through

@@ -30,7 +30,7 @@ neither the standard library's nor another library's is the learner's) is tamper
 ``tempfile`` point there). While the learner's code runs, it may write there and nowhere else, and may
 not open another rank's scratch folder; it may not start processes (a ``cat`` of the launch's payload
 would need no ``open`` here) nor open sockets of its own. So ranks can only learn each other's data from
-messages, which the traffic counts see (``dpteach/ranks/traffic.py``).
+messages, which the traffic counts see (``dpteach/network/traffic.py``).
 
 Notes only grow: :func:`notes` returns what was seen so far, and the rank compares counts before and
 after a check (``seal.py``). Known limits: a frame passed to a signal handler is not audited.

@@ -15,6 +15,8 @@ Its modules, one line each (``scripts/package_faces.py`` writes this list from t
   clock.
 * ``link``: A network link as the alpha-beta(-gamma) model sees it, and the published links the course uses.
 * ``scaling``: A scaling simulator: how efficient would data-parallel training be on W = 1 ...
+* ``traffic``: What really reaches a process: the kernel's count of the bytes received on the sockets gloo opened
+  for one process group.
 * ``two_level``: A network of two levels: a fast link between the ranks of one node, a slow one between nodes.
 """
 from .link import PRESETS, Link, resolve_link

@@ -19,8 +19,6 @@ Its modules, one line each (``scripts/package_faces.py`` writes this list from t
 * ``rank_output``: What the caller of ``launch`` sees while its ranks run: their output, line by line, and progress
   bars.
 * ``torchrun``: ``launch`` inside a world that ``torchrun`` started: agree, join, run, and leave - or fail fast.
-* ``traffic``: What really reaches a rank: the kernel's count of the bytes received on the sockets gloo opened for
-  one check's process group.
 * ``worker``: Entry point of one rank started by :func:`dpteach.launch`: ``main()`` is what every rank runs.
 * ``world``: The world a command runs in - how many ranks, and where they compute - resolved once.
 * ``zygote``: A process that has imported torch once and forks a rank whenever a launch asks for one.

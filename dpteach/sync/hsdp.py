@@ -32,7 +32,7 @@ else 2. Both strategies create the mesh's two process groups themselves, one dim
 sockets gloo opens for each are known (gloo connects every pair of a group while ``new_group`` runs: the
 sockets appear then, before any collective): each
 step then reports the bytes the kernel counted as received on each group's sockets
-(``ranks/traffic.py``, TCP_INFO), next to the bytes the course's ``Comm`` accounts for, in ``notes``.
+(``network/traffic.py``, TCP_INFO), next to the bytes the course's ``Comm`` accounts for, in ``notes``.
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ from contextlib import contextmanager
 import torch
 import torch.distributed as dist
 
-from ..ranks.traffic import Traffic
+from ..network.traffic import Traffic
 from ..network.comm import Comm
 from ..network.costmodel import busbw_factor
 from ..network.link import TwoLevelLink

@@ -1,15 +1,18 @@
-"""What really reaches a rank: the kernel's count of the bytes received on the sockets gloo opened for one
-check's process group.
+"""What really reaches a process: the kernel's count of the bytes received on the sockets gloo opened for one
+process group.
 
-The guard counts what the learner's code *asks* to send (``guard.py``); this counts what arrives. Data
-exchanged through files, the store or sockets of the learner's own is not in it, and neither is anything a
-learner could say about itself: the numbers come from ``getsockopt(TCP_INFO)`` on the group's own sockets.
+The course's ``Comm`` accounts for what a strategy *asks* to send (``network/comm.py``), and the grader's
+guard for what a learner's code asks (``grading/guard.py``); this counts what arrives, from
+``getsockopt(TCP_INFO)`` on the group's own sockets: nothing a program could say about itself. HSDP reads it to
+split a step's bytes between the two levels of a network (``sync/hsdp.py``); the grader, to see whether a
+rank's data travelled through the process group at all - data exchanged through files, the store or sockets of
+the learner's own is not in it.
 
 **Whether counting works is decided once, by the parent, before any rank starts** (:func:`countable`: Linux,
 ``/proc``, ``TCP_INFO``), and written into the plan the ranks and the judge receive. Where it works, a count
 that comes back missing is a count of zero - a learner who empties the socket list, or a gloo that opened
 no socket, earns nothing by it; only where the platform cannot count at all does "cannot count" pass
-(``checks/common.require_received``).
+(``grading/checks/common.require_received``).
 """
 from __future__ import annotations
 
