@@ -156,6 +156,7 @@ def fault_detection(rows=DETECTION_ROWS, world_size: int = 2, step: int = 3, tim
     validate.integer("step", step, low=1, high=50)
     validate.number("timeout_s", timeout_s, above=0, high=60, unit="seconds")
     validate.choice("fresh_workers", fresh_workers, (False, True))
+    fresh_workers = fresh_workers or not use_zygote()  # no zygote to fork from (macOS, DPTEACH_FRESH_RANKS=1)
     parallel = jobs_at_once(parallel, world_size + 1, len(rows), fresh_workers)
     from concurrent.futures import ThreadPoolExecutor
     # The hangs first: their timeouts leave the cores to the other jobs' start-ups.
@@ -205,6 +206,7 @@ def restart_run(strategy: str = "ddp", world_size: int = 2, steps: int = 12, eve
     validate.integer("fault_step", fault_step, low=1, high=steps - 1)
     validate.integer("max_restarts", max_restarts, low=1, high=5)
     validate.choice("fresh_workers", fresh_workers, (False, True))
+    fresh_workers = fresh_workers or not use_zygote()  # no zygote to fork from (macOS, DPTEACH_FRESH_RANKS=1)
     options = ["--strategy", strategy, "--steps", str(steps), "--every", str(every)]
     parallel = jobs_at_once(parallel, world_size + 1, 2, fresh_workers)
     from concurrent.futures import ThreadPoolExecutor
@@ -214,7 +216,8 @@ def restart_run(strategy: str = "ddp", world_size: int = 2, steps: int = 12, eve
         clean = pool.submit(_untouched_run, Path(tmp) / "untouched", strategy, world_size, steps, every)
         killed, clean = killed.result(), clean.result()
     return {"strategy": strategy, "world_size": world_size, "steps": steps, "every": every, "fault_step": fault_step,
-            "max_restarts": max_restarts, "fresh_workers": fresh_workers, "restarts": killed["restarts"], "resumed_from": killed["resumed_from"],
+            "max_restarts": max_restarts, "fresh_workers": fresh_workers, "restarts": killed["restarts"],
+            "resumed_from": killed["resumed_from"],
             "steps_redone": fault_step - killed["resumed_from"],
             "max_abs_diff": (killed["weights"] - clean["weights"]).abs().max().item(),
             "losses_killed": killed["losses"], "losses_untouched": clean["losses"],
