@@ -6,7 +6,7 @@ from collections import Counter
 import matplotlib.pyplot as plt
 from IPython.display import display
 
-from .rendering import html_table, legend_beside, show
+from .rendering import dress, html_table, legend_beside, show
 
 
 RUN_STYLE = {"sync": ("#4C72B0", "-"), "sync_slow": ("#4C72B0", "--"), "slow": ("#8172B2", "-"),
@@ -28,12 +28,9 @@ def plot_staleness(result: dict):
         ax.bar(xs, [counts[worker][v] for v in values], width, color=colors[j % 10], label=label,
                hatch="//" if slow else None, edgecolor="white")
     ax.set_xticks(values)
-    ax.set_xlabel("staleness: updates the server applied between this worker's pull and its push")
-    ax.set_ylabel("number of pushes")
-    ax.set_title(f"Staleness per worker: {result['world_size'] - 1} workers + 1 server ({result['pushes_alone']} "
-                 f"pushes made after the others had finished left out)", fontsize=10)
-    legend_beside(ax)
-    ax.grid(axis="y", alpha=0.3)
+    dress(ax, "staleness: updates the server applied between this worker's pull and its push", "number of pushes",
+          f"Staleness per worker: {result['world_size'] - 1} workers + 1 server ({result['pushes_alone']} "
+          f"pushes made after the others had finished left out)", grid="y", legend="beside", title_size=10)
     fig.tight_layout()
     return fig
 

@@ -6,7 +6,7 @@ import math
 
 from ..training.batch_rules import run_outcome
 from ..training.target import smoothed
-from .rendering import human_bytes, legend_below, log_axis, show, table
+from .rendering import dress, human_bytes, legend_below, log_axis, show, table
 
 RULE_COLOURS = {"fixed": "#8C8C8C", "linear": "#4C72B0", "sqrt": "#DD8452"}
 
@@ -46,10 +46,8 @@ def plot_activation_memory(result: dict):
     ax.set_yticks(list(y), names)
     ax.invert_yaxis()
     ax.set_xscale("log")
-    ax.set_xlabel("bytes per rank (log scale)")
-    ax.set_title("What one rank holds: the model, and its micro-batch's activations", fontsize="medium")
-    ax.grid(axis="x", alpha=0.3)
-    legend_below(ax, ncol=2)
+    dress(ax, "bytes per rank (log scale)", None, "What one rank holds: the model, and its micro-batch's activations",
+          grid="x", legend="below", title_size="medium")
     fig.tight_layout()
     return fig
 

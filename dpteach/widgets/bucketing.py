@@ -1,7 +1,7 @@
 """Plots and tables for lesson 03: bucket assignments and the bucket-size sweep."""
 from __future__ import annotations
 
-from .rendering import human_bytes, legend_beside, show, table
+from .rendering import dress, human_bytes, legend_beside, show, table
 
 
 def _layers(names: list[str]) -> str:
@@ -28,10 +28,9 @@ def plot_assignment(plan: dict):
     ax.axvline(first_mb, color="#DD8452", linestyle=":", label=f"first-bucket cap {first_mb:g} MiB")
     ax.invert_yaxis()
     ax.set_xlim(0, max(sizes + [bucket_mb]) * 1.9)
-    ax.set_xlabel("bucket size (MiB of float32 gradients)")
-    ax.set_title(f"{model}: {len(buckets)} buckets at bucket_mb={bucket_mb:g} (launch order, top first)")
-    legend_beside(ax)
-    ax.grid(axis="x", alpha=0.3)
+    dress(ax, "bucket size (MiB of float32 gradients)", None,
+          f"{model}: {len(buckets)} buckets at bucket_mb={bucket_mb:g} (launch order, top first)", grid="x",
+          legend="beside")
     fig.tight_layout()
     return fig
 

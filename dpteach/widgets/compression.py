@@ -6,7 +6,7 @@ import matplotlib.pyplot as plt
 from IPython.display import display
 
 from ..sync import strategy_class
-from .rendering import html_table, human_bytes, legend_below, legend_beside, show
+from .rendering import dress, html_table, human_bytes, legend_below, show
 
 
 
@@ -62,12 +62,9 @@ def plot_bytes(bytes_result: dict):
         ax.plot(xs, [by_world[w]["formula"] / 2**20 for w in worlds], linestyle="none", marker="_",
                 markersize=18, color="black", label="formula" if j == 0 else None)
     ax.set_xticks(range(len(worlds)), [f"W={w}" for w in worlds])
-    ax.set_xlabel("world size (one gradient exchange measured in each world)")
-    ax.set_ylabel("MiB each rank sends per step")
-    ax.set_title(f"int8 all-gather vs ring all-reduce: {bytes_result['model']} gradients, "
-                 f"bucket cap {bytes_result['bucket_mb']:g} MiB", fontsize=10)
-    legend_beside(ax)
-    ax.grid(axis="y", alpha=0.3)
+    dress(ax, "world size (one gradient exchange measured in each world)", "MiB each rank sends per step",
+          f"int8 all-gather vs ring all-reduce: {bytes_result['model']} gradients, "
+          f"bucket cap {bytes_result['bucket_mb']:g} MiB", grid="y", legend="beside", title_size=10)
     fig.tight_layout()
     return fig
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from textwrap import shorten
 
-from .rendering import human_bytes, legend_below, show, table
+from .rendering import dress, human_bytes, legend_below, show, table
 
 
 def _ms(seconds) -> str:
@@ -43,10 +43,9 @@ def plot_fault_detection(result: dict):
     ax.set_yticks(list(y), names)
     ax.invert_yaxis()
     ax.set_xscale("log")
-    ax.set_xlabel("ms after the fault struck (log scale)")
-    ax.set_title(f"{result['world_size']} gloo ranks under torchrun, rank 1 failing", fontsize="medium")
-    ax.grid(axis="x", alpha=0.3)
-    legend_below(ax, ncol=3)
+    dress(ax, "ms after the fault struck (log scale)", None,
+          f"{result['world_size']} gloo ranks under torchrun, rank 1 failing", grid="x", legend="below", ncol=3,
+          title_size="medium")
     fig.tight_layout()
     return fig
 
@@ -156,10 +155,7 @@ def plot_interval(result: dict):
                label=f"simulated job (~{sum(r['failures'] for r in rows) // len(rows)} failures per point)")
     ax.axvline(result["young_s"] / 60, color="#55A868", linestyle=":", label="Young's interval")
     ax.set_xscale("log")
-    ax.set_xlabel("checkpoint interval τ, minutes of work (log scale)")
-    ax.set_ylabel("% of wall time lost")
-    ax.grid(alpha=0.3)
-    legend_below(ax, ncol=2)
+    dress(ax, "checkpoint interval τ, minutes of work (log scale)", "% of wall time lost", legend="below")
     fig.tight_layout()
     return fig
 

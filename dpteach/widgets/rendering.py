@@ -77,6 +77,26 @@ def legend_below(ax, ncol: int = 2) -> None:
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=ncol, fontsize="small", frameon=False)
 
 
+def dress(ax, xlabel: str | None = None, ylabel: str | None = None, title: str | None = None, *,
+          grid: str | None = "both", legend: str | None = None, ncol: int = 2, title_size=None) -> None:
+    """Label one axes the course's way: its labels and title, a light grid along ``grid`` ("x", "y", "both", or
+    None), and its legend ``"beside"`` or ``"below"`` the axes (None: no legend)."""
+    if xlabel is not None:
+        ax.set_xlabel(xlabel)
+    if ylabel is not None:
+        ax.set_ylabel(ylabel)
+    if title is not None:
+        ax.set_title(title, **({"fontsize": title_size} if title_size else {}))
+    if grid:
+        ax.grid(axis=grid, alpha=0.3)
+    if legend == "beside":
+        legend_beside(ax)
+    elif legend == "below":
+        legend_below(ax, ncol=ncol)
+    elif legend is not None:
+        raise ValueError(f"legend={legend!r}: give 'beside', 'below' or None")
+
+
 def size_axis(ax, sizes) -> None:
     """Log-scaled x axis of message sizes, ticked at the measured sizes with readable labels."""
     ax.set_xscale("log")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 
 from ..measure import spread
-from .rendering import human_bytes, legend_below, log_axis, show, table
+from .rendering import dress, human_bytes, legend_below, log_axis, show, table
 
 FAMILY_COLOURS = {"ddp": "#4C72B0", "bf16": "#64B5CD", "int8_ef": "#8C8C8C", "powersgd": "#DD8452",
                   "local_sgd": "#55A868", "diloco": "#C44E52"}
@@ -85,9 +85,8 @@ def plot_methods(result: dict):
     sent.set_yticks(range(len(rows)), [r["method"] for r in rows])
     sent.invert_yaxis()
     log_axis(sent, "x", bytes_=True)
-    sent.set_xlabel("bytes each rank sends per step (log scale)")
-    sent.set_title("What a step puts on the wire", fontsize="medium")
-    sent.grid(axis="x", alpha=0.3)
+    dress(sent, "bytes each rank sends per step (log scale)", None, "What a step puts on the wire", grid="x",
+          title_size="medium")
     legend_below(curves, ncol=4)
     fig.tight_layout()
     return fig
@@ -232,9 +231,7 @@ def plot_hybrid(result: dict):
             color="#4C72B0", label="inside a node (fast link)")
     ax.set_yticks(list(y), [r["strategy"] for r in rows])
     ax.invert_yaxis()
-    ax.set_xlabel("MiB each rank sends per step (the ring's account)")
-    ax.set_title(f"Where the bytes go on {result['link']['name']}", fontsize="medium")
-    ax.grid(axis="x", alpha=0.3)
-    legend_below(ax, ncol=2)
+    dress(ax, "MiB each rank sends per step (the ring's account)", None, f"Where the bytes go on {result['link']['name']}",
+          grid="x", legend="below", title_size="medium")
     fig.tight_layout()
     return fig

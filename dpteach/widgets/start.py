@@ -10,7 +10,7 @@ import numpy as np
 
 from ..network import costmodel
 from ..network.link import resolve_link
-from .rendering import human_bytes, legend_below, log_axis, show, size_axis, table
+from .rendering import dress, human_bytes, log_axis, show, size_axis, table
 
 
 ALGO_STYLE = {"builtin": ("#4C72B0", "o"), "ring": ("#DD8452", "s"), "tree": ("#55A868", "^"),
@@ -44,9 +44,7 @@ def plot_profile(result: dict):
     right.set_title("Bus bandwidth = size / time x 2(W-1)/W")
     for ax in (left, right):
         size_axis(ax, sizes)
-        ax.set_xlabel("message size per rank")
-        ax.grid(alpha=0.3)
-        legend_below(ax, ncol=2)
+        dress(ax, "message size per rank", legend="below")
     fig.tight_layout()
     return fig
 
