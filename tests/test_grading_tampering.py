@@ -29,7 +29,7 @@ from learners.fail_closed import CASES
 # writes into a scratch folder of its own (TMPDIR) and may not open another's, so the ranks wait for files
 # that never appear.
 NAMED = {
-    "a helper of the check module replaced (08)": ("tampered", "ex08_zero1._trajectory"),
+    "a helper of the check module replaced (08)": ("tampered", "ex08_zero1.zero_trajectory"),
     "the check's code swapped (05)": ("tampered", "it changed the code of ex05_accumulation.accumulation_case"),
     "the recording switched off (02)": ("tampered", "gc.get_objects"),
     "a TorchFunctionMode left active (08)": ("tampered", "modes active: _Agreeable"),
@@ -160,12 +160,12 @@ def test_the_seal_sees_modes_added_methods_and_replaced_helpers_and_nothing_else
         assert "torch.Tensor.equal (added)" in seal.broken()
     finally:
         del torch.Tensor.equal
-    original = ex08_zero1._trajectory
-    ex08_zero1._trajectory = lambda *args: None
+    original = ex08_zero1.zero_trajectory
+    ex08_zero1.zero_trajectory = lambda *args: None
     try:
-        assert "dpteach.grading.checks.ex08_zero1._trajectory" in seal.broken()
+        assert "dpteach.grading.checks.ex08_zero1.zero_trajectory" in seal.broken()
     finally:
-        ex08_zero1._trajectory = original
+        ex08_zero1.zero_trajectory = original
     assert seal.problems(final=True) == []
 
 
