@@ -42,7 +42,7 @@ test: install browser
 	$(BIN)/python -m pytest -q tests exercises --nbval-lax --durations=25
 
 # The unit and multi-process tests alone: no notebooks, no browser, nothing marked slow (about 3 minutes
-# on 2 cores; `make test` runs everything, these included: about 40, installs aside).
+# on 2 cores; `make test` runs everything, these included: about 35, installs aside).
 test-fast: install
 	$(BIN)/python -m pytest -q tests -m "not slow and not browser"
 
