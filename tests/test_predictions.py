@@ -8,7 +8,9 @@ from IPython.display import HTML, display
 from dpteach.progress import ProgressStore
 from dpteach.widgets.panel import ExperimentPanel
 from dpteach.widgets.prediction import Prediction, parse
-from dpteach.widgets.predictions import ALLREDUCE_TIME, BF16_SAVING, ZERO2_STATE
+from dpteach.widgets.collectives import ALLREDUCE_TIME
+from dpteach.widgets.mixed_precision import BF16_SAVING
+from dpteach.widgets.sharding import ZERO2_STATE
 
 
 @pytest.fixture(autouse=True)
@@ -109,8 +111,10 @@ def test_lesson_predictions_are_answered_from_real_runs(progress):
 @pytest.mark.slow
 def test_the_timing_lessons_predictions_are_answered_from_real_runs(progress):
     from dpteach.experiments import accumulation_sweep, bucket_assignment, overlap_timeline, scaling_simulation
-    from dpteach.widgets.predictions import (ACCUMULATION_PER_SAMPLE, BUCKET_COUNT, OVERLAP_EXPOSED,
-                                             SCALING_EFFICIENCY)
+    from dpteach.widgets.accumulation import ACCUMULATION_PER_SAMPLE
+    from dpteach.widgets.bucketing import BUCKET_COUNT
+    from dpteach.widgets.overlap import OVERLAP_EXPOSED
+    from dpteach.widgets.scaling import SCALING_EFFICIENCY
     plan = bucket_assignment("mlp", bucket_mb=0.05)
     box, html = _scored(BUCKET_COUNT, plan, 3)
     assert box.last["measured"] == len(plan["buckets"]) > 1 and "last layer first" in html

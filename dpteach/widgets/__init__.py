@@ -42,8 +42,6 @@ Its modules, one line each (``scripts/package_faces.py`` writes this list from t
 * ``panel``: The one panel every notebook uses: controls + Run button + output, with the result kept in Python.
 * ``prediction``: Predict, run, compare: a number the learner types before a panel runs, checked against what the
   run measured.
-* ``predictions``: The course's prediction questions, by lesson: what the learner predicts before a panel runs, what
-  the run measures, and where the gap between the two comes from (``prediction.py`` shows and scores them).
 * ``record``: What a panel's run produced, kept as plain numbers: the data behind its figures, for a report.
 * ``rendering``: What every lesson's render helpers share: tables, figures shown once, legends clear of the data,
   axes of message sizes.

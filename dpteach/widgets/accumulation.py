@@ -5,6 +5,7 @@ import matplotlib.pyplot as plt
 from IPython.display import HTML, display
 
 from .gantt import plot_gantt
+from .prediction import Prediction
 from .rendering import html_table, human_bytes, legend_below, show
 
 
@@ -118,3 +119,29 @@ def sweep_up_to(k_max: int = 4, trace=None, **options) -> dict:
     """``accumulation_sweep`` over ``k_values(k_max)``: what the panel's K slider runs (``trace``: see there)."""
     from ..experiments.accumulation import accumulation_sweep
     return accumulation_sweep(accum_steps_list=k_values(k_max), trace=trace, **options)
+
+
+# -- the lesson's prediction (prediction.py shows and scores it): lesson 05: communication per sample ----------------------------------------------------------------
+
+def _per_sample_at_largest_k(result: dict) -> float | None:
+    rows = sorted(result.get("rows", []), key=lambda row: row["accum_steps"])
+    if len(rows) < 2 or rows[0]["accum_steps"] != 1 or not rows[0]["exposed_comm_per_sample_s"]:
+        return None
+    return rows[-1]["exposed_comm_per_sample_s"] / rows[0]["exposed_comm_per_sample_s"]
+
+
+def _explain_accumulation(result: dict, predicted: float) -> str:
+    rows = sorted(result["rows"], key=lambda row: row["accum_steps"])
+    one, most = rows[0], rows[-1]
+    return (f"With K={most['accum_steps']} a step sends the same bytes as with K=1 but trains on K times the samples: "
+            f"bytes per sample fell to {most['bytes_per_sample'] / one['bytes_per_sample']:.3g} of K=1's, exactly "
+            f"1/K. The waiting per sample follows only as far as each step's exchange costs the same: it was "
+            f"{one['exposed_comm_s'] * 1e3:.3g} ms per step at K=1 and {most['exposed_comm_s'] * 1e3:.3g} ms at "
+            f"K={most['accum_steps']} (noise on a shared machine, and a longer backward to hide behind).")
+
+
+ACCUMULATION_PER_SAMPLE = Prediction(
+    key="05-exposed-per-sample-largest-k", lesson="05", unit="x K=1's",
+    question=("At the <b>largest K</b> of the sweep, what will the communication the ranks wait for <b>per sample</b> "
+              "be, as a fraction of K=1's?"),
+    measure=_per_sample_at_largest_k, explain=_explain_accumulation)

@@ -1,6 +1,7 @@
 """Plots and tables for lesson 03: bucket assignments and the bucket-size sweep."""
 from __future__ import annotations
 
+from .prediction import Prediction
 from .rendering import dress, human_bytes, legend_beside, show, table
 
 
@@ -126,3 +127,26 @@ def render_sweep(result: dict) -> None:
             r.get("time_set_by") or "-"]
            for r in result["rows"]])
     show(plot_sweep(result))
+
+
+# -- the lesson's prediction (prediction.py shows and scores it): lesson 03: how many buckets -----------------------------------------------------------------------
+
+def _bucket_count(result: dict) -> float | None:
+    return len(result.get("buckets", [])) or None
+
+
+def _explain_buckets(result: dict, predicted: float) -> str:
+    largest = max(result["buckets"], key=lambda b: b["bytes"])
+    return (f"The {result['model']}'s {result['num_tensors']} gradient tensors hold {human_bytes(result['grad_bytes'])}. "
+            f"The rule walks them last layer first and closes a bucket when the next tensor would take it past the "
+            f"cap ({human_bytes(result['bucket_mb'] * 2**20)}; the first bucket's own cap "
+            f"{human_bytes(result['first_bucket_mb'] * 2**20)}), so a tensor larger than the cap makes a bucket of its "
+            f"own - the largest here holds {human_bytes(largest['bytes'])}. Dividing the total by the cap counts too "
+            f"few whenever tensors do not fill their buckets exactly.")
+
+
+BUCKET_COUNT = Prediction(
+    key="03-bucket-count", lesson="03", unit="buckets",
+    question=("How many <b>buckets</b> will the rule make of the chosen model's gradients with the slider's cap? "
+              "(Lesson 01 lists each layer's size.)"),
+    measure=_bucket_count, explain=_explain_buckets, obtained="computed")

@@ -7,6 +7,7 @@ from ..measure import ranking, spread
 from ..network import costmodel
 from ..network.link import resolve_link
 from .capture import write_into
+from .prediction import Prediction
 from .rendering import human_bytes, legend_beside, log_axis, show, size_axis, table
 from .start import ALGO_STYLE
 
@@ -203,3 +204,28 @@ def plot_crossover(links: dict, world_sizes=(4, 8, 16, 64, 256, 1024, 4096)):
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+# -- the lesson's prediction (prediction.py shows and scores it): lesson 02: one all-reduce, from alpha and beta ------------------------------------------------------
+
+def _largest_ring_ms(result: dict) -> float | None:
+    measured = result.get("measured", {}).get("ring")
+    return measured[-1] * 1e3 if measured else None
+
+
+def _explain_ring(result: dict, predicted: float) -> str:
+    fit = resolve_link(result["fit"], "fit")
+    model_ms = result["predicted"]["ring"][-1] * 1e3
+    return (f"This run's own fit (alpha {fit.alpha_s * 1e6:.0f} us, {fit.bandwidth_GBps:.2g} GB/s) predicts "
+            f"<b>{model_ms:.3g} ms</b> for this message: the nearer your number is to it, the nearer your alpha and "
+            f"beta were to this run's (lesson 00 fitted them on another day's load). Between the fit and the "
+            f"measurement is what one alpha and one beta cannot hold: the ranks share this machine's cores and "
+            f"memory, so a large message's copies slow each other down, and the fit is a compromise over every size.")
+
+
+ALLREDUCE_TIME = Prediction(
+    key="02-ring-largest-message", lesson="02", unit="ms",
+    question=("How long will <b>one ring all-reduce of the sweep's largest message</b> (32 MiB) take on the panel's "
+              "W ranks? Use the alpha and beta lesson 00 fitted for this machine: the ring costs "
+              "2(W-1)&middot;alpha + 2(W-1)/W&middot;n&middot;beta."),
+    measure=_largest_ring_ms, explain=_explain_ring)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from textwrap import shorten
 
+from .prediction import Prediction
 from .rendering import dress, human_bytes, legend_below, show, table
 
 
@@ -193,3 +194,24 @@ def plot_replica_groups(result: dict):
     legend_below(ax, ncol=3)
     fig.tight_layout()
     return fig
+
+
+# -- the lesson's prediction (prediction.py shows and scores it): lesson 13: how often to checkpoint -------------------------------------------------------------------
+
+def _young_minutes(result: dict) -> float | None:
+    return result["young_s"] / 60 if "young_s" in result else None
+
+
+def _explain_interval(result: dict, predicted: float) -> str:
+    return (f"The job fails every {result['job_mtbf_s'] / 60:.0f} minutes on average (one GPU's MTBF divided by "
+            f"{result['gpus']:,} GPUs), and sqrt(2 x {result['checkpoint_s']:g} s x {result['job_mtbf_s']:.0f} s) = "
+            f"{result['young_s'] / 60:.1f} minutes. The curve is flat near its bottom: an interval off by a factor of "
+            f"two costs a few points of time, while one off by ten costs many more; and the interval grows only as the "
+            f"square root of the checkpoint's cost.")
+
+
+CHECKPOINT_INTERVAL = Prediction(
+    key="13-young-interval", lesson="13", unit="min",
+    question=("With the panel's GPUs, failure rate and checkpoint cost, how many <b>minutes of work between "
+              "checkpoints</b> lose the least time, by Young's rule?"),
+    measure=_young_minutes, explain=_explain_interval, obtained="computed")

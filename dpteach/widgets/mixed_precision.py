@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 
+from .prediction import Prediction
 from .rendering import human_bytes, legend_below, show, table
 
 PRECISION_COLORS = {"fp32": "#4C72B0", "bf16": "#55A868", "fp16": "#DD8452"}
@@ -133,3 +134,26 @@ def render_comm_precision(result: dict) -> None:
             f"{r['max_abs_diff_vs_fp32']:.1e}", f"{r['relative_drift']:.2%}", f"{r['final_loss']:.4f}",
             "yes" if r["replicas_identical"] else "no"] for r in result["rows"]])
     show(plot_comm_precision(result))
+
+
+# -- the lesson's prediction (prediction.py shows and scores it): lesson 12: what bf16 saves on the wire ----------------------------------------------------------------
+
+def _bf16_saving_percent(result: dict) -> float | None:
+    row = next((r for r in result.get("rows", []) if r["grad_comm"] == "bf16"), None)
+    return 100 * (1 - row["bytes_vs_fp32"]) if row else None
+
+
+def _explain_bf16(result: dict, predicted: float) -> str:
+    rows = {r["grad_comm"]: r for r in result["rows"]}
+    fp32, bf16 = rows["fp32"]["bytes_per_step"], rows["bf16"]["bytes_per_step"]
+    return (f"Each gradient element travels in 2 bytes instead of 4, and the ring sends the same 2(W-1)/W of the "
+            f"buffer whatever its dtype: {human_bytes(fp32)} per step per rank in fp32, {human_bytes(bf16)} in bf16. "
+            f"What it does not save: the optimizer still steps on fp32 gradients, so memory and compute stay, and "
+            f"the time saved is the bandwidth part of each message only (the latency part is per message).")
+
+
+BF16_SAVING = Prediction(
+    key="12-bf16-bytes-saved", lesson="12", unit="%",
+    question=("What share of the bytes that fp32 gradients put on the wire each step does <b>sending them in "
+              "bf16</b> save, in percent?"),
+    measure=_bf16_saving_percent, explain=_explain_bf16)

@@ -10,6 +10,7 @@ import matplotlib.pyplot as plt
 from IPython.display import HTML, display
 
 from .gantt import plot_gantt
+from .prediction import Prediction
 from .rendering import html_table, human_bytes, legend_beside, show  # noqa: F401 (html_table: lesson 04 imports it from here)
 
 TIMELINE_STRATEGIES = ("naive", "bucketed", "overlap", "ddp")
@@ -131,3 +132,33 @@ def render(result: dict) -> None:
         show(fig)
     show(plot_step_breakdown(result))
     display(equivalence_table(result))
+
+
+# -- the lesson's prediction (prediction.py shows and scores it): lesson 04: what overlap hides ---------------------------------------------------------------------
+
+def _rows(result: dict) -> dict:
+    return {row["strategy"]: row for row in result.get("strategies", [])}
+
+
+def _overlap_vs_naive(result: dict) -> float | None:
+    rows = _rows(result)
+    if not {"naive", "overlap"} <= set(rows) or not rows["naive"]["exposed_comm_s"]:
+        return None
+    return rows["overlap"]["exposed_comm_s"] / rows["naive"]["exposed_comm_s"]
+
+
+def _explain_overlap(result: dict, predicted: float) -> str:
+    rows = _rows(result)
+    naive, overlap = rows["naive"], rows["overlap"]
+    return (f"naive sent {naive['messages']:.0f} messages per step, all after backward, and its ranks waited "
+            f"{naive['exposed_comm_s'] * 1e3:.3g} ms for them; overlap sent {overlap['messages']:.0f} buckets, the "
+            f"first while backward was still computing, and waited {overlap['exposed_comm_s'] * 1e3:.3g} ms - only "
+            f"for what was still on the wire when backward ended. Fewer messages save latency (alpha per message); "
+            f"starting early hides bandwidth time behind backward, up to as long as backward lasts.")
+
+
+OVERLAP_EXPOSED = Prediction(
+    key="04-overlap-exposed-vs-naive", lesson="04", unit="x naive's",
+    question=("What will <b>overlap's exposed communication</b> per step be, as a fraction of <b>naive's</b> (1 = no "
+              "better, 0 = all hidden)? Think of the number of messages each sends and of how long backward lasts."),
+    measure=_overlap_vs_naive, explain=_explain_overlap)

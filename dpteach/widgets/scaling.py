@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..replica.timeline import COLORS
+from .prediction import Prediction
 from .rendering import legend_below, legend_beside, show, table
 
 
@@ -142,3 +143,27 @@ def plot_weak_and_strong(weak: dict, strong: dict):
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+# -- the lesson's prediction (prediction.py shows and scores it): lesson 09: efficiency at scale ---------------------------------------------------------------------
+
+def _efficiency_at_largest_w(result: dict) -> float | None:
+    curves = dict(zip(result.get("names", []), result.get("curves", {}).values()))
+    rows = curves.get("ib_8nics")
+    return 100 * rows[-1]["efficiency"] if rows else None
+
+
+def _explain_efficiency(result: dict, predicted: float) -> str:
+    curves = dict(zip(result["names"], result["curves"].values()))
+    last = curves["ib_8nics"][-1]
+    return (f"At W={last['world_size']} one step computes for {last['compute_s'] * 1e3:.3g} ms and communicates for "
+            f"{last['comm_s'] * 1e3:.3g} ms in {last['messages']} messages; {result['overlap']:.0%} of the compute can "
+            f"hide it, so {last['exposed_s'] * 1e3:.3g} ms stays exposed. The ring's bandwidth term hardly grows with "
+            f"W, but its 2(W-1) latencies per message do: at large W they, not the bytes, set the step.")
+
+
+SCALING_EFFICIENCY = Prediction(
+    key="09-efficiency-largest-w", lesson="09", unit="%",
+    question=("With the panel's workload, what <b>efficiency</b> will the model give at the largest W over "
+              "<b>InfiniBand with 8 NICs per node</b> (100% = perfect scaling)?"),
+    measure=_efficiency_at_largest_w, explain=_explain_efficiency)

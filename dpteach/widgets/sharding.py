@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ..sync import strategy_class
 from .gantt import plot_gantt
+from .prediction import Prediction
 from .rendering import human_bytes, legend_beside, show, table
 
 STAGE_COLORS = ["#4C72B0", "#DD8452", "#55A868", "#C44E52"]
@@ -112,3 +113,27 @@ def render_sharding_payoff(result: dict) -> None:
               if any(stages[s]["fits"] for s in range(4)) else ["none", "-"])
            for w, stages in by_w.items()])
     show(plot_sharding_payoff(result))
+
+
+# -- the lesson's prediction (prediction.py shows and scores it): lesson 11: what ZeRO-2 leaves on a rank --------------------------------------------------------------
+
+def _zero2_factor(result: dict) -> float | None:
+    row = next((r for r in result.get("rows", []) if r["strategy"] == "zero2"), None)
+    return row["state_bytes"] / result["param_bytes"] if row else None
+
+
+def _explain_zero2(result: dict, predicted: float) -> str:
+    row = next(r for r in result["rows"] if r["strategy"] == "zero2")
+    rule = row["predicted_state_bytes"] / result["param_bytes"]
+    return (f"The ZeRO paper's rule gives <b>{rule:.3g} P</b> for {result['optimizer']} at W={result['world_size']}: the "
+            f"parameters whole on every rank (P), the gradients and the optimizer's state cut in W shards. The "
+            f"measured {human_bytes(row['state_bytes'])} differs from the rule only by padding: each flat buffer is "
+            f"rounded up so that every rank's shard has the same length.")
+
+
+ZERO2_STATE = Prediction(
+    key="11-zero2-state-per-rank", lesson="11", unit="x P",
+    question=("How many bytes does <b>one rank hold under ZeRO-2</b> when its optimizer steps (parameters, gradients "
+              "and optimizer state), as a multiple of the model's parameter bytes P, with the panel's W and optimizer? "
+              "(Adam keeps two moments per parameter; plain SGD none.)"),
+    measure=_zero2_factor, explain=_explain_zero2)
