@@ -122,6 +122,11 @@ def all_reduce_loop(fault: Fault, steps: int, timeout_s: float, out: Path, numel
     dist.barrier()  # both ranks are here: the loop starts together
     rank = dist.get_rank()
     fault.check(dist.get_world_size(), steps)
+    if rank != fault.rank:
+        # torchrun stops every worker with SIGTERM once one has died. On a busy machine that can reach a peer
+        # before it has run the few lines that write down what it saw, and the record is what the lesson reads.
+        # A peer ends on its own either way (at its error, or at the group's timeout): it writes, then exits.
+        signal.signal(signal.SIGTERM, lambda *_: None)
     x = torch.ones(numel)
     try:
         for step in range(steps):
