@@ -26,9 +26,8 @@ def first_sentence(path: Path) -> str:
     source = path / "__init__.py" if path.is_dir() else path
     doc = ast.get_docstring(ast.parse(source.read_text(encoding="utf-8"))) or ""
     paragraph = " ".join(doc.strip().split("\n\n")[0].split())
-    for end in (". ", ".\n"):
-        if end in paragraph + "\n":
-            return (paragraph + "\n").split(end)[0].rstrip() + "."
+    if ". " in paragraph:
+        return paragraph.split(". ", 1)[0] + "."
     return paragraph or "(no docstring)"
 
 

@@ -206,3 +206,28 @@ def test_a_guest_that_would_import_torch_differently_runs_a_fresh_interpreter():
     assert guest.wait(timeout=60) == 0
     assert int(pid) == guest.pid and int(parent) == os.getpid()  # the guest became the program (exec)
     assert "ZYGOTE_TEST_IMPORT_FLAG" in guest.stderr.read()  # and said why
+
+
+def test_a_retiring_zygote_still_forks_for_its_launcher_and_sends_guests_to_a_fresh_interpreter():
+    import subprocess
+    import sys
+
+    from dpteach.ranks.processes import rank_start_env
+    from dpteach.ranks.zygote import GUEST_SOCKET, Zygote, import_time_env
+
+    env = {**rank_start_env(), "ZYGOTE_TEST_KIND": "retiring"}
+    zygote, first = Zygote(import_time_env(env)), None
+    try:
+        with open(os.devnull, "w") as null:
+            first = zygote.fork(env, os.getcwd(), null.fileno(), null.fileno(), argv=["-c", "import time; time.sleep(30)"])
+            zygote.retire()  # a launch that got this zygote just before may still ask it to fork
+            late = zygote.fork(env, os.getcwd(), null.fileno(), null.fileno(), argv=["-c", "pass"])
+        assert late != first
+        guest = subprocess.run([sys.executable, "-m", "dpteach.ranks.zygote_guest", "-c", WHO],
+                               env={**env, GUEST_SOCKET: zygote.guest_path, "DPTEACH_GUEST_VERBOSE": "1"},
+                               capture_output=True, text=True, timeout=60)
+        assert "retiring" in guest.stderr and int(guest.stdout.split()[1]) == os.getpid()
+    finally:
+        if first is not None:
+            os.kill(first, signal.SIGKILL)
+        zygote.close()

@@ -47,6 +47,12 @@ def fault_row(name: str) -> tuple[str, bool]:
     return DETECTION_ROWS[FAULT_NAMES.index(validate.choice("faults", name, FAULT_NAMES))]
 
 
+def _fresh_workers(asked) -> bool:
+    """Whether torchrun's workers will be fresh interpreters: asked for, or no zygote to fork them from (macOS,
+    ``DPTEACH_FRESH_RANKS=1``)."""
+    return bool(validate.choice("fresh_workers", asked, (False, True))) or not use_zygote()
+
+
 def _torchrun(world_size: int, module_args: list[str], env: dict | None = None, max_restarts: int = 0,
               timeout: float = 120.0, fresh_workers: bool = False) -> dict:
     """``torchrun --standalone --nproc-per-node W --max-restarts N -m ...`` in a child process.
@@ -57,7 +63,7 @@ def _torchrun(world_size: int, module_args: list[str], env: dict | None = None, 
     (``zygote_guest.py``). torchrun's part - starting, watching, stopping and restarting the workers - is the
     same either way; only the workers' imports are skipped."""
     from ..ranks.zygote_guest import forked_python
-    worker = ["-m"] if fresh_workers or not use_zygote() else ["--no-python", *forked_python(), "-m"]
+    worker = ["-m"] if fresh_workers else ["--no-python", *forked_python(), "-m"]
     command = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world_size}",
                f"--max-restarts={max_restarts}", "--monitor-interval=0.1", *worker, *module_args]
     started = time.time()
@@ -155,8 +161,7 @@ def fault_detection(rows=DETECTION_ROWS, world_size: int = 2, step: int = 3, tim
     validate.integer("world_size", world_size, low=2, high=8)
     validate.integer("step", step, low=1, high=50)
     validate.number("timeout_s", timeout_s, above=0, high=60, unit="seconds")
-    validate.choice("fresh_workers", fresh_workers, (False, True))
-    fresh_workers = fresh_workers or not use_zygote()  # no zygote to fork from (macOS, DPTEACH_FRESH_RANKS=1)
+    fresh_workers = _fresh_workers(fresh_workers)
     parallel = jobs_at_once(parallel, world_size + 1, len(rows), fresh_workers)
     from concurrent.futures import ThreadPoolExecutor
     # The hangs first: their timeouts leave the cores to the other jobs' start-ups.
@@ -205,8 +210,7 @@ def restart_run(strategy: str = "ddp", world_size: int = 2, steps: int = 12, eve
     validate.integer("every", every, low=1, high=steps)
     validate.integer("fault_step", fault_step, low=1, high=steps - 1)
     validate.integer("max_restarts", max_restarts, low=1, high=5)
-    validate.choice("fresh_workers", fresh_workers, (False, True))
-    fresh_workers = fresh_workers or not use_zygote()  # no zygote to fork from (macOS, DPTEACH_FRESH_RANKS=1)
+    fresh_workers = _fresh_workers(fresh_workers)
     options = ["--strategy", strategy, "--steps", str(steps), "--every", str(every)]
     parallel = jobs_at_once(parallel, world_size + 1, 2, fresh_workers)
     from concurrent.futures import ThreadPoolExecutor

@@ -35,7 +35,6 @@ class Problem:
         return f"{where}: {self.message}"
 
 
-
 def course_schema() -> dict:
     """``schema.json`` with its lists of lessons, notebooks and experiments taken from the course table."""
     schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))

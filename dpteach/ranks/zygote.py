@@ -138,7 +138,7 @@ class Zygote:
         theirs.close()
         self.sock, self.lock = ours, threading.Lock()
         self.changed = threading.Condition()
-        self.started: dict[int, int | str] = {}  # request number -> pid, or why the zygote refused it
+        self.started: dict[int, int] = {}  # request number -> pid
         self.exits: dict[int, int] = {}    # pid -> exit code (negative: killed by that signal)
         self.alive, self.requests = True, 0
         threading.Thread(target=self._listen, daemon=True).start()
@@ -154,11 +154,9 @@ class Zygote:
                     self.alive = False
                     self.changed.notify_all()
                     return
-                kind, *numbers = message.decode().split(maxsplit=2)
+                kind, *numbers = message.decode().split()
                 if kind == "started":
                     self.started[int(numbers[0])] = int(numbers[1])
-                elif kind == "refused":
-                    self.started[int(numbers[0])] = numbers[1]
                 elif kind == "exited":
                     self.exits[int(numbers[0])] = int(numbers[1])
                 self.changed.notify_all()
@@ -176,10 +174,7 @@ class Zygote:
                 raise RuntimeError(f"the zygote did not fork within {FIRST_FORK_TIMEOUT:g} s")
             if number not in self.started:
                 raise RuntimeError(f"the zygote exited (code {self.process.poll()}) before it forked")
-            pid = self.started.pop(number)
-        if isinstance(pid, str):
-            raise RuntimeError(f"the zygote refused to fork: {pid}")
-        return pid
+            return self.started.pop(number)
 
     def exit_code(self, pid: int):
         with self.changed:

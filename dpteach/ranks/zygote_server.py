@@ -13,6 +13,7 @@ jobs that start torch processes of their own (a torchrun agent, torchft's replic
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib
 import json
 import os
@@ -94,9 +95,11 @@ def _become(request: dict, stdout_fd: int, stderr_fd: int, inherited: list[int])
         os._exit(code)  # never return into the zygote's loop
 
 
-def _guest_refusal(request: dict, start_env: dict) -> str | None:
-    """Why a guest's request may not be forked here (None: it may): its environment would have made an
-    interpreter import torch differently from this one."""
+def _guest_refusal(request: dict, start_env: dict, retiring: bool) -> str | None:
+    """Why a guest's request may not be forked here (None: it may): the zygote is retiring, or the guest's
+    environment would have made an interpreter import torch differently from this one."""
+    if retiring:
+        return "this zygote is retiring"
     theirs = import_time_env(request["env"])
     differ = sorted(k for k in set(theirs) | set(start_env) if theirs.get(k) != start_env.get(k))
     if differ:
@@ -176,10 +179,8 @@ def serve(sock: socket.socket, guest_path: str | None = None) -> None:
                     return
                 continue
             request = json.loads(message)
-            refusal = "this zygote is retiring" if retiring else None
-            if connection is not sock and refusal is None:
-                refusal = _guest_refusal(request, start_env)
-            if refusal:
+            refusal = None if connection is sock else _guest_refusal(request, start_env, retiring)
+            if refusal:  # the guest then runs as a fresh interpreter (zygote_guest.py)
                 for fd in fds:
                     os.close(fd)
                 connection.send(f"refused {request['number']} {refusal}".encode())
@@ -201,8 +202,6 @@ if __name__ == "__main__":
         serve(socket.socket(fileno=int(sys.argv[1])), guest_path)
     finally:  # the launcher made the folder; whichever of the two ends last leaves nothing behind
         if guest_path:
-            for remove in (os.unlink, os.rmdir):
-                try:
-                    remove(guest_path if remove is os.unlink else os.path.dirname(guest_path))
-                except OSError:
-                    pass
+            with contextlib.suppress(OSError):
+                os.unlink(guest_path)
+                os.rmdir(os.path.dirname(guest_path))
