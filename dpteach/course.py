@@ -2,10 +2,11 @@
 
 Everything else that lists lessons or experiments reads this table instead of writing the names again:
 ``dpteach.experiments`` exports the functions named here (and imports each module on first use), the
-quiz bank checks that an item names a lesson and an experiment that exist, and the tests hold the
-notebooks, lesson 00's map and the README's course and module maps to it. So adding a lesson is a
-notebook, its experiments module, its widget module, its row here and its rows in the README; adding
-an experiment is the function and its name in its lesson's row.
+quiz bank checks that an item names a lesson and an experiment that exist, ``scripts/course_pages.py``
+writes the README's course table and module map and lesson 00's map from it, and the tests hold the
+notebooks to it. So adding a lesson is a notebook, its experiments module, its widget module and its row
+here (then ``python scripts/course_pages.py``); adding an experiment is the function and its name in its
+lesson's row.
 
 Quiz topics are not listed here: each is one file, ``quizzes/<topic>.yaml``, which carries its own
 title (``dpteach.quiz.catalog``). Exercises are found from their check modules

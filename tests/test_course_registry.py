@@ -1,9 +1,14 @@
 """The course table (``dpteach/course.py``) tells the truth, and everything that lists the course agrees with it:
-the notebooks (what they import, which exercises they send the learner to), lesson 00's map, the README's
-course table and its module map (lesson numbers included), and ``dpteach.experiments``' exports."""
+the notebooks (what they import, which exercises they send the learner to) and ``dpteach.experiments``' exports.
+Lesson 00's map and the README's course table and module map are written from it (``scripts/course_pages.py``);
+the tests here fail when they are stale, and show that the script notices a change."""
 import ast
+import importlib.util
 import json
 import re
+import subprocess
+import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -69,50 +74,37 @@ def test_experiments_exports_every_function_of_the_table_from_its_module():
         experiments.overlap_timelines  # noqa: B018
 
 
-def test_lesson_00_maps_every_lesson_and_exercise():
+def _course_pages():
+    spec = importlib.util.spec_from_file_location("course_pages", REPO / "scripts" / "course_pages.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_readme_tables_and_lesson_00_map_are_written_from_the_course():
+    check = subprocess.run([sys.executable, str(REPO / "scripts" / "course_pages.py"), "--check"],
+                           capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
     text = _markdown("00_start_here.ipynb")
     for lesson in course.LESSONS[1:]:
-        assert f"[{lesson.number} · {lesson.title}]({lesson.notebook})" in text, lesson.notebook
+        assert f"[{lesson.number} · {lesson.title}]({lesson.notebook}): {lesson.question}" in text, lesson.notebook
     for exercise in all_exercises():
         assert f"(../exercises/{exercise.notebook_name})" in text, exercise.id
-
-
-def test_the_readme_course_table_is_the_course():
     rows = re.findall(r"^\| `(\d\d_\w+)` \| (.+) \|$", README, re.M)
     assert rows == [(f"{lesson.number}_{lesson.slug}", lesson.question) for lesson in course.LESSONS]
 
 
-def _lessons_in_row(folder: str) -> dict:
-    """``{module: {lesson numbers}}`` from the README module map's row for ``folder``: each `name` followed by
-    ``(NN, NN-NN, ...``."""
-    [row] = [line for line in README.splitlines() if line.startswith(f"| `{folder}` |")]
-    found = {}
-    for name, numbers in re.findall(r"`(\w+)` \((\d\d(?:-\d\d)?(?:, \d\d(?:-\d\d)?)*)", row):
-        lessons = set()
-        for part in numbers.split(", "):
-            first, _, last = part.partition("-")
-            lessons |= {f"{n:02d}" for n in range(int(first), int(last or first) + 1)}
-        found[name] = lessons
-    return found
-
-
-def test_the_readme_says_which_lesson_each_experiments_module_serves():
-    truth: dict = {}
-    for lesson in course.LESSONS:
-        for qualified in lesson.experiments:
-            truth.setdefault(qualified.split(".")[0], set()).add(lesson.number)
-    assert _lessons_in_row("dpteach/experiments/") == truth
-
-
-def test_the_readme_says_which_lessons_import_each_widgets_module():
-    truth: dict = {}
-    for lesson in course.LESSONS:
-        for module, name in _imports(lesson.notebook):
-            widget = module.split(".")[2] if module.startswith("dpteach.widgets.") else (
-                name if module == "dpteach.widgets" and name != "ExperimentPanel" else None)
-            if widget is not None and widget not in ("rendering", "panel"):  # shared by every lesson
-                truth.setdefault(widget, set()).add(lesson.number)
-    assert _lessons_in_row("dpteach/widgets/") == truth
+def test_a_changed_lesson_or_a_new_module_makes_the_pages_stale(monkeypatch, tmp_path):
+    pages = _course_pages()
+    changed = replace(course.LESSONS[4], question="What does overlap hide, and what does it not?")
+    monkeypatch.setattr(course, "LESSONS", course.LESSONS[:4] + (changed,) + course.LESSONS[5:])
+    readme = pages.readme(README)
+    assert readme != README and "| `04_overlap` | What does overlap hide, and what does it not? |" in readme
+    assert "What does overlap hide, and what does it not?" in pages.lesson_map()
+    # a module of its own: its package's row names it, with its lesson when the course table gives it one
+    assert "`accumulation` (05)" in pages.module_map() and "`knobs`" in pages.module_map()
+    with pytest.raises(SystemExit, match="markers of the course table are missing"):
+        pages.readme("# a README without markers\n")
 
 
 def test_a_lesson_is_found_by_number_slug_or_file_and_a_wrong_one_is_named():

@@ -46,9 +46,9 @@ def imports_of(name: str) -> set[str]:
 def map_rows() -> list[tuple[list[str], str]]:
     """(paths in the first column, the row's text) for every row of the map, bottom of the stack first."""
     text = (ROOT / "README.md").read_text()
-    table = text[text.index("The library, bottom to top"):].split("\n\n")[1]
+    table = text[text.index("<!-- module map:"):text.index("<!-- end of module map -->")]
     rows = []
-    for line in table.splitlines()[2:]:
+    for line in table.splitlines()[3:]:  # after the marker and the header
         first, rest = line.strip("|").split("|", 1)
         rows.append((re.findall(r"`([^`]+)`", first), rest))
     return rows

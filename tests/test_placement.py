@@ -19,6 +19,7 @@ import dpteach
 import dpteach.ranks.launcher
 import dpteach.replica.sizing
 import dpteach.ranks.world
+from dpteach import course
 from dpteach import experiments as ex
 from dpteach.ranks.backend import Placement, choose_placement, cores_available, visible_gpus
 from dpteach.experiments.bench import allreduce_benchmark
@@ -136,33 +137,17 @@ def test_the_default_world_follows_the_gpus(machine, gpus, world):
     assert default_world_size() == (world if gpus >= 2 else max(2, min(4, os.cpu_count())))
 
 
-EXPERIMENTS = {  # name -> a call with world_size W that reaches its launch
+# Every experiment of the course table that starts ranks (the rest: no ranks, one process, or torchrun's worlds)
+NO_RANKS = {"memory_per_replica", "measure_model_memory", "bucket_assignment", "scaling_simulation",
+            "sharding_payoff", "checkpoint_interval", "activation_memory", "checkpointing",
+            "scaling_sweep",  # its own test
+            "fault_detection", "restart_run", "replica_groups"}
+SHORT_CALLS = {  # where a call with world_size W alone would not be short, or W is not its first argument
     "compare_strategies": lambda w: ex.compare_strategies(w, steps=2),
     "run_strategy": lambda w: ex.run_strategy(w, TrainConfig(strategy="naive", steps=2)),
-    "gradient_equivalence": lambda w: ex.gradient_equivalence(w),
     "bitwise_reproducibility": lambda w: ex.bitwise_reproducibility(w, steps=2),
-    "collective_basics": lambda w: ex.collective_basics(w),
-    "collective_trace": lambda w: ex.collective_trace(w),
-    "allreduce_sweep": lambda w: ex.allreduce_sweep(w),
-    "collective_mismatch": lambda w: ex.collective_mismatch(w),
-    "machine_profile": lambda w: ex.machine_profile(w),
-    "bucket_size_sweep": lambda w: ex.bucket_size_sweep(w),
     "ddp_bucket_assignment": lambda w: ex.ddp_bucket_assignment(world_size=w),
-    "unused_parameters": lambda w: ex.unused_parameters(w),
-    "bucket_view_memory": lambda w: ex.bucket_view_memory(w),
-    "overlap_timeline": lambda w: ex.overlap_timeline(w),
-    "accumulation_sweep": lambda w: ex.accumulation_sweep(w),
-    "compression_tradeoff": lambda w: ex.compression_tradeoff(w),
-    "compression_on_links": lambda w: ex.compression_on_links(w),
     "compression_bytes": lambda w: ex.compression_bytes(world_sizes=(w,)),
-    "async_staleness": lambda w: ex.async_staleness(w),
-    "input_pipeline": lambda w: ex.input_pipeline(w),
-    "sampler_sharding": lambda w: ex.sampler_sharding(w),
-    "uneven_inputs": lambda w: ex.uneven_inputs(w),
-    "bench": lambda w: allreduce_benchmark(w, ("4KiB",)),
-    "sharding_memory": lambda w: ex.sharding_memory(w),
-    "sharding_timeline": lambda w: ex.sharding_timeline(w),
-    "sharding_timeline, fsdp": lambda w: ex.sharding_timeline(w, strategy="fsdp"),
     "precision_drift": lambda w: ex.precision_drift(w, steps=2),
     "loss_scaling": lambda w: ex.loss_scaling(w, steps=2),
     "comm_precision": lambda w: ex.comm_precision(w, steps=2),
@@ -180,15 +165,17 @@ EXPERIMENTS = {  # name -> a call with world_size W that reaches its launch
     "time_to_target_scaling": lambda w: ex.time_to_target_scaling(
         {"model": "mlp", "scaling": "weak", "rows": [{"world_size": 1, "batch_per_rank": 32}]}, world_size=w),
 }
+EXTRA_CALLS = {  # launches the course table does not list by name: the bench, and a second strategy
+    "bench": lambda w: allreduce_benchmark(w, ("4KiB",)),
+    "sharding_timeline, fsdp": lambda w: ex.sharding_timeline(w, strategy="fsdp"),
+}
+EXPERIMENTS = {**{name: SHORT_CALLS.get(name, lambda w, name=name: getattr(ex, name)(w))
+                  for name in sorted(course.experiment_homes()) if name not in NO_RANKS}, **EXTRA_CALLS}
 
 
-def test_every_experiment_that_launches_is_listed():
-    launching = {name for name in ex.__all__} - {"memory_per_replica", "measure_model_memory", "bucket_assignment",
-                                                 "scaling_simulation", "scaling_sweep", "sharding_payoff",  # no ranks, or its own test
-                                                 "checkpoint_interval",  # arithmetic and a simulation, no ranks
-                                                 "activation_memory", "checkpointing",  # one process, no ranks
-                                                 "fault_detection", "restart_run", "replica_groups"}  # child torchrun or torchft jobs: their worlds are torchrun's
-    assert launching <= set(EXPERIMENTS), sorted(launching - set(EXPERIMENTS))
+def test_the_short_calls_name_experiments_of_the_course_that_start_ranks():
+    assert set(SHORT_CALLS) <= set(course.experiment_homes()) - NO_RANKS
+    assert NO_RANKS <= set(course.experiment_homes())
 
 
 @pytest.mark.parametrize("gpus", GPU_COUNTS)

@@ -59,7 +59,7 @@ def test_diloco_at_one_step_is_local_sgd_with_a_plain_outer_step_and_unstable_wi
         return abs(theta) > 1.0
     assert grows(paper["largest_stable"] * 1.5) and not grows(paper["largest_stable"] * 0.5)
     with pytest.raises(ValueError, match="outer_momentum"):
-        stability_at_one_step(0.7, 1.0)
+        stability_at_one_step(0.7, 1.0, 0.9)
 
 
 def test_a_variant_names_a_strategy_and_its_main_knob_and_bad_ones_are_refused_before_any_rank_starts():
@@ -71,9 +71,9 @@ def test_a_variant_names_a_strategy_and_its_main_knob_and_bad_ones_are_refused_b
     with pytest.raises(ValueError, match="whole number"):
         parse_variant("local_sgd@eight")
     with pytest.raises(ValueError, match="sync_every"):
-        TrainConfig(strategy="local_sgd", sync_every=0).check(2)
+        TrainConfig(strategy="local_sgd", knobs={"sync_every": 0}).check(2)
     with pytest.raises(ValueError, match="outer_momentum"):
-        TrainConfig(strategy="diloco", outer_momentum=1.5).check(2)
+        TrainConfig(strategy="diloco", knobs={"outer_momentum": 1.5}).check(2)
     with pytest.raises(ValueError, match="links"):
         time_to_target({"world_size": 2, "rows": []}, links=[None])
     with pytest.raises(ValueError, match="methods"):
@@ -92,7 +92,8 @@ def test_local_sgd_averaging_after_every_step_is_synchronous_sgd_with_momentum()
 
 @pytest.mark.slow
 def test_diloco_with_a_plain_outer_step_of_one_is_local_sgd_and_the_paper_s_outer_step_is_not():
-    plain = compare_strategies(4, strategies=["local_sgd@4", "diloco@4"], steps=8, outer_lr=1.0, outer_momentum=0.0)
+    plain = compare_strategies(4, strategies=["local_sgd@4", "diloco@4"], steps=8,
+                               knobs={"outer_lr": 1.0, "outer_momentum": 0.0})
     local, diloco = (plain["runs"][name][0]["params"] for name in ("local_sgd@4", "diloco@4"))
     assert (local - diloco).abs().max().item() <= 1e-6
     nesterov = compare_strategies(4, strategies=["local_sgd@4", "diloco@4"], steps=8)

@@ -149,7 +149,7 @@ def test_compressed_and_async_report_their_divergence_and_bytes():
 @pytest.mark.slow
 def test_async_staleness_is_real_with_a_slow_worker_and_bounded_on_request():
     base = TrainConfig(strategy="async", steps=8, batch_per_rank=8, slow_rank=2, slow_ms=40)
-    runs = dpteach.launch(train_each_on_rank, 3, args=([base, replace(base, max_staleness=0)],), timeout=300)
+    runs = dpteach.launch(train_each_on_rank, 3, args=([base, replace(base, knobs={"max_staleness": 0})],), timeout=300)
     free, bounded = runs[0][0]["async"], runs[0][1]["async"]
     stale = [s["staleness"] for s in free["staleness"]]
     assert max(stale) > 0 and free["dropped"] == 0 and free["applied"] == 16
@@ -318,7 +318,7 @@ def test_the_single_process_reference_is_kept_per_kernel_only_for_what_it_reads(
     reference._REFERENCES.clear()
     first = reference.train_single_process(config, 2)
     # a control the one process does not read (how ranks sync, bucket, send): the kept reference, as a copy
-    again = reference.train_single_process(replace(config, strategy="overlap", bucket_mb=4.0, sync_every=3), 2)
+    again = reference.train_single_process(replace(config, strategy="local_sgd", bucket_mb=4.0, knobs={"sync_every": 3}), 2)
     assert len(reference._REFERENCES) == 1 and torch.equal(first["params"], again["params"])
     again["params"].add_(1.0)  # a caller's copy is its own
     assert torch.equal(reference.train_single_process(config, 2)["params"], first["params"])

@@ -1,6 +1,7 @@
 """``dpteach compare``: every gradient-sync strategy on one model, measured in one run."""
 from __future__ import annotations
 
+import argparse
 import json
 
 from ..experiments.compare import DEFAULT_STRATEGIES, compare_strategies
@@ -9,6 +10,7 @@ from ..ranks import context
 from ..ranks.world import PEERS
 from ..replica.models import model_names
 from ..replica.sizing import describe_choice
+from ..sync import all_knobs
 from ..training.train import ALL_REDUCE_CHOICES
 
 COLUMNS = ("strategy", "knobs", "all_reduce", "step_time_s", "mean_step_time_s", "steps_to_target", "time_to_target_s", "exposed_comm_s", "exposed_how", "overhead_s", "overhead_parts",
@@ -37,12 +39,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--strategies", default=",".join(DEFAULT_STRATEGIES),
                         help="comma-separated strategies (local is the compute floor); NAME@N sets a strategy's "
                              "main knob: powersgd@16 (rank 16), local_sgd@32 or diloco@32 (32 steps between averages)")
-    parser.add_argument("--powersgd-rank", type=int, default=4, help="PowerSGD's rank (default 4)")
-    parser.add_argument("--powersgd-start", type=int, default=10,
-                        help="the step PowerSGD starts compressing at; plain all-reduce before (default 10)")
-    parser.add_argument("--sync-every", type=int, default=8,
-                        help="local_sgd and diloco: local steps between two averages of the weights (default 8)")
-    parser.add_argument("--outer-lr", type=float, default=0.7, help="diloco's outer learning rate (default 0.7)")
+    add_knob_flags(parser)
     parser.add_argument("--target-loss", type=float, default=None,
                         help="the loss each strategy's time to target is measured to (default: read from the "
                              "single-process reference's curve; the output states it)")
@@ -65,6 +62,21 @@ def add_arguments(parser) -> None:
                              "ui.perfetto.dev and chrome://tracing open (one process per rank)")
 
 
+def add_knob_flags(parser) -> None:
+    """One flag per strategy knob, made from its declaration (``sync/knobs.py``): ``--sync-every`` sets
+    ``sync_every`` for every strategy that takes it. Left out, a knob keeps its strategy's default."""
+    for name, (knob, owners) in all_knobs().items():
+        default = "None" if knob.default is None else f"{knob.default}"
+        extra = {"action": argparse.BooleanOptionalAction} if knob.kind is bool else {"type": knob.kind}
+        parser.add_argument(knob.flag, dest=f"knob_{name}", default=None,
+                            help=f"{', '.join(owners)}: {knob.help} (default {default})", **extra)
+
+
+def given_knobs(args) -> dict:
+    """The knobs the command line set: {name: value}, the strategies' defaults left out."""
+    return {name: getattr(args, f"knob_{name}") for name in all_knobs() if getattr(args, f"knob_{name}") is not None}
+
+
 def _link(args):
     custom = (args.link_alpha, args.link_beta)
     if custom == (None, None):
@@ -81,8 +93,7 @@ def run(args) -> int:
                                 bucket_mb=args.bucket_mb, strategies=strategies, optimizer=args.optimizer,
                                 backend=args.backend, batch_per_rank=args.batch, interleave=not args.sequential,
                                 link=_link(args), all_reduce=args.all_reduce, peers=args.peers, trace=args.trace,
-                                target_loss=args.target_loss, powersgd_rank=args.powersgd_rank,
-                                powersgd_start=args.powersgd_start, sync_every=args.sync_every, outer_lr=args.outer_lr)
+                                target_loss=args.target_loss, knobs=given_knobs(args))
     if context.rank() != 0:
         return 0  # under torchrun every rank ran the experiment; one of them reports it
     rows = [{k: row[k] for k in COLUMNS} for row in report["rows"]]

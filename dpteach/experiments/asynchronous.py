@@ -119,7 +119,7 @@ def async_staleness(world_size: int | World | None = None, steps: int = 12, slow
                  for i in range(repeats)]
     if max_staleness is not None:
         labelled.append((f"async, rank {slow_rank} slow, max_staleness={max_staleness}", "bounded",
-                         replace(slow, max_staleness=max_staleness)))
+                         replace(slow, knobs={"max_staleness": max_staleness})))
     configs = [c.check(world.size) for _, _, c in labelled]
     per_rank = launch(_on_rank, world, args=(configs,), timeout=timeout)
     runs = []

@@ -23,7 +23,7 @@ from ..ranks.launcher import launch
 from ..ranks.world import World, resolve_world
 from ..replica.sizing import RunLoad, check_model, choose_model, run_facts
 from ..replica.trace import save_trace
-from ..sync import STRATEGIES, strategy_class
+from ..sync import STRATEGIES, all_knobs, strategy_class
 from ..training.accounting import comm_time, link_report, step_costs
 from ..training.reference import exact_tolerance, reference_device, train_single_process
 from ..training.target import TARGET_RULE, WINDOW, default_target, steps_to_target, time_to_target
@@ -47,6 +47,25 @@ def parse_variant(spec: str) -> tuple[str, dict]:
         return name, {knob: int(value)}
     except ValueError:
         raise validate.refusal("strategies", spec, f"give {name}@N with N a whole number ({knob})") from None
+
+
+def strategy_config(base: TrainConfig, spec: str, knobs: dict | None = None, **changes) -> TrainConfig:
+    """``base`` for the strategy that ``spec`` names (a variant, ``powersgd@16``, sets its main knob). ``knobs``:
+    options given to every strategy of a comparison; each strategy takes the ones it declares."""
+    name, variant = parse_variant(spec)
+    declared = {knob.name for knob in strategy_class(name).knobs}
+    own = {key: value for key, value in (knobs or {}).items() if key in declared}
+    return replace(base, strategy=name, knobs={**own, **variant}, **changes)
+
+
+def check_knob_names(knobs: dict | None) -> dict:
+    """``knobs`` if every name in it is some strategy's knob (``sync.all_knobs``), else a refusal naming them."""
+    if knobs is None:
+        return {}
+    known = all_knobs()
+    if not isinstance(knobs, dict) or any(name not in known for name in knobs):
+        raise validate.refusal("knobs", knobs, f"give a dict of strategies' own options: {', '.join(known)}")
+    return knobs
 
 
 def _target_columns(ranks: list[dict], target: float | None) -> dict:
@@ -94,7 +113,7 @@ def compare_strategies(world_size: int | World | None = None, model: str = "auto
                        bucket_mb: float | None = None, strategies=DEFAULT_STRATEGIES, optimizer: str = "sgd",
                        backend: str = "auto", device: str = "auto", timeout: float = 600.0, interleave: bool = False,
                        link=None, all_reduce: str = "builtin", peers: str | None = None, trace=None,
-                       target_loss: float | None = None, **options) -> dict:
+                       target_loss: float | None = None, knobs: dict | None = None, **options) -> dict:
     """Train every strategy for ``steps`` steps on ``world_size`` ranks; return a table and the raw runs.
 
     ``interleave=True`` runs the synchronous strategies step by step side by side (fair timing
@@ -113,7 +132,8 @@ def compare_strategies(world_size: int | World | None = None, model: str = "auto
     Perfetto and ``chrome://tracing`` open (``dpteach/replica/trace.py``).
 
     A strategy may be named with its main knob set: ``"powersgd@16"`` (rank 16), ``"local_sgd@32"``
-    (average every 32 steps). Every row says how many steps, and how many seconds of its measured steps, it
+    (average every 32 steps); ``knobs`` sets strategies' own options for every strategy that declares them
+    (``{"powersgd_start": 3, "outer_lr": 1.0}``: ``sync/knobs.py``). Every row says how many steps, and how many seconds of its measured steps, it
     took to reach ``target_loss`` (default: read from the single-process reference, ``training/target.py``).
     """
     check_model(model)
@@ -127,6 +147,7 @@ def compare_strategies(world_size: int | World | None = None, model: str = "auto
     if isinstance(strategies, str) or not strategies:
         raise validate.refusal("strategies", strategies, f"give a non-empty list of names from {', '.join(STRATEGIES)}")
     variants = {spec: parse_variant(spec) for spec in strategies}
+    knobs = check_knob_names(knobs)
     validate.optional(validate.number, "target_loss", target_loss, above=0)
     cls_of = {spec: strategy_class(name) for spec, (name, _) in variants.items()}
     left_out = {s: ("needs a worker besides its server" if cls_of[s].workers(world.size) < 1 else
@@ -142,8 +163,8 @@ def compare_strategies(world_size: int | World | None = None, model: str = "auto
     base = TrainConfig(model=choice.name, steps=steps, accum_steps=accum_steps, bucket_mb=bucket_mb,
                        optimizer=optimizer, batch_per_rank=batch or choice.batch_per_rank, **options)
     validate.choice("all_reduce", all_reduce, ALL_REDUCE_CHOICES)
-    configs = [replace(base, strategy=variants[s][0], **variants[s][1], link=link if cls_of[s].emulates_link else None,
-                       all_reduce=all_reduce if all_reduce in cls_of[s].takes_all_reduce else "builtin")
+    configs = [strategy_config(base, s, knobs, link=link if cls_of[s].emulates_link else None,
+                               all_reduce=all_reduce if all_reduce in cls_of[s].takes_all_reduce else "builtin")
                .check(world)
                for s in strategies]
     per_rank = launch(train_each_on_rank, world, args=(configs, interleave), timeout=timeout)
@@ -157,7 +178,7 @@ def compare_strategies(world_size: int | World | None = None, model: str = "auto
         (runs[s][0]["losses"] for s in strategies if cls_of[s].exact and cls_of[s].communicates), None)
     target = target_loss if target_loss is not None else (None if target_from is None else default_target(target_from))
     rows = [{**_row(s, runs[s], references.get(workers[s]), local_step, target), "all_reduce": c.all_reduce,
-             "knobs": c.knobs()} for s, c in zip(strategies, configs)]
+             "knobs": c.knob_values()} for s, c in zip(strategies, configs)]
     written = save_trace(trace, runs, world.device_type, about={**run_facts(world, choice), "steps": steps,
                                                                 "link": None if link is None else link.as_dict()})
     return {**run_facts(world, choice), "steps": steps, "accum_steps": accum_steps, "bucket_mb": base.bucket_mb,

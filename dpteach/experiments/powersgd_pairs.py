@@ -84,7 +84,8 @@ def on_rank(rank: int, start: int, steps: int, seed: int) -> list[dict]:
     data, criterion = make_dataset(MODEL, steps * world * BATCH, seed=seed), loss_fn(MODEL)
     optimizer = torch.optim.SGD(model.parameters(), lr=SPECS[MODEL].lr)
     bucket_mb = SPECS[MODEL].bucket_mb
-    ours = PowerSGD(model, Timeline(device), bucket_mb=bucket_mb, powersgd_rank=rank, powersgd_start=start)
+    ours = PowerSGD(model, Timeline(device), bucket_mb=bucket_mb,
+                    **PowerSGD.settings({"powersgd_rank": rank, "powersgd_start": start}))
     theirs = build_buckets(model, bucket_mb)  # buffers of their own, laid out as ours
     state = PowerSGDState(process_group=None, matrix_approximation_rank=rank, start_powerSGD_iter=start)
     ring, plain = busbw_factor(world), sum(b.nbytes for b in theirs)

@@ -50,7 +50,7 @@ from ..sync import strategy_class
 from ..training.reference import train_single_process
 from ..training.target import TARGET_RULE, WINDOW, default_target, smoothed, steps_to_target
 from ..training.train import SyncTrainer, TrainConfig
-from .compare import parse_variant
+from .compare import check_knob_names, strategy_config
 from .powersgd_pairs import on_rank as powersgd_rows
 from .step_parts import Listener, measure_parts
 
@@ -71,14 +71,11 @@ def _links(links, allow_none: bool = False) -> list:
     return [resolve_link(link, "links") for link in links]
 
 
-def _configs(world, methods, base: TrainConfig) -> list:
+def _configs(world, methods, base: TrainConfig, knobs: dict) -> list:
     if isinstance(methods, str) or not methods:
         raise validate.refusal("methods", methods, "give a list of one or more names such as 'ddp', 'powersgd@4'")
-    configs = []
-    for spec in methods:
-        name, variant = parse_variant(spec)
-        configs.append(replace(base, strategy=name, **variant).check(world))
-    return configs
+    knobs = {"powersgd_start": POWERSGD_START, **check_knob_names(knobs)}
+    return [strategy_config(base, spec, knobs).check(world) for spec in methods]
 
 
 def _on_rank(configs: list, names: list, steps: int, links: list, rounds: int, reference: bool,
@@ -105,13 +102,13 @@ def _on_rank(configs: list, names: list, steps: int, links: list, rounds: int, r
     if links:
         keys = sorted({key for run in messages for step in run for key in step})
         out["parts"] = measure_parts(dict(zip(names, trainers)), keys, links, rounds,
-                                     replace(configs[0], strategy="local_sgd"), first_step=steps)
+                                     replace(configs[0], strategy="local_sgd", knobs={}), first_step=steps)
     for trainer in trainers:
         trainer.strategy.close()
     if check is not None:
         out["powersgd_check"] = powersgd_rows(*check)
     if params is not None:  # single-process training, on this rank's one core, after every timing is done
-        single = train_single_process(replace(configs[0], strategy="ddp", steps=steps), dist.get_world_size())
+        single = train_single_process(replace(configs[0], strategy="ddp", knobs={}, steps=steps), dist.get_world_size())
         out["reference_losses"] = single["losses"]
         out["max_abs_diff"] = [(p - single["params"]).abs().max().item() for p in params]
     return out
@@ -152,7 +149,7 @@ def methods_to_target(world_size: int | World | None = 2, methods=METHODS, steps
     "max_abs_diff_vs_single"}], "parts"}``; ``curve`` is the loss averaged over the last ``window`` steps,
     ``messages`` each step's messages (``step_parts.message_key``), ``parts`` the slowest rank's samples, round by
     round (``time_to_target`` adds them up). ``knobs``: the strategies' own options for every method
-    (``outer_lr=1.0``, ``outer_momentum=0.0``; ``TrainConfig``'s fields). ``check_powersgd``: in the same world,
+    (``outer_lr=1.0``, ``outer_momentum=0.0``: each method takes those its strategy declares, ``sync/knobs.py``). ``check_powersgd``: in the same world,
     also feed the course's PowerSGD and torch's hook the same gradients (``powersgd_against_torch(known=...)``
     reads it: one start of the ranks fewer).
     """
@@ -161,9 +158,8 @@ def methods_to_target(world_size: int | World | None = 2, methods=METHODS, steps
     validate.optional(validate.number, "target_loss", target_loss, above=0)
     emulated = _links(links, allow_none=True)
     world = resolve_world(world_size, backend, "auto")
-    base = TrainConfig(model="mlp", steps=steps, optimizer=optimizer, seed=seed, bucket_mb=BUCKET_MB,
-                       **{"powersgd_start": POWERSGD_START, **knobs})
-    configs = _configs(world, methods, base)
+    base = TrainConfig(model="mlp", steps=steps, optimizer=optimizer, seed=seed, bucket_mb=BUCKET_MB)
+    configs = _configs(world, methods, base, knobs)
     check = (4, 2, 4, seed) if check_powersgd else None  # powersgd_against_torch's defaults: rank, start, steps, seed
     per_rank = launch(_on_rank, world, args=(configs, list(methods), steps, emulated, rounds, True, check),
                       timeout=timeout)
@@ -175,7 +171,7 @@ def methods_to_target(world_size: int | World | None = 2, methods=METHODS, steps
         sent = statistics.mean(statistics.mean(r["wire_bytes"][i][steady:] or r["wire_bytes"][i]) for r in per_rank)
         losses = first["losses"][i]
         bad = [s for s, loss in enumerate(losses) if not math.isfinite(loss)]
-        rows.append({"method": method, "strategy": config.strategy, "knobs": config.knobs(), "bytes_per_step": sent,
+        rows.append({"method": method, "strategy": config.strategy, "knobs": config.knob_values(), "bytes_per_step": sent,
                      "steps_to_target": steps_to_target(losses, target), "losses": losses, "curve": smoothed(losses),
                      "final_loss": smoothed(losses)[-1], "diverged_at": bad[0] + 1 if bad else None,
                      "messages": first["messages"][i], "exact": strategy_class(config.strategy).exact,
@@ -198,11 +194,10 @@ def _measure(convergence: dict, links: list, rounds: int, backend: str, timeout:
     method's messages step by step, the recorded ones continued in their period up to the run's steps."""
     world = resolve_world(convergence["world_size"], backend, "auto")
     base = TrainConfig(model="mlp", optimizer=convergence["optimizer"], seed=convergence["seed"],
-                       bucket_mb=convergence["bucket_mb"], batch_per_rank=convergence["batch_per_rank"],
-                       powersgd_start=convergence["powersgd_start"], **convergence["knobs"])
+                       bucket_mb=convergence["bucket_mb"], batch_per_rank=convergence["batch_per_rank"])
     methods = [row["method"] for row in convergence["rows"]]
-    configs = _configs(world, methods, base)
-    periods = [(c.sync_every if "sync_every" in c.knobs() else 1, strategy_class(c.strategy).steady_from(asdict(c)))
+    configs = _configs(world, methods, base, {"powersgd_start": convergence["powersgd_start"], **convergence["knobs"]})
+    periods = [(c.knob_values().get("sync_every", 1), strategy_class(c.strategy).steady_from(asdict(c)))
                for c in configs]
     record = max(period + steady for period, steady in periods)
     per_rank = launch(_on_rank, world, args=([replace(c, steps=record) for c in configs], methods, record, links,

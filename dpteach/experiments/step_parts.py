@@ -120,9 +120,9 @@ def measure_parts(trainers: dict, keys: list, links: list, rounds: int, local_co
     for link in links:
         for key in keys:
             items["exchange", link.name, key] = replay(comms[link.name], key)
-    local = {"none": SyncTrainer(replace(local_config, sync_every=NO_SYNC, link=None))}
+    local = {"none": SyncTrainer(replace(local_config, knobs={"sync_every": NO_SYNC}, link=None))}
     for link in links:
-        local[link.name] = SyncTrainer(replace(local_config, sync_every=NO_SYNC, link=link))
+        local[link.name] = SyncTrainer(replace(local_config, knobs={"sync_every": NO_SYNC}, link=link))
     for name, trainer in local.items():
         items["local_step", name] = compute_of(trainer, iter(range(10 ** 6)))
         items["local_step", name]()  # its warm-up; the methods' run just before warmed every other part

@@ -133,16 +133,15 @@ def exposed_time(spans: list[dict]) -> float:
     return union_time((s["start"], s["end"]) for s in spans if is_waiting(s))
 
 
-OVERHEAD_SPANS = ("pack", "unpack", "compress", "decompress", "outer step")  # named work a strategy adds that is not communication
-
-
 def step_accounting(spans: list[dict], steps) -> dict:
     """Over ``steps`` (medians of one rank's steps): ``exposed_s``, the communication waited for, and
-    ``overhead_s``, the named overhead spans (:data:`OVERHEAD_SPANS`) by name."""
+    ``overhead_s``, the spans a strategy marked as overhead (``overhead=True``: packing, compressing, an outer
+    step - ``sync/base.py``'s ``overhead``), added up per name, in the order they first appear."""
     per_step = {s: [] for s in steps}
     for span in spans:
         if span["step"] in per_step:
             per_step[span["step"]].append(span)
+    names = list(dict.fromkeys(s["name"] for mine in per_step.values() for s in mine if s.get("overhead")))
 
     def median(values):
         values = sorted(values)
@@ -150,4 +149,4 @@ def step_accounting(spans: list[dict], steps) -> dict:
     return {"exposed_s": median(exposed_time(mine) for mine in per_step.values()),
             "overhead_s": {name: median(sum(s["end"] - s["start"] for s in mine if s["name"] == name)
                                         for mine in per_step.values())
-                           for name in OVERHEAD_SPANS}}
+                           for name in names}}

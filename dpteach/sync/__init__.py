@@ -16,6 +16,10 @@ name                 what it does                                               
 ``powersgd_torch``   DDP with torch's own powerSGD_hook, powersgd's reference     no - measured drift
 ``local_sgd``        each rank steps alone; weights averaged every H steps        no (yes at H=1 with SGD)
 ``diloco``           local SGD with an outer Nesterov step on the averaged change no - measured drift
+``zero1``            each rank keeps the optimizer state of its shard only       yes, up to rounding
+``zero2``            gradients reduce-scattered in backward: shards of them too  yes, up to rounding
+``zero3``            parameters sharded too, all-gathered layer by layer         yes, up to rounding
+``fsdp``             torch's FSDP2 (``fully_shard`` per layer), zero3's reference yes, up to rounding
 ``hsdp``             zero3 inside a node, gradient shards all-reduced across     yes, up to rounding
 ``hsdp_torch``       torch's FSDP2 on a (replicate, shard) mesh, the reference   yes, up to rounding
 ===================  ===========================================================  ======================
@@ -27,7 +31,8 @@ equals the reference that adds shard gradients in the same order
 (``reference.train_single_process(..., fixed_order=True)``) exactly.
 
 Every strategy says what it is through the attributes of ``base.Strategy`` (exact? in lockstep?
-how many ranks only serve?), so the trainer and the experiments never test for a name.
+how many ranks only serve?), so the trainer and the experiments never test for a name; a strategy's own
+options are declared in its file (``knobs.Knob``). A new strategy is its file plus one line in ``STRATEGIES``.
 
 Its modules, one line each (``scripts/package_faces.py`` writes this list from their docstrings):
 
@@ -44,6 +49,8 @@ Its modules, one line each (``scripts/package_faces.py`` writes this list from t
   ``overlap``.
 * ``fsdp_trace``: FSDP2's collectives of one step, read from the ranges it records for the profiler.
 * ``hsdp``: ``hsdp``: hybrid sharding - ZeRO-3 inside each node, plain replication across nodes.
+* ``knobs``: A strategy's own options ("knobs"), declared in the strategy's file: name, type, default, what is
+  allowed, help.
 * ``local``: ``local``: no communication at all - the compute floor every other strategy is measured against.
 * ``local_sgd``: ``local_sgd``: every rank steps on its own gradients, and the ranks average their *weights* every H
   steps.
@@ -66,6 +73,7 @@ from .deterministic import DeterministicSync
 from .diloco import DiLoCo
 from .fsdp import TorchFSDP
 from .hsdp import HybridZero3, TorchHSDP
+from .knobs import Knob
 from .local import LocalOnly
 from .local_sgd import LocalSGD
 from .naive import NaiveSync
@@ -94,14 +102,25 @@ def strategy_class(name: str) -> type[Strategy]:
     return STRATEGIES[name]
 
 
+def all_knobs() -> dict[str, tuple[Knob, list[str]]]:
+    """Every strategy's knobs by name: ``name -> (its declaration, the strategies that take it)``; where two
+    strategies share a name (diloco's ``sync_every`` is local_sgd's), the first declaration stands for both."""
+    knobs = {}
+    for name, cls in STRATEGIES.items():
+        for knob in cls.knobs:
+            knobs.setdefault(knob.name, (knob, []))[1].append(name)
+    return knobs
+
+
 def make_strategy(name: str, model, timeline, bucket_mb: float = 1.0, first_bucket_mb=None, link=None,
                   all_reduce: str = "builtin", grad_comm: str = "fp32", group=None, knobs: dict | None = None):
     """Lockstep strategy ``name`` for this rank's ``model``; ``link`` (a ``dpteach.network.Link``) emulates a
     network; ``all_reduce`` ("builtin", "ring", "tree") is the all-reduce it runs, where it takes one;
     ``grad_comm`` the dtype its gradients travel in, where it takes one (``ddp``: a communication hook);
     ``group`` the ranks it synchronises among (a ``ProcessGroup`` or a 1-D ``DeviceMesh``; None: every rank);
-    ``knobs`` the strategy's own options (``Strategy.knobs``: PowerSGD's rank, local SGD's ``sync_every``...)."""
-    cls, options = STRATEGIES[name], dict(knobs or {})
+    ``knobs`` the strategy's own options (``Strategy.knobs``), the ones not given at their defaults."""
+    cls = STRATEGIES[name]
+    options = cls.settings(knobs)
     if all_reduce != "builtin":
         options = {**options, "all_reduce": all_reduce}
     if grad_comm != "fp32":

@@ -51,6 +51,7 @@ from ..replica.build import (build_replica, flat_weights, forward_backward, make
                        summarise)
 from ..replica.timeline import Timeline, start_together
 from .base import Strategy
+from .knobs import Knob
 
 
 class ParameterServer(Strategy):
@@ -66,6 +67,8 @@ class ParameterServer(Strategy):
     servers = 1
     emulates_link = False
     emulates_peers = False
+    knobs = (Knob("max_staleness", None, "drop a push staler than this many versions (default None: apply every "
+                                         "push)", low=0, none_ok=True),)
 
     @classmethod
     def check(cls, config, world_size: int) -> None:
@@ -88,7 +91,8 @@ class ParameterServer(Strategy):
         start_together(timeline)
         started = time.perf_counter()
         if rank == 0:
-            server = serve(model, optimizer, config.steps * workers, config.max_staleness, comm)
+            cap = cls.settings(config.knobs)["max_staleness"]
+            server = serve(model, optimizer, config.steps * workers, cap, comm)
             result = {"step_times": [], "bytes_per_push": 0.0}
         else:
             def compute_gradient(update):  # a fast worker may do more updates than steps: wrap around

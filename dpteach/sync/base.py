@@ -34,6 +34,7 @@ import torch
 from ..network.comm import Comm
 from ..ranks import context
 from ..replica.model_states import held_per_rank
+from .knobs import settings
 
 
 def held_bytes(tensors) -> int:
@@ -83,6 +84,8 @@ class Strategy:
     ``shards``: what each rank keeps only 1/W of (ZeRO's stages: "optimizer state", then "gradients",
     then "parameters"); a strategy that shards the parameters gathers them again every micro-batch.
     ``label``, ``colour``: how lessons name and draw it; ``codec``: what its gradients travel as.
+    ``knobs``: its own options, declared as ``knobs.Knob`` (``settings`` checks a run's values); ``main_knob``:
+    the one a variant name sets. The names of its overhead spans are the names it gives ``overhead``.
     """
 
     name = "base"
@@ -101,12 +104,18 @@ class Strategy:
     label = None  # in legends and tables; None: its name
     colour = "#4C72B0"
     codec = "fp32"  # what one gradient element travels as: "fp32", "fp16", "bf16" or "int8"
-    knobs = ()  # the fields of TrainConfig it takes as options of its own (``powersgd_rank``, ``sync_every``...)
-    main_knob = None  # the one a variant name sets: "powersgd@16" is powersgd with powersgd_rank=16
+    knobs = ()  # its own options, each a ``knobs.Knob`` (``powersgd_rank``, ``sync_every``...): sync/knobs.py
+    main_knob = None  # the name of the one a variant name sets: "powersgd@16" is powersgd with powersgd_rank=16
 
     @classmethod
     def title(cls) -> str:
         return cls.label or cls.name
+
+    @classmethod
+    def settings(cls, given: dict | None = None) -> dict:
+        """Every knob of this strategy with its value for a run: ``given`` (a run's ``TrainConfig.knobs``)
+        checked, the rest at their defaults; a bad name or value is refused with what is allowed."""
+        return settings(cls.name, cls.knobs, given)
 
     @classmethod
     def held_bytes_per_rank(cls, param_bytes: float, state_per_param: float, world_size: int) -> float:
@@ -119,7 +128,7 @@ class Strategy:
     @classmethod
     def steady_from(cls, config: dict) -> int:
         """The first step from which every step sends what the run's later steps send (``config``: a run's
-        ``TrainConfig`` as a dict). 0 for every strategy but one that starts in another mode: PowerSGD's first
+        ``TrainConfig`` as a dict, its knobs under ``"knobs"``). 0 for every strategy but one that starts in another mode: PowerSGD's first
         ``powersgd_start`` steps are plain all-reduces. Its bytes per step are counted from here, as step times
         leave out the warm-up."""
         return 0
@@ -131,7 +140,8 @@ class Strategy:
 
     @classmethod
     def check(cls, config, world_size: int) -> None:
-        """Refuse a world, link or all-reduce this strategy cannot run with (``TrainConfig.check`` calls it)."""
+        """Refuse knobs, a world, link or all-reduce this strategy cannot run with (``TrainConfig.check`` calls it)."""
+        cls.settings(config.knobs)
         if cls.workers(world_size) < 1:
             raise ValueError(f"strategy={config.strategy!r} with world_size={world_size} is not allowed: "
                              f"{cls.servers} rank(s) only serve, so at least one more rank must be a worker")
@@ -197,8 +207,9 @@ class GradientSync(Strategy):
 
     def overhead(self, step: int, name: str):
         """Around work that is neither compute nor communication - packing a bucket, unpacking it, encoding,
-        decoding (``timeline.OVERHEAD_SPANS``): the step's overhead, by name (``dpteach/training/accounting.py``)."""
-        return self.timeline.span(step, name)
+        decoding: the step's overhead, by the name given here (``timeline.step_accounting`` adds the spans so
+        marked up per name; ``dpteach/training/accounting.py`` reports them)."""
+        return self.timeline.span(step, name, overhead=True)
 
     def finish(self, step: int) -> None:
         raise NotImplementedError

@@ -32,6 +32,7 @@ from torch.nn.utils import parameters_to_vector
 
 from .. import validate
 
+from .knobs import Knob
 from .local_sgd import LocalSGD, copy_into_parameters
 
 
@@ -39,9 +40,12 @@ class DiLoCo(LocalSGD):
     name = "diloco"
     label = "DiLoCo (outer Nesterov every H steps)"
     colour = "#937860"
-    knobs = ("sync_every", "outer_lr", "outer_momentum")
+    knobs = LocalSGD.knobs + (
+        Knob("outer_lr", 0.7, "the outer optimizer's learning rate (the paper's 0.7)", kind=float, above=0),
+        Knob("outer_momentum", 0.9, "the outer optimizer's Nesterov momentum (0: plain SGD)", kind=float, low=0,
+             high=0.999))
 
-    def __init__(self, model, timeline, outer_lr: float = 0.7, outer_momentum: float = 0.9, **options):
+    def __init__(self, model, timeline, outer_lr: float, outer_momentum: float, **options):
         super().__init__(model, timeline, **options)
         with torch.no_grad():
             # the shared weights theta, where every round starts; the outer optimizer steps these
@@ -66,7 +70,7 @@ class DiLoCo(LocalSGD):
                 copy_into_parameters(self.anchor, self.params)  # every rank starts the next round here
 
 
-def stability_at_one_step(outer_lr: float = 0.7, outer_momentum: float = 0.9, inner_momentum: float = 0.9) -> dict:
+def stability_at_one_step(outer_lr: float, outer_momentum: float, inner_momentum: float) -> dict:
     """DiLoCo averaging after every step (H = 1) on a quadratic ``f = c x^2 / 2``, read from ``synchronise`` above.
 
     With H = 1 each round is one inner step, so the pseudo-gradient is that step: ``delta = lr m``, ``m`` the

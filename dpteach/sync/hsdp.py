@@ -48,6 +48,7 @@ from ..network.costmodel import busbw_factor
 from ..network.link import TwoLevelLink
 from ..ranks import context
 from .fsdp import TorchFSDP
+from .knobs import Knob
 from .zero3 import Zero3
 
 
@@ -104,14 +105,15 @@ class _Hybrid:
     ``self.comm``, is the shard group's), and the bytes of each level, counted and measured, per step."""
 
     shards = ("optimizer state", "gradients", "parameters")  # 1/S of each, not 1/W
-    knobs = ("hsdp_shard_size",)
+    knobs = (Knob("hsdp_shard_size", None, "ranks per node, the size of each shard group (default: a two-level "
+                                          "link's ranks per node, else 2)", low=1, none_ok=True),)
     emulates_peers = False  # its groups are real ranks
     takes_all_reduce = ()  # a Comm on a group runs torch's collectives only
 
     @classmethod
     def check(cls, config, world_size: int) -> None:
         super().check(config, world_size)
-        node_size(config.link, config.hsdp_shard_size, world_size, cls.name)
+        node_size(config.link, cls.settings(config.knobs)["hsdp_shard_size"], world_size, cls.name)
 
     @classmethod
     def held_bytes_per_rank(cls, param_bytes, state_per_param, world_size, shard_size=None) -> float:
@@ -168,7 +170,7 @@ class HybridZero3(_Hybrid, Zero3):
     label = "hsdp: zero3 in a node, all-reduce across"
     colour = "#DA8BC3"
 
-    def __init__(self, model, timeline, link=None, group=None, hsdp_shard_size=None, **options):
+    def __init__(self, model, timeline, hsdp_shard_size, link=None, group=None, **options):
         self._make_mesh(link, hsdp_shard_size, group)
         super().__init__(model, timeline, link=link, group=self.hybrid.mesh["shard"], **options)
         self.across = Comm(link, None, "builtin", timeline, group=self.hybrid.mesh["replicate"])
@@ -197,7 +199,7 @@ class TorchHSDP(_Hybrid, TorchFSDP):
     label = "hsdp_torch (torch's FSDP2, 2-D mesh)"
     colour = "#8C8C8C"
 
-    def __init__(self, model, timeline, link=None, group=None, hsdp_shard_size=None, **options):
+    def __init__(self, model, timeline, hsdp_shard_size, link=None, group=None, **options):
         self._make_mesh(link, hsdp_shard_size, group)
         super().__init__(model, timeline, link=link, group=self.hybrid.mesh["shard"], **options)
         self.across = Comm(None, None, "builtin", timeline, group=self.hybrid.mesh["replicate"])

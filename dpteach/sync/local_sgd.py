@@ -30,6 +30,7 @@ import torch
 from torch.nn.utils import parameters_to_vector
 
 from .base import GradientSync
+from .knobs import Knob
 
 
 def copy_into_parameters(flat: torch.Tensor, params) -> None:
@@ -44,12 +45,12 @@ def copy_into_parameters(flat: torch.Tensor, params) -> None:
 class LocalSGD(GradientSync):
     name = "local_sgd"
     label = "local SGD (average weights every H steps)"
-    colour = "#8172B2"
+    colour = "#55A868"
     exact = False
-    knobs = ("sync_every",)
+    knobs = (Knob("sync_every", 8, "local steps between two averages of the weights (H)", low=1),)
     main_knob = "sync_every"
 
-    def __init__(self, model, timeline, sync_every: int = 8, **options):
+    def __init__(self, model, timeline, sync_every: int, **options):
         options.pop("bucket_mb", None), options.pop("first_bucket_mb", None)  # it sends weights, not buckets
         super().__init__(model, timeline, **options)
         self.sync_every = sync_every

@@ -65,6 +65,7 @@ import torch
 from .. import validate
 from ..replica.buckets import build_buckets
 from .base import GradientSync
+from .knobs import Knob
 
 MIN_COMPRESSION_RATE = 2  # PowerSGDState's default: compress only where it sends under half the numbers
 
@@ -88,14 +89,18 @@ def orthogonalise(matrix: torch.Tensor) -> None:
             rest -= torch.sum(col * rest, dim=0, keepdim=True) * col
 
 
-def check_knobs(config) -> None:
-    """What PowerSGD (ours and torch's hook alike) refuses, before any rank starts."""
-    if not isinstance(config.powersgd_error_feedback, bool):
-        raise validate.refusal("powersgd_error_feedback", config.powersgd_error_feedback, "give True or False")
+def refuse_fp16(config) -> None:
+    """What PowerSGD (ours and torch's hook alike) refuses besides its knobs, before any rank starts."""
     if config.precision == "fp16":  # a step the loss scaler skips has inf gradients: they would stay in Q
         raise validate.refusal("precision", config.precision, f"strategy={config.strategy!r} keeps Q and the error "
                                "from step to step, so one overflowing fp16 step would poison every later one; "
                                "use 'bf16' or 'fp32'")
+
+
+RANK = Knob("powersgd_rank", 4, "PowerSGD's rank r: columns of P and Q", low=1)
+START = Knob("powersgd_start", 10, "the step PowerSGD starts compressing at; plain all-reduces before", low=1)
+ERROR_FEEDBACK = Knob("powersgd_error_feedback", True, "add what the sketch left out to the next gradient",
+                      kind=bool)
 
 
 def flat_matrices(shapes, like: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -113,23 +118,23 @@ class PowerSGD(GradientSync):
     exact = False
     label = "PowerSGD (low rank)"
     colour = "#64B5CD"
-    knobs = ("powersgd_rank", "powersgd_start", "powersgd_error_feedback")
+    knobs = (RANK, START, ERROR_FEEDBACK)
     main_knob = "powersgd_rank"
 
     @classmethod
     def steady_from(cls, config: dict) -> int:
-        return config["powersgd_start"]  # the plain all-reduces before it are a warm-up, not what PowerSGD sends
+        # the plain all-reduces before it are a warm-up, not what PowerSGD sends
+        return cls.settings(config["knobs"])["powersgd_start"]
 
     @classmethod
     def check(cls, config, world_size: int) -> None:
         super().check(config, world_size)
-        check_knobs(config)
+        refuse_fp16(config)
 
-    def __init__(self, model, timeline, bucket_mb=1.0, first_bucket_mb=None, powersgd_rank: int = 4,
-                 powersgd_start: int = 10, powersgd_error_feedback: bool = True, seed: int = 0, **options):
+    def __init__(self, model, timeline, powersgd_rank: int, powersgd_start: int, powersgd_error_feedback: bool,
+                 bucket_mb=1.0, first_bucket_mb=None, seed: int = 0, **options):
         super().__init__(model, timeline, **options)
-        self.low_rank = validate.integer("powersgd_rank", powersgd_rank, low=1)  # self.rank is this process's
-        self.start = validate.integer("powersgd_start", powersgd_start, low=0)
+        self.low_rank, self.start = powersgd_rank, powersgd_start  # low_rank: self.rank is this process's
         self.error_feedback = powersgd_error_feedback
         self.buckets = build_buckets(model, bucket_mb, first_bucket_mb)
         self.rng = np.random.RandomState(seed)  # PowerSGDState.rng: a fresh seed per new Q, equal on every rank

@@ -27,7 +27,7 @@ import re
 import statistics
 
 from ..measure import spread
-from ..replica.timeline import OVERHEAD_SPANS, busy_time, exposed_time
+from ..replica.timeline import busy_time, exposed_time
 from ..sync import strategy_class
 
 
@@ -45,8 +45,8 @@ def step_costs(strategy: str, ranks: list[dict], floor_step_s: float | None) -> 
     if floor_step_s is None or exposed is None:
         return {**out, "overhead_s": None, "overhead_parts": None}
     overhead = max(0.0, step - floor_step_s - exposed)
-    parts = {name: statistics.mean(r.get("median_overhead_s", {}).get(name, 0.0) for r in ranks)
-             for name in OVERHEAD_SPANS}
+    names = dict.fromkeys(name for r in ranks for name in r.get("median_overhead_s", {}))  # as the strategy named them
+    parts = {name: statistics.mean(r.get("median_overhead_s", {}).get(name, 0.0) for r in ranks) for name in names}
     parts = {name: value for name, value in parts.items() if value > 0}
     parts["other"] = max(0.0, overhead - sum(parts.values()))
     return {**out, "overhead_s": overhead, "overhead_parts": parts}

@@ -98,9 +98,8 @@ KEPT_REFERENCES = 8  # a laptop model's reference is a few MiB; a GPU-sized one'
 _REFERENCES: dict = {}
 # How the ranks sync, time and send: none of it changes the one process's training. Every other field is part of
 # the cache's key, so a field added later misses the cache (trains again) rather than reusing a wrong reference.
-NOT_READ = ("strategy", "bucket_mb", "first_bucket_mb", "link", "all_reduce", "timing_warmup", "slow_rank", "slow_ms",
-            "max_staleness", "grad_comm", "hsdp_shard_size", "powersgd_rank", "powersgd_start",
-            "powersgd_error_feedback", "sync_every", "outer_lr", "outer_momentum")
+NOT_READ = ("strategy", "knobs", "bucket_mb", "first_bucket_mb", "link", "all_reduce", "timing_warmup", "slow_rank",
+            "slow_ms", "grad_comm")
 
 
 def _what_the_reference_reads(config) -> str:

@@ -19,7 +19,7 @@ loop; :func:`train_on_rank` hands it the config and nothing else differs for the
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -56,7 +56,6 @@ class TrainConfig:
     momentum: float = 0.9
     seed: int = 0
     num_samples: int | None = None  # default: exactly one epoch for all steps
-    max_staleness: int | None = None  # async only
     slow_rank: int | None = None  # a straggler: this rank sleeps slow_ms per step (async: per update)
     slow_ms: float = 0.0
     timing_warmup: int = 2  # steps left out of the median step time
@@ -71,23 +70,14 @@ class TrainConfig:
     growth_interval: int = 2000
     unscale_before_clip: bool = True
     grad_comm: str = "fp32"
-    # Hybrid sharding (sync/hsdp.py): ranks per node, the size of its shard groups; None: a TwoLevelLink's
-    # ranks_per_node, else 2 (a world of odd size: one node).
-    hsdp_shard_size: int | None = None
     # Data augmentation that draws random numbers: Gaussian noise of this standard deviation added to every
     # input, drawn from the rank's own torch generator (seeded seed + rank). The course's models have no
     # dropout (replica/models.py says why); this is what makes the generators' state part of a checkpoint.
     input_noise: float = 0.0
-    # Sending less (lesson 14): PowerSGD's rank, the step it starts compressing at (plain all-reduce before)
-    # and whether it feeds back what the low-rank approximation dropped (sync/powersgd.py); how many local
-    # steps the ranks take between averaging their weights (local_sgd, diloco), and DiLoCo's outer Nesterov
-    # step (sync/diloco.py). A strategy reads only the ones it names in ``knobs``.
-    powersgd_rank: int = 4
-    powersgd_start: int = 10
-    powersgd_error_feedback: bool = True
-    sync_every: int = 8
-    outer_lr: float = 0.7
-    outer_momentum: float = 0.9
+    # The chosen strategy's own options, by name (each strategy declares its knobs in its own file, with their
+    # defaults and what is allowed: sync/knobs.py): {"powersgd_rank": 16}, {"sync_every": 32}. Only names the
+    # strategy declares; the others take their defaults (``knob_values``).
+    knobs: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if self.bucket_mb is None:
@@ -107,7 +97,6 @@ class TrainConfig:
         validate.choice("optimizer", self.optimizer, OPTIMIZERS)
         validate.optional(validate.number, "lr", self.lr, above=0)
         validate.optional(validate.integer, "slow_rank", self.slow_rank, low=0, high=world_size - 1)
-        validate.optional(validate.integer, "max_staleness", self.max_staleness, low=0, why=", or None")
         if self.link is not None and not isinstance(self.link, Link):
             raise validate.refusal("link", self.link, "give a dpteach.network.Link (dpteach.network.resolve_link turns a "
                                                       "preset name into one) or None")
@@ -117,16 +106,11 @@ class TrainConfig:
         validate.number("init_scale", self.init_scale, above=0)
         validate.integer("growth_interval", self.growth_interval, low=1)
         validate.choice("grad_comm", self.grad_comm, PRECISIONS)
-        validate.optional(validate.integer, "hsdp_shard_size", self.hsdp_shard_size, low=1, why=", or None")
         validate.number("input_noise", self.input_noise, low=0)
         if self.input_noise and self.model == "transformer":
             raise ValueError(f"input_noise={self.input_noise!r} is not allowed with model='transformer': its inputs "
                              f"are token ids, which noise cannot be added to; use 0.0, or the mlp or cnn")
-        for name in ("powersgd_rank", "powersgd_start", "sync_every"):
-            validate.integer(name, getattr(self, name), low=1)
-        validate.number("outer_lr", self.outer_lr, above=0)
-        validate.number("outer_momentum", self.outer_momentum, low=0, high=0.999)
-        strategy_class(self.strategy).check(self, world_size)
+        strategy_class(self.strategy).check(self, world_size)  # its knobs too
         if getattr(world, "emulated_size", None) is not None:
             self._check_emulated_peers(world)
         return self
@@ -145,9 +129,9 @@ class TrainConfig:
             raise ValueError(f"all_reduce={self.all_reduce!r} is not allowed with peers='emulated': the course's own "
                              f"collectives run between real ranks; leave all_reduce='builtin'")
 
-    def knobs(self) -> dict:
-        """The options this run's strategy takes besides the common ones (``Strategy.knobs``), with their values."""
-        return {name: getattr(self, name) for name in strategy_class(self.strategy).knobs}
+    def knob_values(self) -> dict:
+        """Every knob of this run's strategy (``Strategy.knobs``) with its value: given, or its default."""
+        return strategy_class(self.strategy).settings(self.knobs)
 
     def global_batch(self, world_size: int) -> int:
         return self.batch_per_rank * world_size * self.accum_steps
@@ -166,7 +150,7 @@ class SyncTrainer:
         self.timeline = Timeline(context.device())
         self.strategy = make_strategy(config.strategy, self.model, self.timeline, config.bucket_mb,
                                       config.first_bucket_mb, link=config.link, all_reduce=config.all_reduce,
-                                      grad_comm=config.grad_comm, knobs=config.knobs())
+                                      grad_comm=config.grad_comm, knobs=config.knobs)
         self.precision = Precision(config.precision, config.clip_norm, config.init_scale, config.growth_interval,
                                    config.unscale_before_clip)
         self.module = self.strategy.wrap()

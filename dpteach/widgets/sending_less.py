@@ -5,16 +5,15 @@ from __future__ import annotations
 import statistics
 
 from ..measure import spread
+from ..sync import strategy_class
 from .rendering import dress, human_bytes, legend_below, log_axis, show, table
 
-FAMILY_COLOURS = {"ddp": "#4C72B0", "bf16": "#64B5CD", "int8_ef": "#8C8C8C", "powersgd": "#DD8452",
-                  "local_sgd": "#55A868", "diloco": "#C44E52"}
 DASHES = {1: (1, 1), 4: (4, 2), 8: (4, 2), 16: (None, None), 32: (None, None)}
 
 
 def _style(method: str) -> dict:
-    family, _, value = method.partition("@")
-    style = {"color": FAMILY_COLOURS.get(family, "black"), "label": method, "linewidth": 1.6}
+    family, _, value = method.partition("@")  # a variant is drawn in its strategy's colour, dashed by its knob
+    style = {"color": strategy_class(family).colour, "label": method, "linewidth": 1.6}
     if value:
         dash = DASHES.get(int(value), (None, None))
         style["linestyle"] = "-" if dash == (None, None) else (0, dash)
