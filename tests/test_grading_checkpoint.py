@@ -4,7 +4,7 @@ checks stand on - the sampler, the scenarios, the count of what a process writes
 of the modules the runs train with - do what they say.
 
 The graded cases share one launch (``grade_sources``: starting ranks is what grading spends its time on);
-each check forks its own ranks from it (``ex10_worlds.py``). The reference answer's full marks are held by
+each check forks its own ranks from it (``grading/forked_worlds.py``). The reference answer's full marks are held by
 ``test_grading_solutions.py``, through the command line, like every exercise's.
 """
 import os

@@ -76,7 +76,7 @@ def activation_memory(models=None, batch: int = LAPTOP_BATCH_PER_RANK, memory_gb
     too; each GPU-sized one at its own per-rank batch (``ModelSpec.batch_per_rank``), the laptop ones at
     ``batch`` (the course's per-rank 32). Activations are measured at ``batch // 2`` and ``batch``;
     ``per_sample_bytes`` is the slope, ``fixed_bytes`` the rest (a few bytes: the loss's scalars).
-    Model states are fp32 with ``optimizer``: 4 + 4 + 0, 4 or 8 bytes per parameter (``model_states.py``).
+    Model states are fp32 with ``optimizer``: 4 + 4 + 0, 4 or 8 bytes per parameter (``replica/model_states.py``).
     The largest micro-batch is ``floor((memory - states - fixed) / per_sample)`` (0, with the reason in
     ``why``, when not one sample fits). With checkpointing around every block it uses the peak during
     backward - the kept block inputs plus the largest block's internals, recomputed one block at a time -

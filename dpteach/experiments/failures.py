@@ -10,7 +10,7 @@
 
 Both start torchrun as a child process, as a learner would in a terminal: the fault is real, and so
 is torchrun's reaction to it. The agent and, unless ``fresh_workers=True``, its workers are forked from a
-process that has imported torch already (``dpteach/ranks/zygote.py``, ``zygote_guest.py``), so that a job
+process that has imported torch already (``dpteach/ranks/zygote.py``, ``ranks/zygote_guest.py``), so that a job
 does not spend its time importing torch: a fresh worker's import is seconds of CPU on a laptop, a fork is
 milliseconds. What is left is mostly waiting (a hang waits out the timeout), so the jobs run side by side
 where memory allows (``jobs_at_once``).
@@ -60,7 +60,7 @@ def _torchrun(world_size: int, module_args: list[str], env: dict | None = None, 
     The agent is forked from a process that has imported torch already (``dpteach/ranks/zygote.py``). Its
     workers are too, unless ``fresh_workers``: torchrun is told ``--no-python python -m
     dpteach.ranks.zygote_guest -m ...``, and each worker it starts asks the same zygote for a fork of itself
-    (``zygote_guest.py``). torchrun's part - starting, watching, stopping and restarting the workers - is the
+    (``ranks/zygote_guest.py``). torchrun's part - starting, watching, stopping and restarting the workers - is the
     same either way; only the workers' imports are skipped."""
     from ..ranks.zygote_guest import forked_python
     worker = ["-m"] if fresh_workers else ["--no-python", *forked_python(), "-m"]

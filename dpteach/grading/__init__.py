@@ -25,6 +25,8 @@ Its modules, one line each (``scripts/package_faces.py`` writes this list from t
 
 * ``forbidden``: The static half of "build it yourself": read the learner's code for collectives the exercise
   forbids.
+* ``forked_worlds``: Ranks forked from one grading rank, joined by gloo, that die for real: the worlds a check of
+  what survives a kill runs in (exercise 10's).
 * ``gradescope``: The grade as Gradescope reads it: ``results.json``, and the autograder bundle that writes it.
 * ``guard``: The run-time half of "build it yourself": inside each rank, catch calls to the collectives an exercise
   forbids.

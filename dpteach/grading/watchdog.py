@@ -31,9 +31,15 @@ PEER_FAILED_GRACE = 1.0  # seconds a rank may still take to finish a check that 
 POLL_INTERVAL = 0.1      # how often a watchdog asks the store whether a peer has failed the check
 
 
+def mac(key: bytes, data: bytes) -> bytes:
+    """HMAC-SHA256 of ``data`` under ``key``: how whatever a grading process sends back is signed, so that the
+    learner's code, which can write where the grader reads but does not hold the key, cannot forge it."""
+    return hmac.new(key, data, hashlib.sha256).digest()
+
+
 def sign(key: bytes, record: dict) -> str:
-    """The MAC of a record (its JSON with sorted keys): the runner checks it with the same key."""
-    return hmac.new(key, json.dumps(record, sort_keys=True).encode(), hashlib.sha256).hexdigest()
+    """The MAC of a record (its JSON with sorted keys), in hex: the runner checks it with the same key."""
+    return mac(key, json.dumps(record, sort_keys=True).encode()).hex()
 
 
 class Results:

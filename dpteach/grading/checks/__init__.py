@@ -33,5 +33,4 @@ Its modules, one line each (``scripts/package_faces.py`` writes this list from t
   the fault plan a check gives them (``Scenario``: where and when the victim dies).
 * ``ex10_trainer``: Exercise 10's training, as one rank runs it: what a rank holds at step s, and the same run in
   one process.
-* ``ex10_worlds``: Exercise 10's ranks: W processes forked from the grading rank, joined by gloo, that die for real.
 """

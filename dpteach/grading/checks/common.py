@@ -8,7 +8,7 @@ hide inside a tolerance.
 
 **No rank knows another rank's data before the learner's call returns.** A rank's data is drawn from the
 check's seed mixed with the rank's own secret salt (:func:`secret_seed`; the parent process chose the salts
-and each rank can derive only its own: ``salts.py``): the seeds are public (they are in the check modules),
+and each rank can derive only its own: ``grading/salts.py``): the seeds are public (they are in the check modules),
 so data drawn from them alone would let a solution rebuild every rank's data - and the expected answer -
 with no message at all. After the call, the check learns every rank's seed (:func:`everyones`: in the rank
 by the grader's own all-gather, in the judge from the parent's keys, never from the rank's word) and only

@@ -8,7 +8,7 @@ views that share its memory - a copy would look right and silently break the all
 that bucketing relies on. Finally both run together on real ranks: the grader averages each of the
 learner's flat buffers over the ranks and reads the averaged gradients back through the learner's views.
 The views are judged again outside the ranks like everything else: the recording keeps which tensors
-share a buffer (``replay.py``).
+share a buffer (``grading/replay.py``).
 """
 from __future__ import annotations
 

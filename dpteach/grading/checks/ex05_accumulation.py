@@ -16,7 +16,7 @@ The learner writes ``train_step(model, micro_batches, optimizer, loss_fn)`` for 
 (``model._comm_hooks``), and whatever the hook holds - a closure, a ``partial``'s arguments, its module's
 globals - can be read and changed from there. So the hook (:func:`_averaging_hook`) is a plain function of
 this module that holds nothing: it asks torch for the world size, and calls ``dist.all_reduce`` as the
-grader (the guard tells the grader's calls by their caller: ``guard.py``). Its calls are counted by the
+grader (the guard tells the grader's calls by their caller: ``grading/guard.py``). Its calls are counted by the
 guard's profiler, in a list only the grader's drive holds; its code is sealed (``spec.observes``).
 
 The DDP model lives in the rank only: the rank drives it (``_ddp``, ``_train``, through ``ctx.drive``)

@@ -5,7 +5,7 @@ Each step the rank drives the optimizer twice - ``_reduce``: backward on this ra
 ``reduce_gradients()``; ``_step``: ``step()`` - and records what each left: which ``.grad`` is gone, the
 bytes the optimizer holds, the elements sent, the slices it keeps (with their storage: a view into a
 full-length buffer is still that buffer), the weights. The judging runs on that record, in the rank and
-again in the replay outside it (``replay.py``). Each step's batches are drawn from every rank's own secret
+again in the replay outside it (``grading/replay.py``). Each step's batches are drawn from every rank's own secret
 salt, which the others learn only once that step's ``reduce_gradients()`` has returned (``common.py``): it
 cannot know the average it has to produce without the messages that carry it.
 """

@@ -2,7 +2,7 @@
 
 The learner writes ``save_checkpoint(run, directory, step)`` and ``load_checkpoint(run, directory)`` for a
 run that uses the course's ZeRO-1 (``dpteach/sync/zero1.py``). Each check is one story on real ranks
-(``ex10_observed.py``, on the worlds of ``ex10_worlds.py``): the run trains uninterrupted; the same run trains
+(``ex10_observed.py``, on the worlds of ``grading/forked_worlds.py``): the run trains uninterrupted; the same run trains
 again, calling the learner's save every few steps, until one of its ranks is killed with SIGKILL; a fresh
 run - on the same W, or another with the same global batch - calls the learner's load and trains to the
 end. The resumed run is then compared, right after its load and at the end, with the uninterrupted one
@@ -13,8 +13,7 @@ exactly (max |difference| 0.0): the same ranks add the same numbers in the same 
 forgets the momentum, the generators or the sampler's place ends differently, and the end-to-end checks
 fail with it - but the check for that piece says which it was, and each end-to-end failure names the
 first piece that differed right after loading. At another W the reduce-scatter adds in another order,
-so the end is equal within the rounding the course allows its exact strategies
-(``reference.SGD_TOLERANCE``).
+so the end is equal within the rounding allowed to exact strategies (``reference.SGD_TOLERANCE``).
 
 **A checkpoint counts once it is whole.** The visible checks kill a rank between two checkpoints; the hidden
 two kill one inside a save - just before its own save while its peers write theirs, and in the middle of it,
@@ -27,19 +26,14 @@ wrote to files and how many reached it through its sockets (``ex10_observed.byte
 write at least half its own momentum shard; none may write the model, its own shard and half the others'
 besides (one rank writing everything); and none may receive half of its peers' shards during a save
 (the shards gathered to one rank, whoever writes the files then). Gathering to rank 0 is the mistake
-ZeRO exists to avoid: one rank would hold, and write, what was split W ways. How much is not enough: after each
-save, each rank's momentum shard, as its float32 bytes, must be found in some file of the folder - files of the
-right size full of zeros hold something else than the run's state.
+ZeRO exists to avoid. Bytes alone are not enough: after each save, each rank's momentum shard, as its float32
+bytes, must be found in some file of the folder (files of zeros of the right size hold something else).
 
-**Nothing to copy from.** The ranks that run the learner's code are forked from the grading rank; the
-uninterrupted run is trained after them (``ex10_observed.observed``), so none of them descends from a process
-that holds it, and the audit hook reports a frame reached through the standard library (``tampering.py``).
-
-**The runs are trusted only as far as they are checked.** The uninterrupted run's weights must match a
-single-process replay of the same training (``ex10_trainer.reference``) - in the rank, and again in the judge,
-where no learner code ran: a solution that changed the training the grader compares against does not pass.
-So must the course's modules the runs train with, after every call of the learner's code
-(``ex10_runs.training_changed``).
+**Nothing to copy from.** The uninterrupted run is trained after the learner's ranks are forked
+(``ex10_observed.observed``); the audit hook reports a frame reached through the standard library.
+**The runs are trusted only as far as they are checked**: the uninterrupted run must match a single-process
+replay (``ex10_trainer.reference``), in the rank and again in the judge, and the course's modules the runs
+train with must be unchanged after every call of the learner's code (``ex10_runs.training_changed``).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Exercise 10's story, told once per check: three worlds of ranks, and what they saw, as data.
 
-A check of exercise 10 (``ex10_checkpoint.py``) drives one story on real ranks (``ex10_worlds.py``) and
+A check of exercise 10 (``ex10_checkpoint.py``) drives one story on real ranks (``grading/forked_worlds.py``) and
 judges what it observed: the uninterrupted run; the same run with the learner's save every few steps,
 until its victim is killed; a fresh run, perhaps on another W, that calls the learner's load and trains on
 (the runs themselves are ``ex10_runs.py``). :func:`observed` returns what the check compares, as tensors and
@@ -15,7 +15,7 @@ kernel counts what the rank wrote to files and what reached it through its socke
 files, pipes and sockets alike, gloo's included (gloo writes its sockets with ``writev``; a ``send`` is not
 counted there). So what a rank wrote to disk during a save is the growth
 of ``wchar`` less what it put on its sockets meanwhile: the kernel's count, ``TCP_INFO``'s bytes acked
-plus what still waits in the send queue. The same count of what reached its sockets (``traffic.py`` reads
+plus what still waits in the send queue. The same count of what reached its sockets (``network/traffic.py`` reads
 it for the other exercises) says whether a rank gathered its peers' shards during its save. Where there is
 no ``/proc``, None.
 
@@ -46,7 +46,7 @@ from ..learner import Tampered
 from ..spec import observes
 from .ex10_runs import Scenario, killed, plain, resumed, training_changed
 from .ex10_trainer import Sampler
-from .ex10_worlds import check_world_set_aside, run_world
+from ..forked_worlds import check_world_set_aside, run_world
 
 ACKED_AT, RECEIVED_AT = 120, 128  # offsets of tcpi_bytes_acked and tcpi_bytes_received in Linux's struct tcp_info
 SIOCOUTQ = 0x5411  # bytes in a socket's send queue, not yet acknowledged (TIOCOUTQ)

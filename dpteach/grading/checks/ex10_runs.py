@@ -118,7 +118,7 @@ def _step_from(value, steps: int, what: str) -> int:
     return value
 
 
-# --- the three runs: each is the body of one world's ranks (``ex10_worlds.run_world``), send first ----------
+# --- the three runs: each is the body of one world's ranks (``grading/forked_worlds.run_world``), send first ----------
 
 def plain(send, spec: Scenario) -> dict:
     """The uninterrupted run, all grader: what each rank holds at the resume step, and the final weights."""

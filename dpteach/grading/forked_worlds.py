@@ -1,6 +1,9 @@
-"""Exercise 10's ranks: W processes forked from the grading rank, joined by gloo, that die for real.
+"""Ranks forked from one grading rank, joined by gloo, that die for real: the worlds a check of what survives
+a kill runs in (exercise 10's).
 
-The exercise is graded on what survives a kill. So the ranks that train and save must be real processes
+The grader's other processes are the launch's ranks (``dpteach/ranks/processes.py``) and the one forked child
+per submission (``watchdog.in_own_process``); this module adds the worlds a check starts inside a grading
+rank. Exercise 10 is graded on what survives a kill. So the ranks that train and save must be real processes
 that really end - ``Fault("kill")`` (``dpteach/ranks/faults.py``): SIGKILL, no cleanup, no last words -
 and the ranks that resume must be fresh processes that never saw the dead ones' memory: whatever the
 learner's code kept anywhere but on disk is gone.
@@ -19,7 +22,7 @@ forked child can neither tear down its parent's process group (it waits on threa
 nor start a second default one beside it.
 
 **What comes back.** Each child writes messages into a pipe of its own, each signed with a key made for
-this world (HMAC, as the ranks sign their verdicts: ``in_rank.py``): the learner's code may write into the
+this world (HMAC-SHA256, ``watchdog.mac``, as the ranks sign their verdicts: ``in_rank.py``): the learner's code may write into the
 pipe, not sign. A child ends at once, saying so, the moment the audit hook notes tampering, before the
 learner's code could forge anything with what it reached. When the planned victim has died, the parent
 stops the others, as torchrun stops a job when one of its workers dies.
@@ -27,7 +30,6 @@ stops the others, as torchrun stops a job when one of its workers dies.
 from __future__ import annotations
 
 import _thread
-import hashlib
 import hmac
 import os
 import pickle
@@ -46,10 +48,11 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from .. import tampering
-from ..guard import ForbiddenCall
-from ..learner import LearnerError, Tampered
-from ..spec import Fail
+from . import tampering
+from .guard import ForbiddenCall
+from .learner import LearnerError, Tampered
+from .spec import Fail
+from .watchdog import mac
 
 CHILD_TIMEOUT = timedelta(seconds=60)  # a child's collectives; the check's own time limit acts long before
 GRACE = 2.0  # seconds the other children get to end on their own once one has failed, or the victim has died
@@ -96,7 +99,7 @@ def run_world(address, size: int, body, *args, victim: int | None = None, name: 
 def _child(rank, size, prefix, address, key, writer, threads, body, args) -> None:
     def send(kind, payload=None):
         data = pickle.dumps((kind, time.time(), payload))
-        os.write(writer, struct.pack("!I", len(data)) + hmac.new(key, data, hashlib.sha256).digest() + data)
+        os.write(writer, struct.pack("!I", len(data)) + mac(key, data) + data)
 
     code = 0
     try:
@@ -184,8 +187,8 @@ def _messages(buffer: bytes, key: bytes, into: dict) -> bytes:
         length = struct.unpack("!I", buffer[:4])[0]
         if len(buffer) < 36 + length:
             break
-        mac, data, buffer = buffer[4:36], buffer[36:36 + length], buffer[36 + length:]
-        if not hmac.compare_digest(mac, hmac.new(key, data, hashlib.sha256).digest()):
+        signature, data, buffer = buffer[4:36], buffer[36:36 + length], buffer[36 + length:]
+        if not hmac.compare_digest(signature, mac(key, data)):
             continue
         kind, at, payload = pickle.loads(data)
         if kind == "error":
