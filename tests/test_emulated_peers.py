@@ -9,13 +9,16 @@ import torch
 import torch.distributed as dist
 
 import dpteach
-from dpteach.ranks import context
 from dpteach.network.comm import Comm
 from dpteach.network.costmodel import busbw_factor
 from dpteach.experiments import (compare_strategies, compression_tradeoff, gradient_equivalence, overlap_timeline,
                                  sharding_memory, sharding_timeline)
 from dpteach.network.costmodel import collective_time
-from dpteach.network import Link
+from dpteach.network import Link, resolve_link
+from dpteach.replica.models import build_model
+from dpteach.replica.timeline import Timeline
+from dpteach.sync import make_strategy
+from dpteach.training.train import TrainConfig
 from dpteach.ranks.world import resolve_world
 
 CPU = {"backend": "gloo", "device": "cpu"}
@@ -58,21 +61,27 @@ def test_async_and_fsdp_are_left_out_of_an_emulated_comparison():
     assert set(result["left_out"]) == {"async", "fsdp"} and "real ranks only" in result["left_out"]["fsdp"]
 
 
-def _inside_the_rank():
-    comm = Comm(LINK, context.timed_world_size())
+def _inside_the_rank(config):
+    strategy = make_strategy(config.strategy, build_model("mlp"), Timeline(), link=config.link,
+                             timed_world_size=config.timed_world_size)
     x = torch.ones(1000)
-    comm.all_reduce(x)
-    return {"real": dist.get_world_size(), "timed": context.timed_world_size(), "sum": x[0].item(),
-            "report": comm.report()}
+    strategy.comm.all_reduce(x)
+    return {"real": dist.get_world_size(), "timed": strategy.comm.world_size, "sum": x[0].item(),
+            "report": strategy.comm.report()}
 
 
-def test_the_rank_knows_the_world_it_stands_for_and_its_link_times_that_world():
+def test_the_rank_is_handed_the_world_it_stands_for_and_its_link_times_that_world():
     world = resolve_world(4, peers="emulated", emulated_peers_ok=True, **CPU)
-    out = dpteach.launch(_inside_the_rank, world, timeout=60, show_output=False)
+    config = TrainConfig(strategy="naive", link=resolve_link(LINK), timed_world_size=4).check(world)
+    out = dpteach.launch(_inside_the_rank, world, args=(config,), timeout=60, show_output=False)
     assert len(out) == 1
     r = out[0]
     assert (r["real"], r["timed"], r["sum"]) == (1, 4, 1.0)  # one real rank: its own gradient, not averaged
     assert r["report"]["link_seconds"] == pytest.approx(collective_time("all_reduce", 4000, 4, LINK))
+    with pytest.raises(ValueError, match="timed_world_size=None is not allowed: this world of 1 rank.* stands for 4"):
+        TrainConfig(strategy="naive", link=resolve_link(LINK)).check(world)
+    with pytest.raises(ValueError, match="timed_world_size=4 is not allowed: .* is real: give None"):
+        TrainConfig(strategy="naive", timed_world_size=4).check(4)
     assert r["report"]["messages"] == 1 and r["report"]["machine_bound"] == 0
 
 

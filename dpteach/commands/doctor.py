@@ -52,7 +52,7 @@ def machine_report(world_size: int = 2, smoke: bool = True) -> dict:
 
 
 def _print_device_report(report: dict) -> None:
-    from .gpucheck import training_tables
+    from .gpucheck_verdict import training_tables
     where = f"GPU {report['gpu']}" if report["gpu"] else "CPU"
     verdict = "all passed" if report["ok"] else f"{len(report['failed'])} FAILED"
     print(f"{where}, torch {report['torch']}: {report['checks']} checks, {verdict} in {report['seconds']:.0f} s")

@@ -30,17 +30,16 @@ from torch.nn.utils import parameters_to_vector
 
 from .. import validate
 
-from ..network.link import resolve_link
 from ..ranks import context
-from ..ranks.launcher import launch
-from ..ranks.world import World, resolve_world
+from ..ranks.world import World
 from ..replica.data import global_batches, loss_fn, make_dataset, rank_microbatches, sample_batch
 from ..replica.models import SPECS, build_model
-from ..replica.sizing import RunLoad, check_model, choose_model, run_facts
+from ..replica.sizing import RunLoad
 from ..replica.trace import save_trace
 from ..training.accounting import summarise_run, typical_step
-from ..training.reference import exact_tolerance, reference_device, train_single_process
-from ..training.train import TrainConfig, train_each_on_rank
+from ..training.reference import exact_tolerance, train_single_process
+from ..training.train import train_each_on_rank
+from ..training.prologue import set_up
 
 # Two float32 gradients computed in different summation orders agree to about 1e-7 relative per
 # addition; over a few hundred samples a relative 1e-5 of the largest entry leaves ample room while
@@ -146,31 +145,25 @@ def accumulation_sweep(world_size: int | World | None = None, accum_steps_list=(
     "batch_per_rank", "steps", "tolerance", "rows": [one per K], "timelines": {K: {rank: spans of one
     typical step}}, "trace": the file written or None, "no_sync": {...}, "loss_not_divided": {...}}`` - see the notebook for each field in use.
     """
-    check_model(model)
-    world = resolve_world(world_size, backend, device, peers, emulated_peers_ok=True)
     ks = sorted({int(k) for k in accum_steps_list})
     if not ks or ks[0] < 1:
         raise ValueError(f"accum_steps_list={accum_steps_list!r} is not allowed: give integers >= 1")
     if strategy not in ("naive", "bucketed", "overlap", "ddp"):
         raise ValueError(f"strategy={strategy!r} is not allowed: choose an exact one (naive, bucketed, overlap, ddp)")
     validate.optional(validate.integer, "batch_per_rank", batch_per_rank, low=1)
-    emulated = resolve_link(link)
-    real = world.emulated_size is None
-    reference_steps = sum(steps * world.size * k for k in ks) if real else 0
-    choice = choose_model(model, world, RunLoad(steps=sum(2 * steps * k for k in ks) + reference_steps,
-                                                models_at_once=2 * len(ks), cpu_model="mlp", batch_per_rank=16,
-                                                link=emulated))
-    batch_per_rank = batch_per_rank or choice.batch_per_rank
-    base = TrainConfig(strategy=strategy, model=choice.name, steps=steps, batch_per_rank=batch_per_rank,
-                       bucket_mb=bucket_mb, seed=seed, link=emulated)
+    setup = set_up(world_size, backend, device, peers, model=model, link=link, emulated_peers_ok=True,
+                   load=lambda world: RunLoad(steps=sum(2 * steps * k for k in ks) + (
+                       sum(steps * world.size * k for k in ks) if world.emulated_size is None else 0),
+                       models_at_once=2 * len(ks), cpu_model="mlp", batch_per_rank=16))
+    world, emulated, real, choice = setup.world, setup.link, setup.real, setup.choice
+    base = setup.config(strategy=strategy, steps=steps, batch_per_rank=batch_per_rank, bucket_mb=bucket_mb, seed=seed)
     configs = []
     for k in ks:
         configs += [replace(base, strategy="local", accum_steps=k).check(world),
                     replace(base, accum_steps=k).check(world)]
     bug_k = max(2, ks[-1])
     bug_model = choice.name if SPECS[choice.name].sized_for == "cpu" else "mlp"
-    per_rank = launch(_on_rank, world, args=(configs, bug_model if real else None, bug_k, BUG_BATCH, seed),
-                      timeout=timeout)
+    per_rank = setup.on_ranks(_on_rank, configs, bug_model if real else None, bug_k, BUG_BATCH, seed, timeout=timeout)
     timed = range(min(base.timing_warmup, steps - 1), steps)
     rows, timelines, traced = [], {}, {}
     for i, k in enumerate(ks):
@@ -178,7 +171,7 @@ def accumulation_sweep(world_size: int | World | None = None, accum_steps_list=(
         runs = [per_rank[r]["runs"][2 * i + 1] for r in range(world.size)]
         floor_summary = summarise_run(floor, timed)
         summary = summarise_run(runs, timed, floor_summary["step_time_s"], strategy)
-        reference = (train_single_process(configs[2 * i + 1], world.size, device=reference_device(world.placement))
+        reference = (train_single_process(configs[2 * i + 1], world.size, device=setup.reference_device)
                      if real else None)
         samples = configs[2 * i + 1].global_batch(world.timed_size)
         exposed = summary["exposed_comm_s"]
@@ -197,9 +190,9 @@ def accumulation_sweep(world_size: int | World | None = None, accum_steps_list=(
         shown = typical_step(runs[0]["step_times"], timed)
         timelines[k] = {r: [s for s in runs[r]["spans"] if s["step"] == shown] for r in range(world.size)}
         traced.update({f"local K={k}": floor, f"{strategy} K={k}": runs})
-    facts = {**run_facts(world, choice), "strategy": strategy, "link": None if emulated is None else emulated.as_dict(),
-             "batch_per_rank": batch_per_rank, "steps": steps, "tolerance": exact_tolerance(base), "rows": rows,
-             "timelines": timelines, "trace": save_trace(trace, traced, world.device_type, run_facts(world, choice))}
+    facts = {**setup.facts, "strategy": strategy, "link": None if emulated is None else emulated.as_dict(),
+             "batch_per_rank": base.batch_per_rank, "steps": steps, "tolerance": exact_tolerance(base), "rows": rows,
+             "timelines": timelines, "trace": save_trace(trace, traced, world.device_type, setup.facts)}
     if not real:
         return {**facts, "no_sync": None, "loss_not_divided": None}
     bugs = per_rank[0]["bugs"]

@@ -33,14 +33,14 @@ from ..sync import strategy_class
 
 from ..network import costmodel
 from ..network.link import resolve_link
-from ..ranks.launcher import launch
-from ..ranks.world import World, resolve_world
+from ..ranks.world import World
 from ..replica.buckets import assign_buckets
 from ..replica.models import build_model, check_model_name
-from ..replica.sizing import RunLoad, check_model, choose_model, run_facts
+from ..replica.sizing import RunLoad
 from ..training.accounting import link_report, step_costs
 from ..training.train import TrainConfig, train_interleaved_on_rank
 from .bench import link_on_rank
+from ..training.prologue import set_up
 
 DEFAULT_SIZES_MB = (0.01, 0.25, 1.0, 4.0, 32.0)
 
@@ -137,26 +137,23 @@ def bucket_size_sweep(world_size: int | World | None = 2, model: str = "auto", b
                    "step_spread", "exposed_spread" (the timed steps' median and interval, ``Spread.as_dict()``;
                    no exposed_spread for ``local``)}, ...]}
     """
-    check_model(model)
     sizes = sorted({float(s) for s in bucket_sizes_mb})
     if not sizes or any(not s > 0 for s in sizes):
         raise ValueError(f"bucket_sizes_mb={list(bucket_sizes_mb)!r} is not allowed: give bucket sizes in MB > 0")
     validate.integer("steps", steps, low=3)
     validate.optional(validate.integer, "batch_per_rank", batch_per_rank, low=1)
     strategies = tuple(validate.choices("strategies", strategies, SWEPT))
-    emulated = resolve_link(link)
-    world = resolve_world(world_size, backend, device, peers, emulated_peers_ok=True)
-    validate.ranks(world, 2, "an all-reduce needs two ranks or more")
     runs = 2 + len(strategies) * len(sizes)
-    choice = choose_model(model, world, RunLoad(steps=runs * steps, models_at_once=runs, cpu_model="transformer",
-                                                batch_per_rank=64, link=emulated))
-    base = TrainConfig(model=choice.name, steps=steps, batch_per_rank=batch_per_rank or choice.batch_per_rank,
-                       timing_warmup=2, link=emulated)
+    setup = set_up(world_size, backend, device, peers, model=model, link=link, at_least=2,
+                   why="an all-reduce needs two ranks or more", emulated_peers_ok=True,
+                   load=RunLoad(steps=runs * steps, models_at_once=runs, cpu_model="transformer", batch_per_rank=64))
+    world, emulated, choice = setup.world, setup.link, setup.choice
+    base = setup.config(steps=steps, batch_per_rank=batch_per_rank, timing_warmup=2)
     configs = [replace(base, strategy="local"), replace(base, strategy="naive")]
     configs += [replace(base, strategy=name, bucket_mb=s) for name in strategies for s in sizes]
     for config in configs:
         config.check(world)
-    ranks = launch(_sweep_on_rank, world, args=(configs,), timeout=600)
+    ranks = setup.on_ranks(_sweep_on_rank, configs, timeout=600)
     link = emulated.as_dict() if emulated is not None else ranks[0]["link"]
     on_link = resolve_link(link, "link")
     per_message = costmodel.predict("ring", 0, world.timed_size, on_link)
@@ -195,7 +192,7 @@ def bucket_size_sweep(world_size: int | World | None = 2, model: str = "auto", b
             "replicas_identical": all(r["runs"][i]["replica_spread"] == 0.0 for r in ranks),
             "time_set_by": (link_report([r["runs"][i] for r in ranks]) or {}).get("time_set_by"),
         })
-    return {**run_facts(world, choice), "link": None if emulated is None else emulated.as_dict(),
+    return {**setup.facts, "link": None if emulated is None else emulated.as_dict(),
             "strategies": strategies, "num_tensors": len(tensors), "grad_bytes": grad_bytes, "alpha_s": link["alpha_s"],
             "beta_s_per_byte": link["beta_s_per_byte"], "latency_per_allreduce_s": per_message,
             "local_step_s": local, "rows": rows, "steps": steps, "batch_per_rank": base.batch_per_rank}

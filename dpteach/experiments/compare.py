@@ -18,16 +18,16 @@ import statistics
 from dataclasses import replace
 
 from .. import validate
-from ..network.link import resolve_link
 from ..ranks.launcher import launch
 from ..ranks.world import World, resolve_world
-from ..replica.sizing import RunLoad, check_model, choose_model, run_facts
+from ..replica.sizing import RunLoad
 from ..replica.trace import save_trace
 from ..sync import STRATEGIES, all_knobs, strategy_class
 from ..training.accounting import comm_time, link_report, step_costs
 from ..training.reference import exact_tolerance, reference_device, train_single_process
 from ..training.target import TARGET_RULE, WINDOW, default_target, steps_to_target, time_to_target
 from ..training.train import ALL_REDUCE_CHOICES, TrainConfig, train_each_on_rank, train_on_rank
+from ..training.prologue import set_up
 
 DEFAULT_STRATEGIES = ("local", "naive", "bucketed", "overlap", "ddp", "int8", "int8_ef", "fp16", "async")
 
@@ -136,55 +136,58 @@ def compare_strategies(world_size: int | World | None = None, model: str = "auto
     (``{"powersgd_start": 3, "outer_lr": 1.0}``: ``sync/knobs.py``). Every row says how many steps, and how many seconds of its measured steps, it
     took to reach ``target_loss`` (default: read from the single-process reference, ``training/target.py``).
     """
-    check_model(model)
     validate.integer("steps", steps, low=1)
     validate.integer("accum_steps", accum_steps, low=1)
-    link = resolve_link(link)
-    world = resolve_world(world_size, backend, device, peers, emulated_peers_ok=True)
-    real = world.emulated_size is None
-    # A strategy that needs more ranks than this world has (the parameter server needs a worker
-    # besides itself) is left out rather than refused, so that `compare -w 1` still compares.
     if isinstance(strategies, str) or not strategies:
         raise validate.refusal("strategies", strategies, f"give a non-empty list of names from {', '.join(STRATEGIES)}")
     variants = {spec: parse_variant(spec) for spec in strategies}
     knobs = check_knob_names(knobs)
     validate.optional(validate.number, "target_loss", target_loss, above=0)
     cls_of = {spec: strategy_class(name) for spec, (name, _) in variants.items()}
-    left_out = {s: ("needs a worker besides its server" if cls_of[s].workers(world.size) < 1 else
-                    "one rank cannot stand for its world (real ranks only)") for s in variants
-                if cls_of[s].workers(world.size) < 1 or not (real or cls_of[s].emulates_peers)}
-    strategies = [s for s in variants if s not in left_out]
     batch = options.pop("batch_per_rank", None)
     validate.optional(validate.integer, "batch_per_rank", batch, low=1)
-    load = RunLoad(steps=steps * accum_steps * (len(strategies) + (world.size if real else 0)),
-                   models_at_once=len(strategies) if interleave else 1, optimizer=optimizer, cpu_model="mlp",
-                   link=link)
-    choice = choose_model(model, world, load)
-    base = TrainConfig(model=choice.name, steps=steps, accum_steps=accum_steps, bucket_mb=bucket_mb,
-                       optimizer=optimizer, batch_per_rank=batch or choice.batch_per_rank, **options)
     validate.choice("all_reduce", all_reduce, ALL_REDUCE_CHOICES)
-    configs = [strategy_config(base, s, knobs, link=link if cls_of[s].emulates_link else None,
+
+    def left_out(world) -> dict:
+        # A strategy that needs more ranks than this world has (the parameter server needs a worker
+        # besides itself) is left out rather than refused, so that `compare -w 1` still compares.
+        real = world.emulated_size is None
+        return {s: ("needs a worker besides its server" if cls_of[s].workers(world.size) < 1 else
+                    "one rank cannot stand for its world (real ranks only)") for s in variants
+                if cls_of[s].workers(world.size) < 1 or not (real or cls_of[s].emulates_peers)}
+
+    def load(world) -> RunLoad:
+        runs = len(variants) - len(left_out(world))
+        return RunLoad(steps=steps * accum_steps * (runs + (world.size if world.emulated_size is None else 0)),
+                       models_at_once=runs if interleave else 1, optimizer=optimizer, cpu_model="mlp")
+
+    setup = set_up(world_size, backend, device, peers, model=model, link=link, load=load, emulated_peers_ok=True)
+    world, real, skipped = setup.world, setup.real, left_out(setup.world)
+    strategies = [s for s in variants if s not in skipped]
+    base = setup.config(steps=steps, accum_steps=accum_steps, bucket_mb=bucket_mb, optimizer=optimizer,
+                        batch_per_rank=batch, **options)
+    configs = [strategy_config(base, s, knobs, link=setup.link if cls_of[s].emulates_link else None,
                                all_reduce=all_reduce if all_reduce in cls_of[s].takes_all_reduce else "builtin")
                .check(world)
                for s in strategies]
-    per_rank = launch(train_each_on_rank, world, args=(configs, interleave), timeout=timeout)
+    per_rank = setup.on_ranks(train_each_on_rank, configs, interleave, timeout=timeout)
     runs = {s: [per_rank[r][i] for r in range(world.size)] for i, s in enumerate(strategies)}
-    on = reference_device(world.placement)  # the ranks' kind of device: see reference.exact_tolerance
     workers = {s: cls_of[s].workers(world.size) for s in strategies}  # who shares each global batch
-    references = ({w: train_single_process(base, w, device=on) for w in sorted({world.size, *workers.values()})}
-                  if real else {})
+    on = setup.reference_device
+    references = {w: train_single_process(base, w, device=on) for w in sorted({world.size, *workers.values()})} if real else {}
     local_step = statistics.mean(r["median_step_s"] for r in runs["local"]) if "local" in runs else None
     target_from = references[world.size]["losses"] if real else next(
         (runs[s][0]["losses"] for s in strategies if cls_of[s].exact and cls_of[s].communicates), None)
     target = target_loss if target_loss is not None else (None if target_from is None else default_target(target_from))
     rows = [{**_row(s, runs[s], references.get(workers[s]), local_step, target), "all_reduce": c.all_reduce,
              "knobs": c.knob_values()} for s, c in zip(strategies, configs)]
-    written = save_trace(trace, runs, world.device_type, about={**run_facts(world, choice), "steps": steps,
+    link = setup.link
+    written = save_trace(trace, runs, world.device_type, about={**setup.facts, "steps": steps,
                                                                 "link": None if link is None else link.as_dict()})
-    return {**run_facts(world, choice), "steps": steps, "accum_steps": accum_steps, "bucket_mb": base.bucket_mb,
+    return {**setup.facts, "steps": steps, "accum_steps": accum_steps, "bucket_mb": base.bucket_mb,
             "batch_per_rank": base.batch_per_rank, "optimizer": optimizer,
             "link": None if link is None else link.as_dict(), "all_reduce": all_reduce,
-            "tolerance": exact_tolerance(base), "rows": rows, "runs": runs, "left_out": left_out,
+            "tolerance": exact_tolerance(base), "rows": rows, "runs": runs, "left_out": skipped,
             "reference_losses": references[world.size]["losses"] if real else None, "trace": written,
             "target_loss": target, "target_rule": ("given" if target_loss is not None else TARGET_RULE if real else
                                                    TARGET_RULE.replace("reference", "first exact strategy")),
@@ -194,9 +197,10 @@ def compare_strategies(world_size: int | World | None = None, model: str = "auto
 def run_strategy(world_size: int | World | None, config: TrainConfig, backend: str = "auto", device: str = "auto",
                  timeout: float = 300.0, peers: str | None = None) -> dict:
     """Train one strategy; return its per-rank results and the single-process reference (None with
-    emulated peers: one real rank shows no exactness)."""
+    emulated peers: one real rank shows no exactness). With emulated peers the config is timed for their
+    world (``timed_world_size`` is filled in)."""
     world = resolve_world(world_size, backend, device, peers, emulated_peers_ok=True)
-    config.check(world)
+    config = replace(config, timed_world_size=world.emulated_size).check(world)
     ranks = launch(train_on_rank, world, args=(config,), timeout=timeout)
     if world.emulated_size is not None:
         return {"ranks": ranks, "reference": None}

@@ -39,12 +39,13 @@ from ..ranks.rank_output import progress_bar
 from ..ranks.world import World, resolve_world
 from ..replica.buckets import build_buckets
 from ..replica.models import SPECS, build_model
-from ..replica.sizing import RunLoad, check_model, choose_model, run_facts
+from ..replica.sizing import RunLoad
 from ..replica.timeline import Timeline
 from ..sync import make_strategy, strategy_class
 from ..training.accounting import link_report, step_costs
 from ..training.reference import exact_tolerance, reference_device, train_single_process
 from ..training.train import TrainConfig, train_interleaved_on_rank, train_on_rank
+from ..training.prologue import set_up
 
 COMPRESSED = ("bucketed", "fp16", "bf16", "int8", "int8_ef")
 CHUNK = 1024  # elements per int8 scale, as in dpteach/sync/compressed.py
@@ -116,17 +117,15 @@ def compression_tradeoff(world_size: int | World | None = None, model: str = "au
     "drift_per_step", "max_abs_diff_vs_single", "losses", "step_time_s", "replicas_identical"}],
     "reference_losses", "half_range" (:func:`half_precision_range` at this W and at W = 64)}``.
     """
-    check_model(model)
-    world = resolve_world(world_size, backend, device)
     strategies = validate.choices("strategies", strategies, COMPRESSED)
     validate.optional(validate.integer, "batch_per_rank", batch_per_rank, low=1)
-    emulated = resolve_link(link)
-    choice = choose_model(model, world, RunLoad(steps=steps * (len(strategies) + world.size), cpu_model="mlp",
-                                                batch_per_rank=32, link=emulated))
-    base = TrainConfig(model=choice.name, steps=steps, bucket_mb=bucket_mb, seed=seed,
-                       batch_per_rank=batch_per_rank or choice.batch_per_rank)
+    setup = set_up(world_size, backend, device, model=model, link=link,
+                   load=lambda world: RunLoad(steps=steps * (len(strategies) + world.size), cpu_model="mlp",
+                                              batch_per_rank=32))
+    world, emulated, choice = setup.world, setup.link, setup.choice
+    base = setup.config(steps=steps, bucket_mb=bucket_mb, seed=seed, batch_per_rank=batch_per_rank, link=None)
     configs = [replace(base, strategy=s, link=emulated).check(world.size) for s in strategies]
-    per_rank = launch(_on_rank, world, args=(configs, base), timeout=timeout)
+    per_rank = setup.on_ranks(_on_rank, configs, base, timeout=timeout)
     sizes = bucket_sizes(choice.name, base.bucket_mb)
     fp32 = wire_bytes_formula("bucketed", world.size, sizes)
     rows = []
@@ -143,7 +142,7 @@ def compression_tradeoff(world_size: int | World | None = None, model: str = "au
             "replicas_identical": all(r["replica_spread"] == 0.0 for r in ranks),
             "time_set_by": (link_report(ranks) or {}).get("time_set_by"),
         })
-    return {**run_facts(world, choice), "steps": steps, "bucket_mb": base.bucket_mb, "tolerance": exact_tolerance(base),
+    return {**setup.facts, "steps": steps, "bucket_mb": base.bucket_mb, "tolerance": exact_tolerance(base),
             "link": None if emulated is None else emulated.as_dict(),
             "bucket_sizes": sizes, "rows": rows, "reference_losses": per_rank[0]["reference_losses"],
             "half_range": half_precision_range(choice.name, (world.size, 64), seed=seed,
@@ -183,23 +182,28 @@ def compression_on_links(world_size: int | World | None = None, model: str = "au
     "local_spread"}``; ``local`` (no communication) is the compute floor. Every run takes its steps interleaved
     with the others', and ``spread`` holds its timed steps as the rounds of a measurement.
     """
-    check_model(model)
-    world = resolve_world(world_size, backend, device, peers, emulated_peers_ok=True)
     strategies = validate.choices("strategies", strategies, COMPRESSED)
     validate.optional(validate.integer, "batch_per_rank", batch_per_rank, low=1)
-    if links is None:
-        links = GPU_LINKS if world.device_type == "cuda" else CPU_LINKS
-    emulated = [resolve_link(link) for link in links]
-    if not emulated or any(link is None for link in emulated):
-        raise ValueError(f"links={list(links)!r} is not allowed: give one or more emulated links (preset names "
-                         f"or {{'alpha_s', 'beta_s_per_byte'}})")
-    runs = 1 + len(emulated) * len(strategies)
-    choice = choose_model(model, world, RunLoad(steps=runs * steps, models_at_once=runs, cpu_model="mlp",
-                                                batch_per_rank=32, link=emulated[0]))
-    base = TrainConfig(model=choice.name, steps=steps, batch_per_rank=batch_per_rank or choice.batch_per_rank, seed=seed)
+
+    def links_of(world) -> list:
+        emulated = [resolve_link(link) for link in (links if links is not None else
+                                                    GPU_LINKS if world.device_type == "cuda" else CPU_LINKS)]
+        if not emulated or any(link is None for link in emulated):
+            raise ValueError(f"links={list(links)!r} is not allowed: give one or more emulated links (preset names "
+                             f"or {{'alpha_s', 'beta_s_per_byte'}})")
+        return emulated
+
+    def load(world) -> RunLoad:
+        runs = 1 + len(links_of(world)) * len(strategies)
+        return RunLoad(steps=runs * steps, models_at_once=runs, cpu_model="mlp", batch_per_rank=32,
+                       link=links_of(world)[0])
+
+    setup = set_up(world_size, backend, device, peers, model=model, load=load, emulated_peers_ok=True)
+    world, emulated = setup.world, links_of(setup.world)
+    base = setup.config(steps=steps, batch_per_rank=batch_per_rank, seed=seed)
     configs = [replace(base, strategy="local").check(world)]
     configs += [replace(base, strategy=s, link=link).check(world) for link in emulated for s in strategies]
-    per_rank = launch(_timed_on_rank, world, args=(configs,), timeout=timeout)
+    per_rank = setup.on_ranks(_timed_on_rank, configs, timeout=timeout)
     local = statistics.mean(per_rank[r][0]["median_step_s"] for r in range(world.size))
     timed = range(min(base.timing_warmup, steps - 1), steps)
     rows = []
@@ -209,7 +213,7 @@ def compression_on_links(world_size: int | World | None = None, model: str = "au
                      "spread": {"step_s": _rounds([per_rank[r][i] for r in range(world.size)], timed)},
                      "local_step_s": local, "bytes_per_step": statistics.mean(r["wire_bytes_per_step"] for r in ranks),
                      "losses": ranks[0]["losses"], "time_set_by": (link_report(ranks) or {}).get("time_set_by")})
-    return {**run_facts(world, choice), "links": [link.as_dict() for link in emulated], "steps": steps,
+    return {**setup.facts, "links": [link.as_dict() for link in emulated], "steps": steps,
             "batch_per_rank": base.batch_per_rank, "local_step_s": local,
             "local_spread": _rounds([per_rank[r][0] for r in range(world.size)], timed), "rows": rows}
 

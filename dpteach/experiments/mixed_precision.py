@@ -23,22 +23,21 @@ from .. import validate
 from ..measure import spread
 from ..ranks.backend import plain_fp32
 from ..ranks.launcher import launch
-from ..ranks.world import World, resolve_world
+from ..ranks.world import World
 from ..replica.build import OPTIMIZERS
 from ..replica.data import loss_fn, make_dataset, sample_batch
 from ..replica.models import build_model
 from ..replica.precision import PRECISIONS, saved_for_backward
-from ..replica.sizing import ModelChoice, RunLoad, check_model, choose_model, run_facts
+from ..replica.sizing import RunLoad, check_model
 from ..training.reference import exact_tolerance, reference_device, train_single_process
-from ..training.train import TrainConfig, train_each_on_rank
+from ..training.train import train_each_on_rank
+from ..training.prologue import set_up
 
 
-def _choose(model: str, world: World, runs: int, steps: int, optimizer: str, reference: bool) -> ModelChoice:
-    """The model for ``runs`` runs side by side (plus the single-process reference, if one is trained)."""
-    check_model(model)
-    load = RunLoad(steps=runs * steps + (steps * world.size if reference else 0), models_at_once=runs,
-                   optimizer=optimizer, cpu_model="mlp", batch_per_rank=32)
-    return choose_model(model, world, load)
+def _load(runs: int, steps: int, optimizer: str, reference: bool):
+    """What ``runs`` runs side by side ask of a world (plus the single-process reference, if one is trained)."""
+    return lambda world: RunLoad(steps=runs * steps + (steps * world.size if reference else 0), models_at_once=runs,
+                                 optimizer=optimizer, cpu_model="mlp", batch_per_rank=32)
 
 
 def _side_by_side(world: World, configs: dict, timeout: float) -> dict:
@@ -96,14 +95,14 @@ def precision_drift(world_size: int | World | None = None, model: str = "auto", 
     """
     _checked(model, optimizer, steps)
     validate.optional(validate.integer, "batch_per_rank", batch_per_rank, low=1)
-    world = resolve_world(world_size, backend, device)
-    choice = _choose(model, world, len(PRECISIONS), steps, optimizer, reference=True)
-    batch_per_rank = batch_per_rank or choice.batch_per_rank
-    base = TrainConfig(strategy="ddp", model=choice.name, steps=steps, optimizer=optimizer,
-                       batch_per_rank=batch_per_rank, timing_warmup=min(2, steps - 1))
+    setup = set_up(world_size, backend, device, model=model, load=_load(len(PRECISIONS), steps, optimizer, True))
+    world, choice = setup.world, setup.choice
+    base = setup.config(strategy="ddp", steps=steps, optimizer=optimizer, batch_per_rank=batch_per_rank,
+                        timing_warmup=min(2, steps - 1))
+    batch_per_rank = base.batch_per_rank
     runs = _side_by_side(world, {p: replace(base, precision=p) for p in PRECISIONS}, timeout)
     on = reference_device(world.placement)
-    reference = train_single_process(base, world.size, device=on)
+    reference = train_single_process(base, world.size, device=setup.reference_device)
     start, fp32 = _start(choice.name, base.seed, on), runs["fp32"]["params"]
     criterion, dataset = loss_fn(choice.name), make_dataset(choice.name, batch_per_rank, seed=base.seed)
     x, y = (t.to(on) for t in sample_batch(dataset, range(batch_per_rank)))  # one rank's micro-batch
@@ -123,7 +122,7 @@ def precision_drift(world_size: int | World | None = None, model: str = "auto", 
                      "replicas_identical": run["replicas_identical"]})
     if on.startswith("cuda"):  # the models measured here are gone: give their memory back to the GPU
         torch.cuda.empty_cache()
-    return {**run_facts(world, choice), "optimizer": optimizer, "steps": steps, "batch_per_rank": batch_per_rank,
+    return {**setup.facts, "optimizer": optimizer, "steps": steps, "batch_per_rank": batch_per_rank,
             "tolerance": exact_tolerance(base), "fp32_vs_single": (fp32 - reference["params"]).abs().max().item(),
             "rows": rows}
 
@@ -143,17 +142,16 @@ def loss_scaling(world_size: int | World | None = None, model: str = "auto", ste
     validate.number("init_scale", init_scale, above=0)
     validate.integer("growth_interval", growth_interval, low=1)
     validate.number("clip_norm", clip_norm, above=0)
-    world = resolve_world(world_size, backend, device)
-    choice = _choose(model, world, 3, steps, "sgd", reference=False)
-    base = TrainConfig(strategy="ddp", model=choice.name, steps=steps, optimizer="sgd", precision="fp16",
-                       batch_per_rank=choice.batch_per_rank, init_scale=init_scale, growth_interval=growth_interval,
-                       clip_norm=clip_norm, timing_warmup=0)
+    setup = set_up(world_size, backend, device, model=model, load=_load(3, steps, "sgd", False))
+    world, choice = setup.world, setup.choice
+    base = setup.config(strategy="ddp", steps=steps, optimizer="sgd", precision="fp16", init_scale=init_scale,
+                        growth_interval=growth_interval, clip_norm=clip_norm, timing_warmup=0)
     configs = {"fp16, unscaled then clipped": base,
                "fp16, clipped while scaled": replace(base, unscale_before_clip=False),
                "fp32, clipped": replace(base, precision="fp32")}
     runs = _side_by_side(world, configs, timeout)
     start = _start(choice.name, base.seed, reference_device(world.placement))
-    return {**run_facts(world, choice), "steps": steps, "init_scale": init_scale, "growth_interval": growth_interval, "clip_norm": clip_norm,
+    return {**setup.facts, "steps": steps, "init_scale": init_scale, "growth_interval": growth_interval, "clip_norm": clip_norm,
             "runs": {name: {"losses": run["losses"], "scales": run["precision"]["scales"],
                             "skipped": run["precision"]["skipped"], "grad_norms": run["precision"]["grad_norms"],
                             "moved": (run["params"] - start).norm().item(),
@@ -171,11 +169,10 @@ def comm_precision(world_size: int | World | None = None, model: str = "auto", s
     "losses", "final_loss", "replicas_identical"}]}``.
     """
     _checked(model, optimizer, steps)
-    world = resolve_world(world_size, backend, device)
-    validate.ranks(world, 2, "gradients only travel between ranks")
-    choice = _choose(model, world, len(PRECISIONS), steps, optimizer, reference=False)
-    base = TrainConfig(strategy="ddp", model=choice.name, steps=steps, optimizer=optimizer,
-                       batch_per_rank=choice.batch_per_rank, timing_warmup=0)
+    setup = set_up(world_size, backend, device, model=model, at_least=2, why="gradients only travel between ranks",
+                   load=_load(len(PRECISIONS), steps, optimizer, False))
+    world, choice = setup.world, setup.choice
+    base = setup.config(strategy="ddp", steps=steps, optimizer=optimizer, timing_warmup=0)
     runs = _side_by_side(world, {d: replace(base, grad_comm=d) for d in PRECISIONS}, timeout)
     start, fp32 = _start(choice.name, base.seed, reference_device(world.placement)), runs["fp32"]
     rows = [{"grad_comm": name, "bytes_per_step": run["bytes_per_step"],
@@ -183,4 +180,4 @@ def comm_precision(world_size: int | World | None = None, model: str = "auto", s
              **_drift(run["params"], fp32["params"], start), "losses": run["losses"],
              "final_loss": run["losses"][-1], "replicas_identical": run["replicas_identical"]}
             for name, run in runs.items()]
-    return {**run_facts(world, choice), "optimizer": optimizer, "steps": steps, "rows": rows}
+    return {**setup.facts, "optimizer": optimizer, "steps": steps, "rows": rows}

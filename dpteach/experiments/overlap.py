@@ -36,15 +36,14 @@ import statistics
 from dataclasses import replace
 
 from .. import validate
-from ..network.link import resolve_link
-from ..ranks.launcher import launch
-from ..ranks.world import World, resolve_world
-from ..replica.sizing import RunLoad, check_model, choose_model, run_facts
+from ..ranks.world import World
+from ..replica.sizing import RunLoad
 from ..replica.trace import save_trace
 from ..sync import EXACT
 from ..training.accounting import summarise_run, typical_step
-from ..training.reference import exact_tolerance, reference_device, train_single_process
-from ..training.train import TrainConfig, train_each_on_rank
+from ..training.reference import exact_tolerance, train_single_process
+from ..training.train import train_each_on_rank
+from ..training.prologue import set_up
 
 TIMELINE_STRATEGIES = ("naive", "bucketed", "overlap", "ddp")
 
@@ -76,20 +75,16 @@ def overlap_timeline(world_size: int | World | None = None, model: str = "auto",
     "candidates": [row per answer], "reference_losses", "trace": the file written or None}``. Times are seconds; ``exposed_comm_s`` is the
     communication the ranks waited for, ``overhead_s`` the rest of the step above its compute floor.
     """
-    check_model(model)
-    world = resolve_world(world_size, backend, device, peers, emulated_peers_ok=True)
-    validate.ranks(world, 2, "overlap needs two ranks or more to talk")
     validate.optional(validate.integer, "batch_per_rank", batch_per_rank, low=2)
-    emulated = resolve_link(link)
     runs_in_world = 10
-    choice = choose_model(model, world, RunLoad(steps=runs_in_world * steps + (0 if world.emulated_size else
-                                                                                 steps * world.size),
-                                                models_at_once=runs_in_world, cpu_model="transformer",
-                                                link=emulated))
-    batch_per_rank = batch_per_rank or choice.batch_per_rank
-    base = TrainConfig(model=choice.name, steps=steps, bucket_mb=bucket_mb, batch_per_rank=batch_per_rank, seed=seed,
-                       link=emulated)
-    half = max(1, batch_per_rank // 2)
+    setup = set_up(world_size, backend, device, peers, model=model, link=link, at_least=2,
+                   why="overlap needs two ranks or more to talk", emulated_peers_ok=True,
+                   load=lambda world: RunLoad(steps=runs_in_world * steps + (0 if world.emulated_size else
+                                                                              steps * world.size),
+                                              models_at_once=runs_in_world, cpu_model="transformer"))
+    world, emulated = setup.world, setup.link
+    base = setup.config(steps=steps, bucket_mb=bucket_mb, batch_per_rank=batch_per_rank, seed=seed)
+    half = max(1, base.batch_per_rank // 2)
     runs = {name: replace(base, strategy=name) for name in ("local", *TIMELINE_STRATEGIES, "int8")}
     runs.update({
         "local_accumulate": replace(base, strategy="local", accum_steps=2),
@@ -101,10 +96,10 @@ def overlap_timeline(world_size: int | World | None = None, model: str = "auto",
     configs = [runs[n].check(world) for n in names]
     # interleave=True: step s of every run, then step s+1, so that a burst of background load on a
     # shared machine hits all runs alike and their differences stay meaningful.
-    per_rank = launch(train_each_on_rank, world, args=(configs, True), timeout=timeout)
+    per_rank = setup.on_ranks(train_each_on_rank, configs, True, timeout=timeout)
     results = {n: [per_rank[r][i] for r in range(world.size)] for i, n in enumerate(names)}
     exact_shown = world.emulated_size is None  # one real rank shows no exactness: nothing was averaged
-    reference = train_single_process(base, world.size, device=reference_device(world.placement)) if exact_shown else None
+    reference = train_single_process(base, world.size, device=setup.reference_device) if exact_shown else None
     timed = range(min(base.timing_warmup, steps - 1), steps)
 
     floors = {name: statistics.mean(r["median_step_s"] for r in results[floor])
@@ -137,9 +132,9 @@ def overlap_timeline(world_size: int | World | None = None, model: str = "auto",
     shown = {name: typical_step(results[name][0]["step_times"], timed) for name in ("local", *TIMELINE_STRATEGIES)}
     timelines = {name: {r: [s for s in results[name][r]["spans"] if s["step"] == shown[name]]
                         for r in range(world.size)} for name in shown}
-    return {**run_facts(world, choice), "bucket_mb": base.bucket_mb,
-            "link": None if emulated is None else emulated.as_dict(), "steps": steps, "batch_per_rank": batch_per_rank,
+    return {**setup.facts, "bucket_mb": base.bucket_mb,
+            "link": None if emulated is None else emulated.as_dict(), "steps": steps, "batch_per_rank": base.batch_per_rank,
             "tolerance": tolerance, "timed_steps": list(timed), "shown_steps": shown,
             "strategies": strategies, "timelines": timelines, "candidates": candidates,
             "reference_losses": reference["losses"] if exact_shown else None,
-            "trace": save_trace(trace, results, world.device_type, about=run_facts(world, choice))}
+            "trace": save_trace(trace, results, world.device_type, about=setup.facts)}

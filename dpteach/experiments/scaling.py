@@ -50,7 +50,7 @@ def _scaling_on_rank(configs: list[TrainConfig], repeats: int, threads: int | No
     rank = context.rank()
     if rank == 0:
         context.report_progress(0, total=1 + repeats, desc=f"W={context.world_size()}")
-    link = link_on_rank() if context.timed_world_size() == context.world_size() else None  # emulated: the link's
+    link = link_on_rank() if configs[0].timed_world_size is None else None  # emulated: the link's
     if rank == 0:
         context.report_progress(1)
     runs = [[] for _ in configs]
@@ -176,8 +176,8 @@ def scaling_sweep(world_sizes=(1, 2, 3, 4), model: str = "auto", steps: int = 10
             b = batch_of(kind, w)
             if b not in index:
                 index[b] = len(configs)
-                configs += [replace(base, strategy=name, batch_per_rank=b).check(world_of(w))
-                            for name in ("local", strategy)]
+                configs += [replace(base, strategy=name, batch_per_rank=b, timed_world_size=world_of(w).emulated_size)
+                            .check(world_of(w)) for name in ("local", strategy)]
             index[kind] = index[b]
         return configs, index
     for w in sizes:

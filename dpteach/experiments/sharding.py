@@ -21,14 +21,13 @@ from .. import validate
 from ..network import costmodel
 from ..network.link import resolve_link
 from ..ranks.backend import plain_fp32
-from ..ranks.launcher import launch
 from ..ranks.world import World, resolve_world
 from ..replica.activations import saved_activation_bytes
 from ..replica.build import OPTIMIZERS
 from ..replica.data import loss_fn, make_dataset, sample_batch
 from ..replica.model_states import model_state_bytes
 from ..replica.models import build_model
-from ..replica.sizing import RunLoad, check_model, choose_model, run_facts
+from ..replica.sizing import RunLoad, check_model
 from ..replica.timeline import exposed_time, start_together
 from ..replica.trace import save_trace
 from ..sync import strategy_class
@@ -36,6 +35,7 @@ from ..sync.fsdp_trace import fsdp_spans, profile_step
 from ..training.reference import reference_device
 from ..training.train import SyncTrainer, TrainConfig
 from .compare import compare_strategies, run_strategy
+from ..training.prologue import set_up
 
 COMPARED = ("ddp", "zero1", "zero2", "zero3", "fsdp")  # the replicated reference, then each stage
 TIMELINE_STRATEGIES = ("zero3", "fsdp")  # the two that gather parameters, and so can prefetch
@@ -121,28 +121,26 @@ def sharding_timeline(world_size: int | World | None = None, model: str = "auto"
     the time it waited for communication. ``trace``: a file to write every rank's whole timeline to, for
     Perfetto (``dpteach/replica/trace.py``); its path is the result's ``"trace"``.
     """
-    check_model(model)
     validate.integer("steps", steps, low=2, why=" (prefetching starts once the first step has shown the order)")
     validate.choice("strategy", strategy, TIMELINE_STRATEGIES)
-    world = resolve_world(world_size, backend, device, peers, emulated_peers_ok=True)
-    validate.ranks(world, 2, "sharding needs ranks to share the work")
-    emulated = resolve_link(link)
-    choice = choose_model(model, world, RunLoad(steps=steps * (1 + (0 if world.emulated_size else world.size)),
-                                                cpu_model="mlp", link=emulated))
-    config = TrainConfig(strategy=strategy, model=choice.name, steps=steps, timing_warmup=0,
-                         batch_per_rank=choice.batch_per_rank, link=emulated)
+    setup = set_up(world_size, backend, device, peers, model=model, link=link, at_least=2,
+                   why="sharding needs ranks to share the work", emulated_peers_ok=True,
+                   load=lambda world: RunLoad(steps=steps * (1 + (0 if world.emulated_size else world.size)),
+                                              cpu_model="mlp"))
+    world, emulated = setup.world, setup.link
+    config = setup.config(strategy=strategy, steps=steps, timing_warmup=0)
     if strategy == "fsdp":  # run_strategy checks the config itself
-        ranks = launch(trace_fsdp_on_rank, world, args=(config.check(world),), timeout=timeout)
+        ranks = setup.on_ranks(trace_fsdp_on_rank, config.check(world), timeout=timeout)
     else:
         ranks = run_strategy(world, config, timeout=timeout)["ranks"]
     last = steps - 1
     spans = {r: [s for s in run["spans"] if s["step"] == last] for r, run in enumerate(ranks)}
     exposed = [exposed_time(mine) for mine in spans.values()]
-    return {**run_facts(world, choice), "strategy": strategy, "step": last, "spans": spans,
+    return {**setup.facts, "strategy": strategy, "step": last, "spans": spans,
             "link": None if emulated is None else emulated.as_dict(),
             "exposed_comm_s": None if strategy == "fsdp" else sum(exposed) / len(exposed),
             "gathers": {r: run["notes"] for r, run in enumerate(ranks)},
-            "trace": save_trace(trace, {strategy: ranks}, world.device_type, run_facts(world, choice))}
+            "trace": save_trace(trace, {strategy: ranks}, world.device_type, setup.facts)}
 
 
 def trace_fsdp_on_rank(config: TrainConfig) -> dict:

@@ -34,14 +34,6 @@ def world_size() -> int:
     return dist.get_world_size() if dist.is_initialized() else 1
 
 
-def timed_world_size() -> int:
-    """The world size this rank's communication is timed and counted for: the real one, or, when the
-    launcher started one real rank to stand for a larger world whose peers are emulated
-    (``dpteach.ranks.world``, ``peers="emulated"``), that larger world's size."""
-    emulated = os.environ.get("DPTEACH_TIMED_WORLD_SIZE")
-    return int(emulated) if emulated else world_size()
-
-
 def synchronize() -> None:
     """Wait for queued GPU work, so that a host clock read afterwards includes it."""
     if device().type == "cuda":

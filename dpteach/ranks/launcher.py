@@ -44,7 +44,7 @@ from .processes import RankError, RankProcesses
 from .torchrun import run_in_torchrun_world, under_torchrun
 from .world import World, resolve_world
 
-__all__ = ["DEFAULT_TIMEOUT", "RankError", "launch"]
+__all__ = ["DEFAULT_TIMEOUT", "RankError", "launch", "launch_in"]
 
 DEFAULT_TIMEOUT = 300.0
 
@@ -63,6 +63,15 @@ def launch(fn, world_size: int | World | None, args=(), kwargs=None, backend: st
              read at start-up, such as ``TORCH_DISTRIBUTED_DEBUG``). Under torchrun the ranks already
              run: there the variables must already be set, or a ``ValueError`` says so.
     """
+    # What the caller resolved, or torchrun's world: bad arguments fail here, before any process or rendezvous.
+    world = resolve_world(world_size, backend, device, emulated_peers_ok=not under_torchrun())
+    return launch_in(world, fn, args, kwargs, timeout, show_output, progress, env)
+
+
+def launch_in(world: World, fn, args=(), kwargs=None, timeout: float = DEFAULT_TIMEOUT, show_output: bool = True,
+              progress: bool = True, env: dict | None = None) -> list:
+    """:func:`launch` in a world resolved before (``dpteach.training.prologue`` resolves each experiment's
+    world once, and it is not resolved again on the way down)."""
     if not callable(fn):
         raise TypeError(f"fn={fn!r} is not callable: pass the function each rank should run")
     kwargs = {} if kwargs is None else dict(kwargs)
@@ -76,8 +85,6 @@ def launch(fn, world_size: int | World | None, args=(), kwargs=None, backend: st
                          f"set these variables in the environment torchrun starts from")
     if not torchrun and "DPTEACH_PARENT_PID" in os.environ:
         raise RuntimeError("launch() was called inside a rank: ranks cannot start worlds of their own")
-    # What the caller resolved, or torchrun's world: bad arguments fail here, before any process or rendezvous.
-    world = resolve_world(world_size, backend, device, emulated_peers_ok=not torchrun)
     if torchrun:
         return run_in_torchrun_world(fn, world, args, kwargs, timeout)
     check_memory_for_ranks(world.size)  # a container over its limit kills the notebook's kernel, not a rank

@@ -100,7 +100,6 @@ class RankProcesses:
 
     def __init__(self, world: World, payload, timeout, show_output, progress, env):
         self.world_size, self.placement, self.timeout = world.size, world.placement, float(timeout)
-        self.timed_size = world.emulated_size  # one real rank standing for a larger world (dpteach.ranks.world)
         self.extra_env = env
         self.output = RankOutput(world.size, show_output, progress)
         self.tmp = tempfile.mkdtemp(prefix="dpteach-launch-")
@@ -142,9 +141,6 @@ class RankProcesses:
             "DPTEACH_BACKEND": self.placement.process_group_backend, "DPTEACH_DEVICE": self.placement.device_for(rank),
             "DPTEACH_TIMEOUT": str(self.timeout), "DPTEACH_SYS_PATH": json.dumps(sys.path),
         })
-        env.pop("DPTEACH_TIMED_WORLD_SIZE", None)
-        if self.timed_size is not None:
-            env["DPTEACH_TIMED_WORLD_SIZE"] = str(self.timed_size)
         env.update(self.placement.rank_env(rank, str(self.store.port)))
         # W ranks share the cores: without this each would start one thread per core and they
         # would trample each other (a user's OMP_NUM_THREADS, in the environment or in env=, still wins). A rank pinned to its own

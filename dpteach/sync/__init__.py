@@ -113,17 +113,21 @@ def all_knobs() -> dict[str, tuple[Knob, list[str]]]:
 
 
 def make_strategy(name: str, model, timeline, bucket_mb: float = 1.0, first_bucket_mb=None, link=None,
-                  all_reduce: str = "builtin", grad_comm: str = "fp32", group=None, knobs: dict | None = None):
+                  all_reduce: str = "builtin", grad_comm: str = "fp32", group=None, knobs: dict | None = None,
+                  timed_world_size: int | None = None):
     """Lockstep strategy ``name`` for this rank's ``model``; ``link`` (a ``dpteach.network.Link``) emulates a
     network; ``all_reduce`` ("builtin", "ring", "tree") is the all-reduce it runs, where it takes one;
     ``grad_comm`` the dtype its gradients travel in, where it takes one (``ddp``: a communication hook);
     ``group`` the ranks it synchronises among (a ``ProcessGroup`` or a 1-D ``DeviceMesh``; None: every rank);
-    ``knobs`` the strategy's own options (``Strategy.knobs``), the ones not given at their defaults."""
+    ``knobs`` the strategy's own options (``Strategy.knobs``), the ones not given at their defaults;
+    ``timed_world_size``: with emulated peers, the world this one real rank times its messages for."""
     cls = STRATEGIES[name]
     options = cls.settings(knobs)
     if all_reduce != "builtin":
         options = {**options, "all_reduce": all_reduce}
     if grad_comm != "fp32":
         options = {**options, "grad_comm": grad_comm}
+    if timed_world_size is not None:
+        options = {**options, "timed_world_size": timed_world_size}
     return cls(model, timeline, bucket_mb=bucket_mb, first_bucket_mb=first_bucket_mb, link=link, group=group,
                **options)

@@ -32,7 +32,6 @@ from contextlib import contextmanager
 import torch
 
 from ..network.comm import Comm
-from ..ranks import context
 from ..replica.model_states import held_per_rank
 from .knobs import settings
 
@@ -171,14 +170,13 @@ class GradientSync(Strategy):
     """Base class: holds the model, the timeline, and the byte count; subclasses fill in ``finish``."""
 
     def __init__(self, model: torch.nn.Module, timeline, link=None, all_reduce: str = "builtin", group=None,
-                 **options):
+                 timed_world_size: int | None = None, **options):
         self.model = model
         self.timeline = timeline
         self.options = options
         # ``group``: the ranks this strategy synchronises among (a ProcessGroup or 1-D DeviceMesh; None: all).
-        # With emulated peers the one real rank's link and byte counts are timed for the emulated world.
-        timed = context.timed_world_size() if group is None else None
-        self.comm = Comm(link, timed, all_reduce, timeline, group=group)
+        # ``timed_world_size``: with emulated peers, the world the one real rank's link and byte counts are timed for.
+        self.comm = Comm(link, timed_world_size if group is None else None, all_reduce, timeline, group=group)
         self.world, self.rank = self.comm.size, self.comm.rank
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.handles = []  # the hooks it registered (on parameters, layers), removed by close()

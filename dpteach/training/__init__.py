@@ -13,6 +13,7 @@ Its modules, one line each (``scripts/package_faces.py`` writes this list from t
 * ``fault_tolerant``: One replica group of a job that survives a failure without a restart, with torchft
   (github.com/pytorch/torchft).
 * ``interval``: How often to checkpoint: the interval that loses the least time, by formula and by simulation.
+* ``prologue``: What every training experiment settles once, before its ranks start: the world, the link, the model.
 * ``reference``: The single-process reference every data-parallel strategy is held to.
 * ``resumable``: A training run that survives its own death: checkpoint every N steps, resume from the newest one.
 * ``target``: Time to a target loss: the one measure that is fair to a method that sends less.

@@ -99,7 +99,7 @@ _REFERENCES: dict = {}
 # How the ranks sync, time and send: none of it changes the one process's training. Every other field is part of
 # the cache's key, so a field added later misses the cache (trains again) rather than reusing a wrong reference.
 NOT_READ = ("strategy", "knobs", "bucket_mb", "first_bucket_mb", "link", "all_reduce", "timing_warmup", "slow_rank",
-            "slow_ms", "grad_comm")
+            "slow_ms", "grad_comm", "timed_world_size")
 
 
 def _what_the_reference_reads(config) -> str:

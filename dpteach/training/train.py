@@ -78,6 +78,9 @@ class TrainConfig:
     # defaults and what is allowed: sync/knobs.py): {"powersgd_rank": 16}, {"sync_every": 32}. Only names the
     # strategy declares; the others take their defaults (``knob_values``).
     knobs: dict = field(default_factory=dict)
+    # One real rank standing for a larger world whose peers the link emulates (dpteach/ranks/world.py): the size
+    # of that world, which its strategy times and counts its messages for. None: the ranks are all real.
+    timed_world_size: int | None = None
 
     def __post_init__(self):
         if self.bucket_mb is None:
@@ -111,8 +114,13 @@ class TrainConfig:
             raise ValueError(f"input_noise={self.input_noise!r} is not allowed with model='transformer': its inputs "
                              f"are token ids, which noise cannot be added to; use 0.0, or the mlp or cnn")
         strategy_class(self.strategy).check(self, world_size)  # its knobs too
-        if getattr(world, "emulated_size", None) is not None:
+        emulated = getattr(world, "emulated_size", None)
+        if emulated is not None:
             self._check_emulated_peers(world)
+        if self.timed_world_size != emulated:
+            raise validate.refusal("timed_world_size", self.timed_world_size, f"this world of {world_size} rank(s) "
+                                   + (f"stands for {emulated}: give {emulated}" if emulated else "is real: give None")
+                                   + " (dpteach.training.prologue's Setup.config fills it in)")
         return self
 
     def _check_emulated_peers(self, world) -> None:
@@ -150,7 +158,8 @@ class SyncTrainer:
         self.timeline = Timeline(context.device())
         self.strategy = make_strategy(config.strategy, self.model, self.timeline, config.bucket_mb,
                                       config.first_bucket_mb, link=config.link, all_reduce=config.all_reduce,
-                                      grad_comm=config.grad_comm, knobs=config.knobs)
+                                      grad_comm=config.grad_comm, knobs=config.knobs,
+                                      timed_world_size=config.timed_world_size)
         self.precision = Precision(config.precision, config.clip_norm, config.init_scale, config.growth_interval,
                                    config.unscale_before_clip)
         self.module = self.strategy.wrap()
