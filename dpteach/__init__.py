@@ -23,6 +23,7 @@ Its modules, one line each (``scripts/package_faces.py`` writes this list from t
 * ``workspace``: A learner's own copy of the course, for a course installed with pip.
 * ``collectives/``: Collectives written with point-to-point messages only, to be read next to notebook 02.
 * ``commands/``: One module per ``dpteach`` subcommand.
+* ``devicecheck/``: The GPU check: every CUDA path one GPU allows, run in a few minutes and held to named checks.
 * ``experiments/``: One function per lesson: each runs real ranks and returns plain data (dicts and lists).
 * ``grading/``: Exercises that grade themselves by running the learner's code on real multi-rank worlds.
 * ``network/``: The network and its cost: what a link is, what a collective costs on it, and how one is sent.

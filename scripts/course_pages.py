@@ -35,8 +35,9 @@ LAYERS = (
     ("dpteach/course.py",), ("dpteach/validate.py",), ("dpteach/measure.py",), ("dpteach/units.py",),
     ("dpteach/progress.py",), ("dpteach/materials.py", "dpteach/workspace.py"), ("dpteach/ranks/",),
     ("dpteach/__init__.py",), ("dpteach/collectives/",), ("dpteach/network/",), ("dpteach/replica/",),
-    ("dpteach/sync/",), ("dpteach/training/",), ("dpteach/experiments/",), ("dpteach/quiz/",),
-    ("dpteach/widgets/",), ("dpteach/grading/",), ("dpteach/commands/", "dpteach/cli.py", "dpteach/__main__.py"),
+    ("dpteach/sync/",), ("dpteach/training/",), ("dpteach/experiments/",), ("dpteach/devicecheck/",),
+    ("dpteach/quiz/",), ("dpteach/widgets/",), ("dpteach/grading/",),
+    ("dpteach/commands/", "dpteach/cli.py", "dpteach/__main__.py"),
 )
 SHARED_WIDGETS = ("rendering", "panel")  # every lesson's: not listed by lesson
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dpteach.commands.gpucheck import OTHER_MODELS, SHARDED, STRATEGIES, WORLDS, all_checks, run_device_checks
+from dpteach.devicecheck.run import OTHER_MODELS, SHARDED, STRATEGIES, WORLDS, all_checks, run_device_checks
 
 REPO = Path(__file__).resolve().parent.parent
 

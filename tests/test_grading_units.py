@@ -259,3 +259,16 @@ def test_a_try_cell_says_in_two_lines_which_rank_failed_and_why(capsys):
         dpteach.launch(_die_on_rank_zero, 2, timeout=60, show_output=False)
     (line,) = capsys.readouterr().out.splitlines()
     assert line.startswith("Not working yet: rank 0 exited with code 3 without returning a result")
+
+
+def test_an_exercise_gives_its_hint_and_names_to_the_checks_that_give_none():
+    from dpteach.grading.spec import Check, Exercise
+
+    def run(ctx):
+        return None
+    own = Check("own", 1, 1, run, hint="the check's own", uses=("f",))
+    bare = Check("bare", 1, 1, run, hidden=True)
+    exercise = Exercise(id="99", stem="99_x", title="x", names=("f", "g"), stub="", checks=(own, bare),
+                        hint="the exercise's")
+    assert [(c.hint, c.uses, c.name) for c in exercise.checks] == [
+        ("the check's own", ("f",), "own"), ("the exercise's", ("f", "g"), "hidden: bare")]

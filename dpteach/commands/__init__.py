@@ -9,9 +9,6 @@ Its modules, one line each (``scripts/package_faces.py`` writes this list from t
   JSON.
 * ``compare``: ``dpteach compare``: every gradient-sync strategy on one model, measured in one run.
 * ``doctor``: ``dpteach doctor``: what this machine offers, which backend the course will use, and a smoke test.
-* ``gpucheck``: Exercise every CUDA path that one GPU allows, in a few minutes, and say what was measured.
-* ``gpucheck_verdict``: What ``dpteach doctor --gpu`` (``gpucheck.py``) holds its report to: every check, by name,
-  passed or not.
 * ``grade``: ``dpteach grade``: grade an exercise notebook in the terminal, the same way ``check()`` does in the
   notebook.
 * ``lab``: ``dpteach lab``: open JupyterLab on the course's first notebook.

@@ -52,7 +52,7 @@ def machine_report(world_size: int = 2, smoke: bool = True) -> dict:
 
 
 def _print_device_report(report: dict) -> None:
-    from .gpucheck_verdict import training_tables
+    from ..devicecheck.verdict import training_tables
     where = f"GPU {report['gpu']}" if report["gpu"] else "CPU"
     verdict = "all passed" if report["ok"] else f"{len(report['failed'])} FAILED"
     print(f"{where}, torch {report['torch']}: {report['checks']} checks, {verdict} in {report['seconds']:.0f} s")
@@ -87,7 +87,7 @@ def _print_device_report(report: dict) -> None:
 
 def run(args) -> int:
     if args.gpu or args.full:
-        from .gpucheck import run_device_checks
+        from ..devicecheck.run import run_device_checks
         device = "cuda" if args.gpu or visible_gpus() else "cpu"
         report = run_device_checks(device)
         print(json.dumps(report, indent=2, default=str)) if args.json else _print_device_report(report)

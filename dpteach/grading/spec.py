@@ -194,10 +194,12 @@ class Exercise:
     forbidden_modules: tuple = ()
     rule: str = ""            # one sentence: what the forbidden list means, shown when it is broken
     warmup: Callable | None = None  # run in each rank before the first check, outside its time limit
+    hint: str = ""            # the hint of every check that gives none of its own
 
     def __post_init__(self):  # a check that names no function calls every one the learner defines
-        object.__setattr__(self, "checks", tuple(check if check.uses else replace(check, uses=tuple(self.names))
-                                                 for check in self.checks))
+        object.__setattr__(self, "checks", tuple(
+            replace(check, uses=check.uses or tuple(self.names), hint=check.hint or self.hint)
+            for check in self.checks))
 
     @property
     def max_score(self) -> int:

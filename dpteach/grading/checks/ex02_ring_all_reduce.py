@@ -97,23 +97,21 @@ def all_reduce_case(ctx, numel, dtype, seed, shape=None, traffic=False, repeat=1
 f32, f64, f16, bf16, i64 = torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64
 
 CHECKS = (
-    Check("W=1, 7 elements, float32", 1, 1, partial(all_reduce_case, numel=7, dtype=f32, seed=21),
-          hint=HINT_VALUES),
-    Check("W=2, 8 elements, float32, in place", 2, 2, partial(all_reduce_case, numel=8, dtype=f32, seed=22), hint=HINT_VALUES),
+    Check("W=1, 7 elements, float32", 1, 1, partial(all_reduce_case, numel=7, dtype=f32, seed=21)),
+    Check("W=2, 8 elements, float32, in place", 2, 2, partial(all_reduce_case, numel=8, dtype=f32, seed=22)),
     Check("W=3, 10 elements (3 does not divide 10), float32", 2, 3,
-          partial(all_reduce_case, numel=10, dtype=f32, seed=23), hint=HINT_VALUES),
-    Check("W=2, a 3x4 matrix, float64", 1, 2, partial(all_reduce_case, numel=12, dtype=f64, seed=24, shape=(3, 4)), hint=HINT_VALUES),
+          partial(all_reduce_case, numel=10, dtype=f32, seed=23)),
+    Check("W=2, a 3x4 matrix, float64", 1, 2, partial(all_reduce_case, numel=12, dtype=f64, seed=24, shape=(3, 4))),
     Check("W=3, 300 elements: sends 2(W-1)/W of the tensor per rank, like a ring", 2, 3,
           partial(all_reduce_case, numel=300, dtype=f32, seed=25, traffic=True), hint=HINT_TRAFFIC),
     Check("larger world, odd length, integers", 2, 4, partial(all_reduce_case, numel=11, dtype=i64, seed=26),
-          hidden=True, hint=HINT_VALUES),
+          hidden=True),
     Check("fewer elements than ranks", 1, 4, partial(all_reduce_case, numel=3, dtype=f64, seed=27),
-          hidden=True, hint=HINT_VALUES),
+          hidden=True),
     Check("a matrix in half precision", 1, 3,
-          partial(all_reduce_case, numel=35, dtype=f16, seed=28, shape=(5, 7)), hidden=True,
-          hint=HINT_VALUES),
+          partial(all_reduce_case, numel=35, dtype=f16, seed=28, shape=(5, 7)), hidden=True),
     Check("bfloat16, odd length", 1, 2, partial(all_reduce_case, numel=9, dtype=bf16, seed=29),
-          hidden=True, hint=HINT_VALUES),
+          hidden=True),
     Check("larger world, traffic of a ring", 2, 4,
           partial(all_reduce_case, numel=1000, dtype=f32, seed=30, traffic=True), hidden=True,
           hint=HINT_TRAFFIC),
@@ -121,11 +119,11 @@ CHECKS = (
           partial(all_reduce_case, numel=17, dtype=f32, seed=31, repeat=3), hidden=True,
           hint="Nothing may carry over from one call to the next (a buffer kept between calls, say)."),
     Check("a non-contiguous view (a transposed matrix)", 1, 3,
-          partial(all_reduce_case, numel=20, dtype=f32, seed=32, shape=(4, 5), transposed=True), hidden=True, hint=HINT_VALUES),
+          partial(all_reduce_case, numel=20, dtype=f32, seed=32, shape=(4, 5), transposed=True), hidden=True),
 )
 
 EXERCISE = Exercise(
     id="02", stem="02_ring_all_reduce", title="Ring all-reduce", names=("ring_all_reduce",), stub=STUB,
-    checks=CHECKS, **no_collectives(),
+    checks=CHECKS, hint=HINT_VALUES, **no_collectives(),
     rule="this exercise asks you to build the all-reduce from send/recv, and your code uses a built-in collective",
 )

@@ -166,19 +166,19 @@ HINT = ("Flatten the gradients in params order, reduce-scatter them (your slice 
 
 CHECKS = (
     Check("W=2: three steps equal SGD with momentum on the averaged gradient", 3, 2,
-          partial(zero_case, props=("weights",), widths=(4, 6, 3), steps=3, seed=91), hint=HINT),
+          partial(zero_case, props=("weights",), widths=(4, 6, 3), steps=3, seed=91)),
     Check("W=2: each rank keeps momentum for its slice only", 1, 2,
-          partial(zero_case, props=("state",), widths=(4, 6, 3), steps=1, seed=92), hint=HINT),
+          partial(zero_case, props=("state",), widths=(4, 6, 3), steps=1, seed=92)),
     Check("W=3: N not divisible by W", 2, 3,
-          partial(zero_case, props=("weights", "state"), widths=(3, 5, 2), steps=2, seed=93), hint=HINT),
+          partial(zero_case, props=("weights", "state"), widths=(3, 5, 2), steps=2, seed=93)),
     Check("larger world, deeper model, four steps", 2, 4,
-          partial(zero_case, props=("weights", "state"), widths=(5, 7, 4, 3), steps=4, seed=94), hidden=True, hint=HINT),
+          partial(zero_case, props=("weights", "state"), widths=(5, 7, 4, 3), steps=4, seed=94), hidden=True),
 )
 
 
 EXERCISE = Exercise(
     id="08", stem="08_zero1", title="ZeRO stage 1: sharded optimizer state (stretch)", names=("ZeroSGD",),
-    stub=STUB, checks=CHECKS,
+    stub=STUB, checks=CHECKS, hint=HINT,
     forbidden=TORCH_ALL_REDUCES + ("dpteach.collectives.ring_all_reduce", "dpteach.collectives.tree_all_reduce",
                                    "dpteach.collectives.naive_all_reduce"),
     forbidden_methods=PROCESS_GROUP_ALL_REDUCES,

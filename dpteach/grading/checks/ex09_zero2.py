@@ -86,27 +86,27 @@ ALL = ("memory", "grad", "state", "weights", "traffic")
 
 CHECKS = (
     Check("W=2: after reduce_gradients no .grad is left, and the optimizer holds two slices at most", 2, 2,
-          partial(zero2_case, props=("memory",), widths=(4, 6, 3), steps=2, seed=101), hint=HINT),
+          partial(zero2_case, props=("memory",), widths=(4, 6, 3), steps=2, seed=101)),
     Check("W=2: grad_slice() is this rank's slice of the averaged gradient, in a tensor of its own", 2, 2,
-          partial(zero2_case, props=("grad",), widths=(4, 6, 3), steps=1, seed=102), hint=HINT),
+          partial(zero2_case, props=("grad",), widths=(4, 6, 3), steps=1, seed=102)),
     Check("W=2: momentum_slice() is this rank's slice of the momentum, in a tensor of its own", 1, 2,
-          partial(zero2_case, props=("state",), widths=(4, 6, 3), steps=2, seed=103), hint=HINT),
+          partial(zero2_case, props=("state",), widths=(4, 6, 3), steps=2, seed=103)),
     Check("W=2: three steps equal SGD with momentum on the averaged gradient", 3, 2,
-          partial(zero2_case, props=("weights",), widths=(4, 6, 3), steps=3, seed=104), hint=HINT),
+          partial(zero2_case, props=("weights",), widths=(4, 6, 3), steps=3, seed=104)),
     Check("W=3: N not divisible by W", 2, 3,
-          partial(zero2_case, props=("memory", "grad", "state", "weights"), widths=(3, 5, 2), steps=2, seed=105), hint=HINT),
+          partial(zero2_case, props=("memory", "grad", "state", "weights"), widths=(3, 5, 2), steps=2, seed=105)),
     Check("W=3: one reduce-scatter and one all-gather per step, no more traffic", 1, 3,
-          partial(zero2_case, props=("traffic",), widths=(3, 5, 2), steps=2, seed=106), hint=HINT),
+          partial(zero2_case, props=("traffic",), widths=(3, 5, 2), steps=2, seed=106)),
     Check("larger world, deeper model, four steps", 2, 4,
-          partial(zero2_case, props=ALL, widths=(5, 7, 4, 3), steps=4, seed=107), hidden=True, hint=HINT),
+          partial(zero2_case, props=ALL, widths=(5, 7, 4, 3), steps=4, seed=107), hidden=True),
     Check("a world of one rank", 1, 1,
-          partial(zero2_case, props=ALL, widths=(3, 4, 2), steps=2, seed=108), hidden=True, hint=HINT),
+          partial(zero2_case, props=ALL, widths=(3, 4, 2), steps=2, seed=108), hidden=True),
 )
 
 
 EXERCISE = Exercise(
     id="09", stem="09_zero2", title="ZeRO stage 2: sharded gradients and optimizer state (stretch)",
-    names=("Zero2SGD",), stub=STUB, checks=CHECKS,
+    names=("Zero2SGD",), stub=STUB, checks=CHECKS, hint=HINT,
     forbidden=ZERO1.forbidden, forbidden_methods=ZERO1.forbidden_methods,
     rule="this exercise asks for reduce-scatter / update / all-gather, and your code all-reduces instead",
 )

@@ -47,7 +47,7 @@ import torch.distributed as dist
 from ..ranks import context
 from ..ranks.backend import SHARED_GPU_SWITCH, visible_gpus
 
-from .gpucheck_verdict import EMULATED_W, FULL, all_checks
+from .verdict import EMULATED_W, FULL, all_checks
 
 COLLECTIVES_ONLY = "collectives"
 # device -> the worlds one such device can hold: (label, backend, ranks, benchmark sizes, what runs)

@@ -1,4 +1,4 @@
-"""What ``dpteach doctor --gpu`` (``gpucheck.py``) holds its report to: every check, by name, passed or not.
+"""What ``dpteach doctor --gpu`` (``run.py``) holds its report to: every check, by name, passed or not.
 
 The report is plain data - per world, the collectives' comparisons, the training tables, lesson 11's
 sharded strategies, lesson 12's precisions, the emulated peers - and each check below reads one number
