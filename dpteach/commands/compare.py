@@ -67,7 +67,8 @@ def add_knob_flags(parser) -> None:
     ``sync_every`` for every strategy that takes it. Left out, a knob keeps its strategy's default."""
     for name, (knob, owners) in all_knobs().items():
         default = "None" if knob.default is None else f"{knob.default}"
-        extra = {"action": argparse.BooleanOptionalAction} if knob.kind is bool else {"type": knob.kind}
+        extra = ({"action": argparse.BooleanOptionalAction} if knob.kind is bool else
+                 {"type": knob.kind, "metavar": knob.name.upper()})
         parser.add_argument(knob.flag, dest=f"knob_{name}", default=None,
                             help=f"{', '.join(owners)}: {knob.help} (default {default})", **extra)
 
