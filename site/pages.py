@@ -18,11 +18,11 @@ import shutil
 from pathlib import Path
 
 import execute as store  # site/execute.py: the stored runs (build.py puts site/ on sys.path)
+from compaction import META, WIDGET_STATE  # site/compaction.py: what a stored run keeps of its widgets
 from static_widgets import NOTE, WidgetRenderer  # site/static_widgets.py
 
 REPO = store.REPO
 GPU_REPORTS = REPO / "benchmarks" / "results"
-WIDGET_STATE, META = store.WIDGET_STATE, store.META
 
 
 # -- notebook pages -----------------------------------------------------------------------------------

@@ -14,10 +14,9 @@ from __future__ import annotations
 import html
 import re
 
-import execute as store  # site/execute.py: the stored runs (build.py puts site/ on sys.path)
+from compaction import META, QUIZ_CLASS, WIDGET_VIEW  # site/compaction.py (build.py puts site/ on sys.path)
 
-WIDGET_VIEW, META = store.WIDGET_VIEW, store.META
-PANEL_CLASS, QUIZ_CLASS = "dpteach-panel", store.QUIZ_CLASS
+PANEL_CLASS = "dpteach-panel"
 NOTE = "dpteach-static-note"
 
 CHOICE_MODELS = ("DropdownModel", "ToggleButtonsModel", "RadioButtonsModel", "SelectModel", "SelectionSliderModel")
