@@ -38,7 +38,7 @@ from ..replica.sizing import RunLoad
 from ..replica.trace import save_trace
 from ..training.accounting import summarise_run, typical_step
 from ..training.reference import exact_tolerance, train_single_process
-from ..training.train import train_each_on_rank
+from ..training.train import TrainConfig, train_each_on_rank
 from ..training.prologue import set_up
 
 # Two float32 gradients computed in different summation orders agree to about 1e-7 relative per
@@ -156,7 +156,7 @@ def accumulation_sweep(world_size: int | World | None = None, accum_steps_list=(
                        sum(steps * world.size * k for k in ks) if world.emulated_size is None else 0),
                        models_at_once=2 * len(ks), cpu_model="mlp", batch_per_rank=16))
     world, emulated, real, choice = setup.world, setup.link, setup.real, setup.choice
-    base = setup.config(strategy=strategy, steps=steps, batch_per_rank=batch_per_rank, bucket_mb=bucket_mb, seed=seed)
+    base = TrainConfig(**setup.fields(batch_per_rank), strategy=strategy, steps=steps, bucket_mb=bucket_mb, seed=seed)
     configs = []
     for k in ks:
         configs += [replace(base, strategy="local", accum_steps=k).check(world),

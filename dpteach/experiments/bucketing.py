@@ -148,7 +148,7 @@ def bucket_size_sweep(world_size: int | World | None = 2, model: str = "auto", b
                    why="an all-reduce needs two ranks or more", emulated_peers_ok=True,
                    load=RunLoad(steps=runs * steps, models_at_once=runs, cpu_model="transformer", batch_per_rank=64))
     world, emulated, choice = setup.world, setup.link, setup.choice
-    base = setup.config(steps=steps, batch_per_rank=batch_per_rank, timing_warmup=2)
+    base = TrainConfig(**setup.fields(batch_per_rank), steps=steps, timing_warmup=2)
     configs = [replace(base, strategy="local"), replace(base, strategy="naive")]
     configs += [replace(base, strategy=name, bucket_mb=s) for name in strategies for s in sizes]
     for config in configs:

@@ -164,8 +164,8 @@ def compare_strategies(world_size: int | World | None = None, model: str = "auto
     setup = set_up(world_size, backend, device, peers, model=model, link=link, load=load, emulated_peers_ok=True)
     world, real, skipped = setup.world, setup.real, left_out(setup.world)
     strategies = [s for s in variants if s not in skipped]
-    base = setup.config(steps=steps, accum_steps=accum_steps, bucket_mb=bucket_mb, optimizer=optimizer,
-                        batch_per_rank=batch, **options)
+    base = TrainConfig(**setup.fields(batch), steps=steps, accum_steps=accum_steps, bucket_mb=bucket_mb,
+                       optimizer=optimizer, **options)
     configs = [strategy_config(base, s, knobs, link=setup.link if cls_of[s].emulates_link else None,
                                all_reduce=all_reduce if all_reduce in cls_of[s].takes_all_reduce else "builtin")
                .check(world)

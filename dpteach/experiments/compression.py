@@ -123,8 +123,8 @@ def compression_tradeoff(world_size: int | World | None = None, model: str = "au
                    load=lambda world: RunLoad(steps=steps * (len(strategies) + world.size), cpu_model="mlp",
                                               batch_per_rank=32))
     world, emulated, choice = setup.world, setup.link, setup.choice
-    base = setup.config(steps=steps, bucket_mb=bucket_mb, seed=seed, batch_per_rank=batch_per_rank, link=None)
-    configs = [replace(base, strategy=s, link=emulated).check(world.size) for s in strategies]
+    base = TrainConfig(**setup.fields(batch_per_rank), steps=steps, bucket_mb=bucket_mb, seed=seed)
+    configs = [replace(base, strategy=s).check(world.size) for s in strategies]
     per_rank = setup.on_ranks(_on_rank, configs, base, timeout=timeout)
     sizes = bucket_sizes(choice.name, base.bucket_mb)
     fp32 = wire_bytes_formula("bucketed", world.size, sizes)
@@ -200,7 +200,7 @@ def compression_on_links(world_size: int | World | None = None, model: str = "au
 
     setup = set_up(world_size, backend, device, peers, model=model, load=load, emulated_peers_ok=True)
     world, emulated = setup.world, links_of(setup.world)
-    base = setup.config(steps=steps, batch_per_rank=batch_per_rank, seed=seed)
+    base = TrainConfig(**setup.fields(batch_per_rank), steps=steps, seed=seed)
     configs = [replace(base, strategy="local").check(world)]
     configs += [replace(base, strategy=s, link=link).check(world) for link in emulated for s in strategies]
     per_rank = setup.on_ranks(_timed_on_rank, configs, timeout=timeout)

@@ -30,7 +30,7 @@ from ..replica.models import build_model
 from ..replica.precision import PRECISIONS, saved_for_backward
 from ..replica.sizing import RunLoad, check_model
 from ..training.reference import exact_tolerance, reference_device, train_single_process
-from ..training.train import train_each_on_rank
+from ..training.train import TrainConfig, train_each_on_rank
 from ..training.prologue import set_up
 
 
@@ -97,8 +97,8 @@ def precision_drift(world_size: int | World | None = None, model: str = "auto", 
     validate.optional(validate.integer, "batch_per_rank", batch_per_rank, low=1)
     setup = set_up(world_size, backend, device, model=model, load=_load(len(PRECISIONS), steps, optimizer, True))
     world, choice = setup.world, setup.choice
-    base = setup.config(strategy="ddp", steps=steps, optimizer=optimizer, batch_per_rank=batch_per_rank,
-                        timing_warmup=min(2, steps - 1))
+    base = TrainConfig(**setup.fields(batch_per_rank), strategy="ddp", steps=steps, optimizer=optimizer,
+                       timing_warmup=min(2, steps - 1))
     batch_per_rank = base.batch_per_rank
     runs = _side_by_side(world, {p: replace(base, precision=p) for p in PRECISIONS}, timeout)
     on = reference_device(world.placement)
@@ -144,8 +144,8 @@ def loss_scaling(world_size: int | World | None = None, model: str = "auto", ste
     validate.number("clip_norm", clip_norm, above=0)
     setup = set_up(world_size, backend, device, model=model, load=_load(3, steps, "sgd", False))
     world, choice = setup.world, setup.choice
-    base = setup.config(strategy="ddp", steps=steps, optimizer="sgd", precision="fp16", init_scale=init_scale,
-                        growth_interval=growth_interval, clip_norm=clip_norm, timing_warmup=0)
+    base = TrainConfig(**setup.fields(), strategy="ddp", steps=steps, optimizer="sgd", precision="fp16",
+                       init_scale=init_scale, growth_interval=growth_interval, clip_norm=clip_norm, timing_warmup=0)
     configs = {"fp16, unscaled then clipped": base,
                "fp16, clipped while scaled": replace(base, unscale_before_clip=False),
                "fp32, clipped": replace(base, precision="fp32")}
@@ -172,7 +172,7 @@ def comm_precision(world_size: int | World | None = None, model: str = "auto", s
     setup = set_up(world_size, backend, device, model=model, at_least=2, why="gradients only travel between ranks",
                    load=_load(len(PRECISIONS), steps, optimizer, False))
     world, choice = setup.world, setup.choice
-    base = setup.config(strategy="ddp", steps=steps, optimizer=optimizer, timing_warmup=0)
+    base = TrainConfig(**setup.fields(), strategy="ddp", steps=steps, optimizer=optimizer, timing_warmup=0)
     runs = _side_by_side(world, {d: replace(base, grad_comm=d) for d in PRECISIONS}, timeout)
     start, fp32 = _start(choice.name, base.seed, reference_device(world.placement)), runs["fp32"]
     rows = [{"grad_comm": name, "bytes_per_step": run["bytes_per_step"],

@@ -42,7 +42,7 @@ from ..replica.trace import save_trace
 from ..sync import EXACT
 from ..training.accounting import summarise_run, typical_step
 from ..training.reference import exact_tolerance, train_single_process
-from ..training.train import train_each_on_rank
+from ..training.train import TrainConfig, train_each_on_rank
 from ..training.prologue import set_up
 
 TIMELINE_STRATEGIES = ("naive", "bucketed", "overlap", "ddp")
@@ -83,7 +83,7 @@ def overlap_timeline(world_size: int | World | None = None, model: str = "auto",
                                                                               steps * world.size),
                                               models_at_once=runs_in_world, cpu_model="transformer"))
     world, emulated = setup.world, setup.link
-    base = setup.config(steps=steps, bucket_mb=bucket_mb, batch_per_rank=batch_per_rank, seed=seed)
+    base = TrainConfig(**setup.fields(batch_per_rank), steps=steps, bucket_mb=bucket_mb, seed=seed)
     half = max(1, base.batch_per_rank // 2)
     runs = {name: replace(base, strategy=name) for name in ("local", *TIMELINE_STRATEGIES, "int8")}
     runs.update({

@@ -128,7 +128,7 @@ def sharding_timeline(world_size: int | World | None = None, model: str = "auto"
                    load=lambda world: RunLoad(steps=steps * (1 + (0 if world.emulated_size else world.size)),
                                               cpu_model="mlp"))
     world, emulated = setup.world, setup.link
-    config = setup.config(strategy=strategy, steps=steps, timing_warmup=0)
+    config = TrainConfig(**setup.fields(), strategy=strategy, steps=steps, timing_warmup=0)
     if strategy == "fsdp":  # run_strategy checks the config itself
         ranks = setup.on_ranks(trace_fsdp_on_rank, config.check(world), timeout=timeout)
     else:

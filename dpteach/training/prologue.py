@@ -7,7 +7,7 @@ run's facts. :func:`set_up` does all of it once and returns a :class:`Setup`, wh
 
     setup = set_up(world_size, backend, device, peers, model=model, link=link, emulated_peers_ok=True,
                    load=lambda world: RunLoad(steps=10 * steps, models_at_once=10))
-    base = setup.config(steps=steps, bucket_mb=bucket_mb)          # model, batch, link, timed world filled in
+    base = TrainConfig(**setup.fields(), steps=steps, bucket_mb=bucket_mb)  # model, batch, link, timed world
     per_rank = setup.on_ranks(train_each_on_rank, [c.check(setup.world) for c in configs], True, timeout=600)
     reference = train_single_process(base, setup.world.size, device=setup.reference_device)
     return {**setup.facts, ...}
@@ -27,7 +27,6 @@ from ..ranks.launcher import launch_in
 from ..ranks.world import World, resolve_world
 from ..replica.sizing import ModelChoice, RunLoad, check_model, choose_model, run_facts
 from .reference import reference_device
-from .train import TrainConfig
 
 
 @dataclass(frozen=True)
@@ -48,13 +47,14 @@ class Setup:
         """What every report opens with: the world, the peers, the backend and device, the model chosen."""
         return run_facts(self.world, self.choice)
 
-    def config(self, **fields) -> TrainConfig:
-        """A run in this setup: the chosen model and its batch (unless ``batch_per_rank`` is given), the link, and
-        the world size an emulated world times its messages for; ``fields``: everything else."""
-        batch = fields.pop("batch_per_rank", None) or self.choice.batch_per_rank
-        fields.setdefault("link", self.link)
-        return TrainConfig(model=self.choice.name, batch_per_rank=batch, timed_world_size=self.world.emulated_size,
-                           **fields)
+    def fields(self, batch_per_rank: int | None = None) -> dict:
+        """What every ``TrainConfig`` of this setup says: the chosen model, its batch (unless ``batch_per_rank`` is
+        given), the link, and the world size an emulated world times its messages for::
+
+            TrainConfig(**setup.fields(), strategy="ddp", steps=8)
+        """
+        return {"model": self.choice.name, "batch_per_rank": batch_per_rank or self.choice.batch_per_rank,
+                "link": self.link, "timed_world_size": self.world.emulated_size}
 
     def on_ranks(self, fn, *args, timeout: float) -> list:
         """``fn(*args)`` on every rank of this world; the ranks' results, by rank."""
