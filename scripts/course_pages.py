@@ -114,7 +114,8 @@ def row(paths: tuple) -> str:
             cells.append(f"The names a notebook imports from `dpteach` (each module imported on first use): {names}.")
             continue
         if not path.endswith("/"):
-            cells.append(first_paragraph(target) if len(paths) == 1 else f"`{Path(path).name}`: {first_paragraph(target)}")
+            what = first_paragraph(target)
+            cells.append(what if len(paths) == 1 else f"`{Path(path).name}`: {what}")
             continue
         lessons = {"dpteach/experiments/": experiments_by_module(),
                    "dpteach/widgets/": widgets_by_module()}.get(path)

@@ -21,17 +21,15 @@ REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text(encoding="utf-8")
 
 
-def _code(notebook: str) -> ast.Module:
-    cells = json.loads((REPO / "notebooks" / notebook).read_text(encoding="utf-8"))["cells"]
-    source = "\n".join("".join(cell["source"]) for cell in cells if cell["cell_type"] == "code")
-    return ast.parse("\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))))
+def _course_pages():
+    spec = importlib.util.spec_from_file_location("course_pages", REPO / "scripts" / "course_pages.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def _imports(notebook: str) -> list[tuple[str, str]]:
-    """(module, name) for every ``from dpteach... import name`` in the notebook's code."""
-    return [(node.module, alias.name) for node in ast.walk(_code(notebook))
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("dpteach")
-            for alias in node.names]
+PAGES = _course_pages()  # scripts/course_pages.py: it reads the notebooks' imports as these tests do
+_imports = PAGES.notebook_imports
 
 
 def _markdown(notebook: str) -> str:
@@ -74,13 +72,6 @@ def test_experiments_exports_every_function_of_the_table_from_its_module():
         experiments.overlap_timelines  # noqa: B018
 
 
-def _course_pages():
-    spec = importlib.util.spec_from_file_location("course_pages", REPO / "scripts" / "course_pages.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_readme_tables_and_lesson_00_map_are_written_from_the_course():
     check = subprocess.run([sys.executable, str(REPO / "scripts" / "course_pages.py"), "--check"],
                            capture_output=True, text=True)
@@ -94,8 +85,8 @@ def test_the_readme_tables_and_lesson_00_map_are_written_from_the_course():
     assert rows == [(f"{lesson.number}_{lesson.slug}", lesson.question) for lesson in course.LESSONS]
 
 
-def test_a_changed_lesson_or_a_new_module_makes_the_pages_stale(monkeypatch, tmp_path):
-    pages = _course_pages()
+def test_a_changed_lesson_makes_the_pages_stale_and_the_module_map_names_each_module_with_its_lessons(monkeypatch):
+    pages = PAGES
     changed = replace(course.LESSONS[4], question="What does overlap hide, and what does it not?")
     monkeypatch.setattr(course, "LESSONS", course.LESSONS[:4] + (changed,) + course.LESSONS[5:])
     readme = pages.readme(README)

@@ -318,7 +318,8 @@ def test_the_single_process_reference_is_kept_per_kernel_only_for_what_it_reads(
     reference._REFERENCES.clear()
     first = reference.train_single_process(config, 2)
     # a control the one process does not read (how ranks sync, bucket, send): the kept reference, as a copy
-    again = reference.train_single_process(replace(config, strategy="local_sgd", bucket_mb=4.0, knobs={"sync_every": 3}), 2)
+    unread = replace(config, strategy="local_sgd", bucket_mb=4.0, knobs={"sync_every": 3})
+    again = reference.train_single_process(unread, 2)
     assert len(reference._REFERENCES) == 1 and torch.equal(first["params"], again["params"])
     again["params"].add_(1.0)  # a caller's copy is its own
     assert torch.equal(reference.train_single_process(config, 2)["params"], first["params"])

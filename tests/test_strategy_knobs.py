@@ -86,7 +86,8 @@ def test_a_new_strategy_with_one_knob_gets_its_flag_check_colour_and_overhead_fr
     assert all_knobs()["chunk_params"][1] == ["chunked"]
     # a variant sets its main knob; bad values are refused naming the strategy, the knob, the value, what is allowed
     assert parse_variant("chunked@5") == ("chunked", {"chunk_params": 5})
-    with pytest.raises(ValueError, match=r"strategy='chunked': chunk_params=0 is not allowed: it must be an integer >= 1"):
+    with pytest.raises(ValueError,
+                       match=r"strategy='chunked': chunk_params=0 is not allowed: it must be an integer >= 1"):
         TrainConfig(strategy="chunked", knobs={"chunk_params": 0}).check(2)
     with pytest.raises(ValueError, match=r"knobs=\{'sync_every': 3\} is not allowed with strategy='chunked': it takes "
                                          r"chunk_params"):

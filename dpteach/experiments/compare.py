@@ -133,8 +133,9 @@ def compare_strategies(world_size: int | World | None = None, model: str = "auto
 
     A strategy may be named with its main knob set: ``"powersgd@16"`` (rank 16), ``"local_sgd@32"``
     (average every 32 steps); ``knobs`` sets strategies' own options for every strategy that declares them
-    (``{"powersgd_start": 3, "outer_lr": 1.0}``: ``sync/knobs.py``). Every row says how many steps, and how many seconds of its measured steps, it
-    took to reach ``target_loss`` (default: read from the single-process reference, ``training/target.py``).
+    (``{"powersgd_start": 3, "outer_lr": 1.0}``: ``sync/knobs.py``). Every row says how many steps, and how many
+    seconds of its measured steps, it took to reach ``target_loss`` (default: read from the single-process
+    reference, ``training/target.py``).
     """
     validate.integer("steps", steps, low=1)
     validate.integer("accum_steps", accum_steps, low=1)
@@ -174,7 +175,8 @@ def compare_strategies(world_size: int | World | None = None, model: str = "auto
     runs = {s: [per_rank[r][i] for r in range(world.size)] for i, s in enumerate(strategies)}
     workers = {s: cls_of[s].workers(world.size) for s in strategies}  # who shares each global batch
     on = setup.reference_device
-    references = {w: train_single_process(base, w, device=on) for w in sorted({world.size, *workers.values()})} if real else {}
+    references = ({w: train_single_process(base, w, device=on) for w in sorted({world.size, *workers.values()})}
+                  if real else {})
     local_step = statistics.mean(r["median_step_s"] for r in runs["local"]) if "local" in runs else None
     target_from = references[world.size]["losses"] if real else next(
         (runs[s][0]["losses"] for s in strategies if cls_of[s].exact and cls_of[s].communicates), None)

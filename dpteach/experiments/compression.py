@@ -194,9 +194,9 @@ def compression_on_links(world_size: int | World | None = None, model: str = "au
         return emulated
 
     def load(world) -> RunLoad:
-        runs = 1 + len(links_of(world)) * len(strategies)
-        return RunLoad(steps=runs * steps, models_at_once=runs, cpu_model="mlp", batch_per_rank=32,
-                       link=links_of(world)[0])
+        emulated = links_of(world)
+        runs = 1 + len(emulated) * len(strategies)
+        return RunLoad(steps=runs * steps, models_at_once=runs, cpu_model="mlp", batch_per_rank=32, link=emulated[0])
 
     setup = set_up(world_size, backend, device, peers, model=model, load=load, emulated_peers_ok=True)
     world, emulated = setup.world, links_of(setup.world)

@@ -94,7 +94,8 @@ def hybrid_sharding(world_size: int | World = 4, link="pcie/1gbe", ranks_per_nod
         raise validate.refusal("world_size", size, f"it must be a multiple of ranks_per_node={ranks_per_node} "
                                f"that makes at least two nodes (a slow level to cross): e.g. {2 * ranks_per_node}")
     result = compare_strategies(world_size, model=model, steps=steps, strategies=STRATEGIES, link=two_level,
-                                backend=backend, device=device, timeout=timeout, knobs={"hsdp_shard_size": ranks_per_node})
+                                backend=backend, device=device, timeout=timeout,
+                                knobs={"hsdp_shard_size": ranks_per_node})
     tolerance = result["tolerance"]
     flat_share = crossing_share(range(size), ranks_per_node)
     rows = []

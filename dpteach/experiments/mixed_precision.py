@@ -151,7 +151,8 @@ def loss_scaling(world_size: int | World | None = None, model: str = "auto", ste
                "fp32, clipped": replace(base, precision="fp32")}
     runs = _side_by_side(world, configs, timeout)
     start = _start(choice.name, base.seed, reference_device(world.placement))
-    return {**setup.facts, "steps": steps, "init_scale": init_scale, "growth_interval": growth_interval, "clip_norm": clip_norm,
+    return {**setup.facts, "steps": steps, "init_scale": init_scale, "growth_interval": growth_interval,
+            "clip_norm": clip_norm,
             "runs": {name: {"losses": run["losses"], "scales": run["precision"]["scales"],
                             "skipped": run["precision"]["skipped"], "grad_norms": run["precision"]["grad_norms"],
                             "moved": (run["params"] - start).norm().item(),

@@ -132,8 +132,8 @@ def overlap_timeline(world_size: int | World | None = None, model: str = "auto",
     shown = {name: typical_step(results[name][0]["step_times"], timed) for name in ("local", *TIMELINE_STRATEGIES)}
     timelines = {name: {r: [s for s in results[name][r]["spans"] if s["step"] == shown[name]]
                         for r in range(world.size)} for name in shown}
-    return {**setup.facts, "bucket_mb": base.bucket_mb,
-            "link": None if emulated is None else emulated.as_dict(), "steps": steps, "batch_per_rank": base.batch_per_rank,
+    return {**setup.facts, "bucket_mb": base.bucket_mb, "link": None if emulated is None else emulated.as_dict(),
+            "steps": steps, "batch_per_rank": base.batch_per_rank,
             "tolerance": tolerance, "timed_steps": list(timed), "shown_steps": shown,
             "strategies": strategies, "timelines": timelines, "candidates": candidates,
             "reference_losses": reference["losses"] if exact_shown else None,

@@ -149,7 +149,8 @@ def methods_to_target(world_size: int | World | None = 2, methods=METHODS, steps
     "max_abs_diff_vs_single"}], "parts"}``; ``curve`` is the loss averaged over the last ``window`` steps,
     ``messages`` each step's messages (``step_parts.message_key``), ``parts`` the slowest rank's samples, round by
     round (``time_to_target`` adds them up). ``knobs``: the strategies' own options for every method
-    (``outer_lr=1.0``, ``outer_momentum=0.0``: each method takes those its strategy declares, ``sync/knobs.py``). ``check_powersgd``: in the same world,
+    (``outer_lr=1.0``, ``outer_momentum=0.0``: each method takes those its strategy declares, ``sync/knobs.py``).
+    ``check_powersgd``: in the same world,
     also feed the course's PowerSGD and torch's hook the same gradients (``powersgd_against_torch(known=...)``
     reads it: one start of the ranks fewer).
     """
@@ -171,7 +172,8 @@ def methods_to_target(world_size: int | World | None = 2, methods=METHODS, steps
         sent = statistics.mean(statistics.mean(r["wire_bytes"][i][steady:] or r["wire_bytes"][i]) for r in per_rank)
         losses = first["losses"][i]
         bad = [s for s, loss in enumerate(losses) if not math.isfinite(loss)]
-        rows.append({"method": method, "strategy": config.strategy, "knobs": config.knob_values(), "bytes_per_step": sent,
+        rows.append({"method": method, "strategy": config.strategy, "knobs": config.knob_values(),
+                     "bytes_per_step": sent,
                      "steps_to_target": steps_to_target(losses, target), "losses": losses, "curve": smoothed(losses),
                      "final_loss": smoothed(losses)[-1], "diverged_at": bad[0] + 1 if bad else None,
                      "messages": first["messages"][i], "exact": strategy_class(config.strategy).exact,

@@ -22,10 +22,10 @@ forked child can neither tear down its parent's process group (it waits on threa
 nor start a second default one beside it.
 
 **What comes back.** Each child writes messages into a pipe of its own, each signed with a key made for
-this world (HMAC-SHA256, ``watchdog.mac``, as the ranks sign their verdicts: ``in_rank.py``): the learner's code may write into the
-pipe, not sign. A child ends at once, saying so, the moment the audit hook notes tampering, before the
-learner's code could forge anything with what it reached. When the planned victim has died, the parent
-stops the others, as torchrun stops a job when one of its workers dies.
+this world (HMAC-SHA256, ``watchdog.mac``, as the ranks sign their verdicts: ``in_rank.py``): the learner's
+code may write into the pipe, not sign. A child ends at once, saying so, the moment the audit hook notes
+tampering, before the learner's code could forge anything with what it reached. When the planned victim has
+died, the parent stops the others, as torchrun stops a job when one of its workers dies.
 """
 from __future__ import annotations
 

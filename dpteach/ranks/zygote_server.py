@@ -204,4 +204,5 @@ if __name__ == "__main__":
         if guest_path:
             with contextlib.suppress(OSError):
                 os.unlink(guest_path)
+            with contextlib.suppress(OSError):  # also when the socket was gone already
                 os.rmdir(os.path.dirname(guest_path))

@@ -127,7 +127,8 @@ class Strategy:
     @classmethod
     def steady_from(cls, config: dict) -> int:
         """The first step from which every step sends what the run's later steps send (``config``: a run's
-        ``TrainConfig`` as a dict, its knobs under ``"knobs"``). 0 for every strategy but one that starts in another mode: PowerSGD's first
+        ``TrainConfig`` as a dict, its knobs under ``"knobs"``). 0 for every strategy but one that starts in
+        another mode: PowerSGD's first
         ``powersgd_start`` steps are plain all-reduces. Its bytes per step are counted from here, as step times
         leave out the warm-up."""
         return 0

@@ -120,7 +120,7 @@ class TrainConfig:
         if self.timed_world_size != emulated:
             raise validate.refusal("timed_world_size", self.timed_world_size, f"this world of {world_size} rank(s) "
                                    + (f"stands for {emulated}: give {emulated}" if emulated else "is real: give None")
-                                   + " (dpteach.training.prologue's Setup.config fills it in)")
+                                   + " (dpteach.training.prologue's Setup.fields gives it)")
         return self
 
     def _check_emulated_peers(self, world) -> None:

@@ -121,7 +121,7 @@ def sweep_up_to(k_max: int = 4, trace=None, **options) -> dict:
     return accumulation_sweep(accum_steps_list=k_values(k_max), trace=trace, **options)
 
 
-# -- the lesson's prediction (prediction.py shows and scores it): lesson 05: communication per sample ----------------------------------------------------------------
+# -- the lesson's prediction (prediction.py shows and scores it): lesson 05: communication per sample --------------
 
 def _per_sample_at_largest_k(result: dict) -> float | None:
     rows = sorted(result.get("rows", []), key=lambda row: row["accum_steps"])

@@ -129,7 +129,7 @@ def render_sweep(result: dict) -> None:
     show(plot_sweep(result))
 
 
-# -- the lesson's prediction (prediction.py shows and scores it): lesson 03: how many buckets -----------------------------------------------------------------------
+# -- the lesson's prediction (prediction.py shows and scores it): lesson 03: how many buckets ----------------------
 
 def _bucket_count(result: dict) -> float | None:
     return len(result.get("buckets", [])) or None

@@ -206,7 +206,7 @@ def plot_crossover(links: dict, world_sizes=(4, 8, 16, 64, 256, 1024, 4096)):
     return fig
 
 
-# -- the lesson's prediction (prediction.py shows and scores it): lesson 02: one all-reduce, from alpha and beta ------------------------------------------------------
+# -- the lesson's prediction (prediction.py shows and scores it): lesson 02: one all-reduce, from alpha and beta ---
 
 def _largest_ring_ms(result: dict) -> float | None:
     measured = result.get("measured", {}).get("ring")

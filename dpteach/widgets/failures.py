@@ -196,7 +196,7 @@ def plot_replica_groups(result: dict):
     return fig
 
 
-# -- the lesson's prediction (prediction.py shows and scores it): lesson 13: how often to checkpoint -------------------------------------------------------------------
+# -- the lesson's prediction (prediction.py shows and scores it): lesson 13: how often to checkpoint ---------------
 
 def _young_minutes(result: dict) -> float | None:
     return result["young_s"] / 60 if "young_s" in result else None

@@ -136,7 +136,7 @@ def render_comm_precision(result: dict) -> None:
     show(plot_comm_precision(result))
 
 
-# -- the lesson's prediction (prediction.py shows and scores it): lesson 12: what bf16 saves on the wire ----------------------------------------------------------------
+# -- the lesson's prediction (prediction.py shows and scores it): lesson 12: what bf16 saves on the wire -----------
 
 def _bf16_saving_percent(result: dict) -> float | None:
     row = next((r for r in result.get("rows", []) if r["grad_comm"] == "bf16"), None)

@@ -134,7 +134,7 @@ def render(result: dict) -> None:
     display(equivalence_table(result))
 
 
-# -- the lesson's prediction (prediction.py shows and scores it): lesson 04: what overlap hides ---------------------------------------------------------------------
+# -- the lesson's prediction (prediction.py shows and scores it): lesson 04: what overlap hides --------------------
 
 def _rows(result: dict) -> dict:
     return {row["strategy"]: row for row in result.get("strategies", [])}

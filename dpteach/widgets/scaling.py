@@ -145,7 +145,7 @@ def plot_weak_and_strong(weak: dict, strong: dict):
     return fig
 
 
-# -- the lesson's prediction (prediction.py shows and scores it): lesson 09: efficiency at scale ---------------------------------------------------------------------
+# -- the lesson's prediction (prediction.py shows and scores it): lesson 09: efficiency at scale -------------------
 
 def _efficiency_at_largest_w(result: dict) -> float | None:
     curves = dict(zip(result.get("names", []), result.get("curves", {}).values()))

@@ -115,7 +115,7 @@ def render_sharding_payoff(result: dict) -> None:
     show(plot_sharding_payoff(result))
 
 
-# -- the lesson's prediction (prediction.py shows and scores it): lesson 11: what ZeRO-2 leaves on a rank --------------------------------------------------------------
+# -- the lesson's prediction (prediction.py shows and scores it): lesson 11: what ZeRO-2 leaves on a rank ----------
 
 def _zero2_factor(result: dict) -> float | None:
     row = next((r for r in result.get("rows", []) if r["strategy"] == "zero2"), None)
