@@ -215,3 +215,68 @@ def test_the_lab_opens_a_clone_itself_and_a_workspace_when_asked(course, monkeyp
     assert "your files are kept as they are" in out and LESSON in out and "newer version" in out
     monkeypatch.delenv("DPTEACH_COURSE")
     assert open_folder(None) == ROOT
+
+
+def test_workspace_init_copies_the_course_once_and_starts_no_server(course, monkeypatch, capsys, tmp_path):
+    import subprocess
+
+    from dpteach.workspace import STATE, fingerprint
+    shipped, _ = course
+    def no_server(*args, **kwargs):
+        raise AssertionError(f"init started a process: {args}")
+    monkeypatch.setattr(subprocess, "Popen", no_server)
+    monkeypatch.setattr(subprocess, "call", no_server)
+    files = materials.shipped_files(shipped, materials.WORKSPACE_FOLDERS)
+    lessons = sum(rel.startswith("notebooks/") and rel.endswith(".ipynb") for rel in files)
+    exercises = sum(rel.startswith("exercises/") and rel.endswith(".ipynb") for rel in files)
+    folder = tmp_path / "hub home" / "dpteach-course"  # its parent does not exist either
+
+    assert main(["workspace", "init", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert f"Workspace {folder.resolve()} (a new folder)" in out
+    assert f"copied {lessons} lessons, {exercises} exercises" in out and "0 already there" in out
+    assert "open notebooks/00_start_here.ipynb" in out and "file browser" in out
+    assert sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")
+                  if p.is_file() and ".dpteach" not in p.parts) == sorted(files)
+    for rel, source in files.items():
+        assert (folder / rel).read_text(encoding="utf-8") == source.read_text(encoding="utf-8"), rel
+    state = json.loads((folder / STATE).read_text())
+    assert {rel: entry["given"] for rel, entry in state["files"].items()} == \
+        {rel: fingerprint(source) for rel, source in files.items()}
+
+    edit_cells(folder / LESSON, lambda nb: add_paragraph(nb, "My note."))
+    mine, record = (folder / LESSON).read_bytes(), (folder / STATE).read_bytes()
+    assert main(["workspace", "init", "--workspace", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert f"nothing copied: all {len(files)} course files are already there" in out and "copied 1" not in out
+    assert (folder / LESSON).read_bytes() == mine and (folder / STATE).read_bytes() == record
+
+    assert main(["workspace", "--workspace", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert f"Workspace {folder.resolve()}" in out
+    rows = dict(line.split(None, 1) for line in out.splitlines()[1:])
+    assert rows[LESSON] == "edited" and set(rows) == set(files)
+    assert [rel for rel, state in rows.items() if state != "as shipped"] == [LESSON]
+
+    monkeypatch.setenv("DPTEACH_WORKSPACE", str(tmp_path / "default"))  # no DIR: the default workspace
+    assert main(["workspace", "init"]) == 0
+    assert f"Workspace {(tmp_path / 'default').resolve()} (a new folder)" in capsys.readouterr().out
+    assert (tmp_path / "default" / LESSON).is_file()
+
+
+def test_workspace_init_refuses_a_file_and_the_other_actions_point_to_it(course, capsys, tmp_path):
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("mine\n")
+    for argv, named in ((["workspace", "init", str(a_file)], f"DIR {str(a_file)!r} is a file, not a folder"),
+                        (["workspace", "init", "--workspace", str(a_file / "sub")],
+                         f"--workspace {str(a_file / 'sub')!r} is inside {str(a_file)!r}, a file")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert named in err and "give a new folder" in err, err
+    assert a_file.read_text() == "mine\n"
+    assert main(["workspace", "init", str(tmp_path / "a"), str(tmp_path / "b")]) == 2
+    assert "init takes one DIR, got 2" in capsys.readouterr().err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    assert main(["workspace", "update", "--all", "--workspace", str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err
+    assert "does not exist" in err and "`dpteach workspace init DIR`" in err and "`dpteach lab`" in err

@@ -39,9 +39,11 @@ def _smoke(n: int) -> dict:
 def machine_report(world_size: int = 2, smoke: bool = True) -> dict:
     """Lesson 00's description of this machine, and the smoke test run in the world it names."""
     from ..experiments.machine import describe_machine
+    from ..experiments.on_this_machine import machine_facts
     from ..ranks.world import resolve_world
     world = resolve_world(world_size)
     report = describe_machine(world)
+    report["here"] = machine_facts()  # the GPUs' facts, and what each lesson will show on them
     if smoke:
         from ..ranks.launcher import launch
         start = time.perf_counter()
@@ -101,6 +103,8 @@ def run(args) -> int:
         print(f"backends: gloo {'yes' if report['gloo'] else 'no'}, nccl {'yes' if report['nccl'] else 'no'}")
         p = report["placement"]
         print(f"with {p['world_size']} ranks the course uses {p['backend']} on {p['device']}")
+        from ..experiments.on_this_machine import print_facts
+        print_facts(report["here"])
         if "smoke" in report:
             s = report["smoke"]
             print(f"smoke test ({p['world_size']} ranks, built-in and ring all-reduce): "

@@ -1,19 +1,22 @@
 """``dpteach workspace``: your copy of the course against the version in the installed package.
 
+    dpteach workspace init [DIR]           # copy the course into DIR, start no server (JupyterHub, a running lab)
     dpteach workspace                      # each lesson and exercise: as shipped, edited, newer in the package
     dpteach workspace update 03            # take the package's newer version of lesson/exercise 03
     dpteach workspace update --all         # every file the package has a newer version of
     dpteach workspace restore exercises/04 # back to the package's version (your solution cells kept)
 
-A replaced file is kept first under ``.dpteach/backups/`` in the workspace, and an exercise keeps the
-code in its solution cells unless ``--blank``. The rules, and what counts as an edit: ``dpteach/workspace.py``.
+``init`` copies exactly what the first ``dpteach lab`` copies (``workspace.prepare``), and later ones
+only what is missing: a file that is there is never overwritten. A replaced file is kept first under
+``.dpteach/backups/`` in the workspace, and an exercise keeps the code in its solution cells unless
+``--blank``. The rules, and what counts as an edit: ``dpteach/workspace.py``.
 """
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-ACTIONS = ("status", "update", "restore")
+ACTIONS = ("status", "init", "update", "restore")
 
 
 def _options(parser) -> None:
@@ -29,7 +32,7 @@ def add_arguments(parser) -> None:
     # and more positionals, so the words are kept whole here and parsed intermixed in run()
     parser.add_argument("words", nargs=argparse.REMAINDER, metavar="[ACTION] NAME ...",
                         help=f"ACTION: {', '.join(ACTIONS)} (default: status); NAME: a course file, as a path or "
-                             f"a unique start of its name (exercises/03)")
+                             f"a unique start of its name (exercises/03); init takes DIR instead")
 
 
 def _parse_words(args) -> None:
@@ -43,14 +46,78 @@ def _parse_words(args) -> None:
     args.action, args.names = (words[0], words[1:]) if words[:1] and words[0] in ACTIONS else ("status", words)
 
 
+def _init_folder(args) -> Path:
+    """The folder ``init`` copies into: DIR, else --workspace, else the default workspace."""
+    from ..workspace import WORKSPACE_ENV_VAR, default_workspace
+
+    if args.all or args.blank:
+        raise ValueError("init takes no --all or --blank: give it a DIR (or --workspace DIR), or nothing")
+    if len(args.names) > 1:
+        raise ValueError(f"init takes one DIR, got {len(args.names)}: {' '.join(args.names)}")
+    if args.names and args.workspace and Path(args.names[0]).expanduser() != Path(args.workspace).expanduser():
+        raise ValueError(f"DIR {args.names[0]!r} and --workspace {args.workspace!r} differ: give one of them")
+    if args.names:
+        given, argument = args.names[0], "DIR"
+    elif args.workspace:
+        given, argument = args.workspace, "--workspace"
+    else:
+        given, argument = str(default_workspace()), f"the default workspace (${WORKSPACE_ENV_VAR} or ~/dpteach-course)"
+    folder = Path(given).expanduser()
+    blocked = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
+    if blocked is not None:
+        what = "is a file" if blocked == folder else f"is inside {str(blocked)!r}, a file"
+        raise ValueError(f"{argument} {given!r} {what}, not a folder: give a new folder (init makes it) or a "
+                         f"workspace that `dpteach workspace init` or `dpteach lab` made")
+    return folder
+
+
+def _count(paths: list[str]) -> str:
+    """``16 lessons, 10 exercises and exercises/README.md``: the course files among ``paths``, in words."""
+    lessons = sum(p.startswith("notebooks/") and p.endswith(".ipynb") for p in paths)
+    exercises = sum(p.startswith("exercises/") and p.endswith(".ipynb") for p in paths)
+    others = [p for p in paths if not p.endswith(".ipynb")]
+    more = (f" and {', '.join(others)}" if len(others) <= 2 else f" and {len(others)} other files") if others else ""
+    return f"{lessons} lessons, {exercises} exercises{more}"
+
+
+def init(args) -> int:
+    """Copy the course in as the first ``dpteach lab`` does (the same ``prepare``), and start no server."""
+    from ..workspace import prepare
+    from .lab import FIRST_NOTEBOOK
+
+    folder = _init_folder(args)
+    new = not folder.exists()
+    ready = prepare(folder)
+    root, copied, kept = Path(ready["workspace"]), ready["copied"], ready["kept"]
+    print(f"Workspace {root}{' (a new folder)' if new else ''}")
+    if copied:
+        print(f"  copied {_count(copied)}; {len(kept)} already there, left untouched")
+    else:
+        print(f"  nothing copied: all {len(kept)} course files are already there ({_count(kept)}), left untouched")
+    if ready["newer"]:
+        print(f"  {len(ready['newer'])} have a newer version in the package: `dpteach workspace --workspace "
+              f"{root}` lists them, `dpteach workspace update NAME` takes one")
+    first = root / "notebooks" / FIRST_NOTEBOOK
+    if first.exists():
+        home = Path.home().resolve()
+        where = f" ({first.relative_to(home).as_posix()} from your home folder)" if first.is_relative_to(home) else ""
+        print(f"Next: open {first.relative_to(root).as_posix()} in that folder - in a running Jupyter server "
+              f"(JupyterLab, JupyterHub), from its file browser{where}.")
+        print(f"Or start JupyterLab on the folder: dpteach lab --workspace {root}")
+    return 0
+
+
 def run(args) -> int:
     from ..workspace import default_workspace, replace, status
 
     _parse_words(args)
+    if args.action == "init":
+        return init(args)
     workspace = Path(args.workspace).expanduser() if args.workspace else default_workspace()
     if not workspace.is_dir():
-        raise ValueError(f"--workspace {str(workspace)!r} does not exist: `dpteach lab` makes it the first time "
-                         f"(or give --workspace the folder it made)")
+        raise ValueError(f"--workspace {str(workspace)!r} does not exist: `dpteach workspace init DIR` makes it "
+                         f"(without starting a server), `dpteach lab` makes it the first time it opens (or give "
+                         f"--workspace the folder one of them made)")
     if args.action == "status":
         if args.names or args.all or args.blank:
             raise ValueError(f"status takes no NAME, --all or --blank (got {' '.join(args.words) or 'options'}): "

@@ -43,6 +43,8 @@ Its modules, one line each (``scripts/package_faces.py`` writes this list from t
 * ``machine``: Lesson 00: what this machine is, and how fast its ranks can talk to each other.
 * ``memory``: Lesson 01 (second half): what one replica must hold, and what sharding it with ZeRO changes.
 * ``mixed_precision``: Mixed precision with data parallelism (lesson 12), measured on real ranks.
+* ``on_this_machine``: What each lesson will show on this machine: the table ``dpteach doctor`` prints under the
+  GPUs.
 * ``overlap``: ``overlap_timeline``: where a data-parallel step spends its time, and which fix removes the idle
   part.
 * ``powersgd``: ``powersgd_against_torch``: the course's PowerSGD and torch's own hook, fed the same gradients, on

@@ -22,6 +22,7 @@ from torch.nn.utils import parameters_to_vector
 from .. import validate
 from ..measure import spread
 from ..ranks.backend import plain_fp32
+from ..ranks.gpus import sixteen_bit_on
 from ..ranks.launcher import launch
 from ..ranks.world import World
 from ..replica.build import OPTIMIZERS
@@ -89,9 +90,14 @@ def precision_drift(world_size: int | World | None = None, model: str = "auto", 
     "tolerance", "fp32_vs_single", "rows": [{"precision", "losses", "final_loss", "max_abs_diff_vs_fp32",
     "relative_drift", "skipped_steps", "state_bytes", "saved_activation_bytes", "saved_weight_copy_bytes",
     "step_time_s", "step_vs_fp32", "spread": {"step_s": Spread.as_dict()}, "allocator_peak_bytes",
-    "replicas_identical"}]}``. The three run side by side, step by step, and ``spread`` holds each one's timed
-    steps as the rounds of a measurement, so that a step is called faster only beyond the noise. ``fp32_vs_single`` is
-    the fp32 run's largest difference from one process (within ``tolerance``: the run is exact).
+    "replicas_identical", "emulated", "label"}], "sixteen_bit": {"format", "bf16", "sentence"}}``. The three run
+    side by side, step by step, and ``spread`` holds each one's timed steps as the rounds of a measurement, so that
+    a step is called faster only beyond the noise. ``fp32_vs_single`` is the fp32 run's largest difference from one
+    process (within ``tolerance``: the run is exact).
+
+    ``sixteen_bit`` is this machine's 16-bit choice (``dpteach/ranks/gpus.py``): on a GPU without native bf16 (compute
+    capability below 8.0: T4, V100) bf16 still runs, emulated, so its row is kept, marked ``emulated`` and labelled
+    so in every table and figure, and the lesson times fp16 with its loss scale as the 16-bit step.
     """
     _checked(model, optimizer, steps)
     validate.optional(validate.integer, "batch_per_rank", batch_per_rank, low=1)
@@ -106,8 +112,10 @@ def precision_drift(world_size: int | World | None = None, model: str = "auto", 
     start, fp32 = _start(choice.name, base.seed, on), runs["fp32"]["params"]
     criterion, dataset = loss_fn(choice.name), make_dataset(choice.name, batch_per_rank, seed=base.seed)
     x, y = (t.to(on) for t in sample_batch(dataset, range(batch_per_rank)))  # one rank's micro-batch
+    sixteen = sixteen_bit_on(world.device_type)
     rows = []
     for name, run in runs.items():
+        emulated = name == "bf16" and sixteen["bf16"] == "emulated"
         with plain_fp32(on):
             saved = saved_for_backward(build_model(choice.name, seed=base.seed, device=on),
                                        lambda m: criterion(m(x), y), name)
@@ -119,12 +127,13 @@ def precision_drift(world_size: int | World | None = None, model: str = "auto", 
                      "step_vs_fp32": run["median_step_s"] / runs["fp32"]["median_step_s"],
                      "spread": {"step_s": run["step_spread"]},
                      "allocator_peak_bytes": run.get("allocator_peak_bytes"),
-                     "replicas_identical": run["replicas_identical"]})
+                     "replicas_identical": run["replicas_identical"], "emulated": emulated,
+                     "label": f"{name} (emulated)" if emulated else name})
     if on.startswith("cuda"):  # the models measured here are gone: give their memory back to the GPU
         torch.cuda.empty_cache()
     return {**setup.facts, "optimizer": optimizer, "steps": steps, "batch_per_rank": batch_per_rank,
             "tolerance": exact_tolerance(base), "fp32_vs_single": (fp32 - reference["params"]).abs().max().item(),
-            "rows": rows}
+            "rows": rows, "sixteen_bit": sixteen}
 
 
 def loss_scaling(world_size: int | World | None = None, model: str = "auto", steps: int = 40,

@@ -13,6 +13,8 @@ Its modules, one line each (``scripts/package_faces.py`` writes this list from t
 * ``context``: What code running *inside* a rank asks about its world: its device, and how to report progress.
 * ``faults``: Faults on purpose: a rank that raises, is killed, hangs, or calls the wrong collective - and what its
   peers see.
+* ``gpus``: What this machine's GPUs can do, read once: the facts every GPU-dependent choice of the course starts
+  from.
 * ``launcher``: Run a function on W ranks of a real ``torch.distributed`` world and get their results back.
 * ``memory``: Is there memory for W more ranks? Asked before any rank starts.
 * ``processes``: The processes of one :func:`dpteach.launch`: start W ranks, watch them, collect, clean up.

@@ -205,8 +205,9 @@ def choose_placement(world_size: int, backend: str = "auto", device: str = "auto
             return Placement("nccl", "cuda", gpus, shared_gpu=True)
         if world_size > gpus:
             raise ValueError(f"backend='nccl' with world_size={world_size} is not allowed: NCCL needs one "
-                             f"GPU per rank and {gpus} GPU(s) are visible (use world_size <= {gpus}, "
-                             f"or backend='gloo', whose ranks may share GPUs)")
+                             f"GPU per rank and {gpus} GPU(s) are visible (use world_size <= {gpus}; "
+                             f"backend='gloo', whose ranks may share GPUs; or peers='emulated', one rank on one "
+                             f"GPU whose link times the exchange of W ranks)")
         return Placement("nccl", "cuda", gpus)
     if not gloo_available():
         raise ValueError("backend='gloo' is not available in this torch build")

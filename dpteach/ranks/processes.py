@@ -25,6 +25,7 @@ import cloudpickle
 import torch.distributed as dist
 
 from .backend import cores_of_rank
+from .gpus import settings_for_ranks
 from .rank_output import RankOutput
 from .world import World
 from .zygote import fork_rank, prestart, use_zygote
@@ -101,6 +102,7 @@ class RankProcesses:
     def __init__(self, world: World, payload, timeout, show_output, progress, env):
         self.world_size, self.placement, self.timeout = world.size, world.placement, float(timeout)
         self.extra_env = env
+        self.nccl_env = settings_for_ranks(self.placement)  # what this machine's GPUs need (gpus.py), said once
         self.output = RankOutput(world.size, show_output, progress)
         self.tmp = tempfile.mkdtemp(prefix="dpteach-launch-")
         self.payload_path = os.path.join(self.tmp, "payload.pkl")
@@ -142,6 +144,7 @@ class RankProcesses:
             "DPTEACH_TIMEOUT": str(self.timeout), "DPTEACH_SYS_PATH": json.dumps(sys.path),
         })
         env.update(self.placement.rank_env(rank, str(self.store.port)))
+        env.update({k: v for k, v in self.nccl_env.items() if k not in env})  # a value the caller set wins
         # W ranks share the cores: without this each would start one thread per core and they
         # would trample each other (a user's OMP_NUM_THREADS, in the environment or in env=, still wins). A rank pinned to its own
         # cores runs exactly one thread per core it holds: two threads on one core spin-wait for each

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import ipywidgets as widgets
 
+from .front_end import widgets_only
+
 CHOICES = (widgets.Dropdown, widgets.ToggleButtons, widgets.RadioButtons, widgets.Select)
 FEWEST_STEPS = 3  # every experiment that trains accepts 3 steps (prefetching and timing need 2 or 3)
 FEWEST_WORLD_SIZES = 2  # a sweep over W keeps its first two sizes: still a trend, and no W=4 on 2 cores
@@ -116,7 +118,8 @@ def run_every_option(panels) -> dict:
             if wanted in done:
                 already_ran += 1
             else:
-                panel.run(**values)
+                with widgets_only():  # the sweep reads panel.result; it does not show every run
+                    panel.run(**values)
                 runs += 1
                 if panel.error is not None:
                     errors.append({"panel": panel.title, "values": {k: repr(v) for k, v in values.items()},

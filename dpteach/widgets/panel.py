@@ -41,8 +41,10 @@ import ipywidgets as widgets
 from IPython.display import HTML, display
 
 from ..ranks.backend import Placement, visible_gpus
+from ..ranks.gpus import read_machine
 from ..replica.models import MODELS, parameter_count
 from ..replica.sizing import describe_choice
+from . import front_end
 from .capture import write_into
 from .prediction import Prediction, PredictionBox
 from .record import record_run
@@ -66,6 +68,9 @@ def run_notes(result, model_chosen: bool = True) -> list[str]:
     sharing = sharing_note(result)
     if sharing:
         notes.append(f"Note: {sharing}.")
+    between = link_note(result)
+    if between:
+        notes.append(f"Between the GPUs: {between}.")
     return notes
 
 
@@ -88,6 +93,20 @@ def sharing_note(result) -> str | None:
     gpus = visible_gpus()
     ranks = result.get("real_ranks", result["world_size"])  # emulated peers: one real rank
     return Placement(result.get("backend", "gloo"), "cuda", gpus).describe_sharing(ranks) if gpus else None
+
+
+def link_note(result) -> str | None:
+    """For a run whose real NCCL ranks talked GPU to GPU: the link that carried their bytes on this machine (NVLink,
+    PCIe peer-to-peer, or host memory when the GPUs have no peer access) and what the course set for it; None
+    otherwise (gloo ranks, one rank with emulated peers, CPU)."""
+    if (not isinstance(result, dict) or result.get("backend") != "nccl" or result.get("device") != "cuda"
+            or result.get("real_ranks", result.get("world_size")) in (None, 1)):
+        return None
+    machine = read_machine()
+    if machine.count < 2:
+        return None
+    settings = machine.nccl_settings()
+    return machine.link_sentence() + (f" (the course set {', '.join(map(str, settings))})" if settings else "")
 
 
 def trace_link(path: str) -> str:
@@ -219,7 +238,25 @@ class ExperimentPanel:
             self.button.disabled = False
             self.output.remove_class("dpteach-replacing")
             self.live.outputs = ()
+        if not front_end.widgets_drawn():  # nothing would show the widget's outputs: write them into the cell
+            self._show_plain(values)
         return self.result
+
+    def _values_text(self, values: dict) -> str:
+        """``ranks W=2, model=mlp``: the controls' values, as a plain panel prints them above its results."""
+        return ", ".join(f"{getattr(control, 'description', '') or name}={html.unescape(spoken(values.get(name)))}"
+                         for name, control in self.controls.items())
+
+    def _show_plain(self, values: dict) -> None:
+        """The run's results as plain outputs of the running cell: the values first, then what the run printed and
+        drew, in order (the same items the widget's output area holds; its closed progress bars are not kept)."""
+        import sys
+        print(f"{self.title} - run {self.runs}: {self._values_text(values) or 'no controls'}")
+        for item in self.output.outputs:
+            if item.get("output_type") == "stream":
+                (sys.stderr if item.get("name") == "stderr" else sys.stdout).write(item.get("text", ""))
+            elif item.get("output_type") in ("display_data", "execute_result"):
+                display(item["data"], raw=True, metadata=item.get("metadata") or {})
 
     def _replace_output(self, items) -> None:
         """The output becomes, in one change, what the run printed (its progress bars have closed by now and are
@@ -241,4 +278,10 @@ class ExperimentPanel:
                 "the next cell and use <i>Run &#9656; Run Selected Cell and All Below</i>.</div>")
 
     def _ipython_display_(self):
-        display(self.widget)
+        if front_end.widgets_drawn():
+            display(self.widget)
+            return
+        text = f"{self.title} - {self._values_text(self.values()) or 'no controls'}\n({front_end.why()})"
+        display({"text/plain": text, "text/html": f"<div class='dpteach-plain-panel'><b>{html.escape(self.title)}"
+                 f"</b>: {html.escape(self._values_text(self.values()))}<br><i>{html.escape(front_end.why())}</i></div>"},
+                raw=True)

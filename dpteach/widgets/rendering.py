@@ -26,8 +26,10 @@ def table(headers: list[str], rows: list[list], title: str | None = None) -> str
         from IPython.display import display
         if title:
             print(title)
-        display(html_table(list(headers), [[str(c) for c in row] for row in rows],
-                           align="".join("l" if not _numeric(c) else "r" for c in (rows[0] if rows else headers))))
+        shown = html_table(list(headers), [[str(c) for c in row] for row in rows],
+                           align="".join("l" if not _numeric(c) else "r" for c in (rows[0] if rows else headers)))
+        # the aligned text too, for a front end or a stored copy that shows no HTML (front_end.py)
+        display({"text/html": shown.data, "text/plain": "\n".join(lines[1:] if title else lines)}, raw=True)
     else:
         print(text)
     return text
