@@ -13,18 +13,22 @@ from types import SimpleNamespace
 
 GiB = 2**30
 
-# name, capability, memory (what total_memory reports), peer access, the topology matrix's GPU-to-GPU entry
+# name, capability, memory (what total_memory reports), peer access, the topology matrix's GPU-to-GPU entry, and
+# the fp32 rate the course's model sizing would measure (NVIDIA's datasheets: T4 8.1, A100 19.5, H100 SXM 67,
+# RTX 4090 82.6 TFLOP/s; dpteach.replica.sizing measures it with TF32 off)
 MACHINES = {
     # Kaggle's free pair: "peer access is not supported between these two devices"
-    "2xT4": dict(gpus=2, name="Tesla T4", capability=(7, 5), memory=15 * GiB, peer=False, topo=None),
+    "2xT4": dict(gpus=2, name="Tesla T4", capability=(7, 5), memory=15 * GiB, peer=False, topo=None, tflops=8.1),
     # Colab's free tier: one GPU per runtime
-    "1xT4": dict(gpus=1, name="Tesla T4", capability=(7, 5), memory=15 * GiB, peer=False, topo=None),
+    "1xT4": dict(gpus=1, name="Tesla T4", capability=(7, 5), memory=15 * GiB, peer=False, topo=None, tflops=8.1),
     # an eight-GPU NVLink node
-    "8xA100": dict(gpus=8, name="NVIDIA A100-SXM4-80GB", capability=(8, 0), memory=79 * GiB, peer=True, topo="NV12"),
-    "1xH100": dict(gpus=1, name="NVIDIA H100 80GB HBM3", capability=(9, 0), memory=79 * GiB, peer=True, topo=None),
+    "8xA100": dict(gpus=8, name="NVIDIA A100-SXM4-80GB", capability=(8, 0), memory=79 * GiB, peer=True, topo="NV12",
+                   tflops=19.5),
+    "1xH100": dict(gpus=1, name="NVIDIA H100 80GB HBM3", capability=(9, 0), memory=79 * GiB, peer=True, topo=None,
+                   tflops=67.0),
     # a rented consumer pair whose driver still offers peer access over PCIe
     "2xRTX4090": dict(gpus=2, name="NVIDIA GeForce RTX 4090", capability=(8, 9), memory=23 * GiB, peer=True,
-                      topo="PHB"),
+                      topo="PHB", tflops=82.6),
 }
 
 

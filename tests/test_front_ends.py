@@ -108,3 +108,18 @@ def test_a_wrong_setting_is_refused_naming_it(monkeypatch):
     monkeypatch.setenv("DPTEACH_WIDGETS", "maybe")
     with pytest.raises(ValueError, match="DPTEACH_WIDGETS='maybe' is not allowed: it must be one of auto, on, off"):
         front_end.widgets_drawn()
+
+
+def test_a_quiz_without_widgets_is_its_questions_as_text(monkeypatch):
+    import dpteach.quiz
+    from dpteach.quiz.bank import load_bank
+    monkeypatch.setenv("DPTEACH_WIDGETS", "off")
+    bank = load_bank()
+    quiz = dpteach.quiz.show("overlap", record=False)
+    text = quiz.plain_text()["text/plain"]
+    items = bank.topic("overlap")
+    assert text.count("\n1. (") == 1 and f"\n{len(items)}. (" in text
+    for item in items:  # every stem and every option, and no explanation (they would give the answers away)
+        assert item.stem in text and all(option.text in text for option in item.options)
+        assert not any(option.explanation in text for option in item.options if option.explanation not in item.stem)
+    assert "dpteach quiz --topic overlap" in text

@@ -8,6 +8,8 @@ machine's answer standing in for the GPU's.
 """
 from __future__ import annotations
 
+import os
+
 import pytest
 
 import dpteach
@@ -17,6 +19,7 @@ from dpteach.ranks.backend import Placement, choose_placement
 from dpteach.ranks.gpus import read_machine, settings_for_ranks
 from dpteach.widgets.panel import run_notes
 from simulated_gpus import MACHINES, simulate
+from test_placement import EXPERIMENTS, RecordingRanks, recorded
 
 # kind -> (native bf16, lesson 12's 16-bit format, the link the GPUs share, the variable the course sets)
 EXPECTED = {
@@ -122,7 +125,7 @@ def test_where_launch_puts_the_ranks(gpus, kind):
     if count == 1:  # two NCCL ranks on one GPU are refused, naming the way one GPU shows W
         with pytest.raises(ValueError, match="peers='emulated'"):
             choose_placement(2, backend="nccl")
-    assert dpteach.default_world_size() == (min(count, 4) if count >= 2 else dpteach.default_world_size())
+    assert dpteach.default_world_size() == (min(count, 4) if count >= 2 else max(2, min(4, os.cpu_count())))
 
 
 def test_lesson_12_marks_emulated_bf16_in_its_run_and_its_table(monkeypatch, capsys):
@@ -147,3 +150,19 @@ def test_lesson_12_marks_emulated_bf16_in_its_run_and_its_table(monkeypatch, cap
     monkeypatch.undo()
     plain = lesson.precision_drift(2, model="mlp", steps=4, backend="gloo", device="cpu")
     assert plain["sixteen_bit"]["format"] is None and not any(r["emulated"] for r in plain["rows"])
+
+
+@pytest.mark.parametrize("kind", EXPECTED)
+def test_every_experiment_of_the_course_launches_where_the_rule_says(gpus, kind, monkeypatch):
+    """The launcher's side of every lesson on each machine: the world each experiment asks for, recorded, not run."""
+    import dpteach.replica.sizing as sizing
+    spec = gpus(kind)
+    monkeypatch.setattr(dpteach.ranks.launcher, "RankProcesses", RecordingRanks)
+    monkeypatch.setattr(dpteach.ranks.launcher, "check_memory_for_ranks", lambda world_size: None)
+    capacity = sizing.GpuCapacity(spec["name"], spec["memory"], spec["memory"], spec["tflops"])
+    monkeypatch.setattr(sizing, "measure_gpu", lambda index=0: capacity)
+    for name, call in EXPERIMENTS.items():
+        for world_size in (3, 4) if name == "async_staleness" else (2, 4):
+            world = recorded(lambda: call(world_size))
+            want = ("nccl", "cuda") if world_size <= spec["gpus"] else ("gloo", "cuda")
+            assert (world.world_size, world.placement.backend, world.placement.device_type) == (world_size, *want), name

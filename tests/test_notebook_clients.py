@@ -9,6 +9,8 @@ whole time, and asks two things of every cell:
 
 * it raises nothing (nbclient raises ``CellExecutionError`` on an error output);
 * nothing it shows (outputs, widget state) names the practice material's internal file ids;
+* every panel's results are in the cells' own outputs: nbclient has no widget manager, so each panel writes its
+  values, tables and figures into its cell (``dpteach/widgets/front_end.py``), as many as its widget holds;
 * the client saw the kernel's reply when the kernel sent it. The kernel stamps its ``execute_reply``;
   a cell whose reply reached the client more than ``STALL_S`` later sat in a stalled client. (A stall
   lasted the whole client time-out - minutes - so the margin is there for a loaded machine, not for
@@ -46,6 +48,15 @@ STALL_S = 20.0
 SEED_FILE_ID = re.compile(r"\d{3}_[0-9a-f]{16}\.txt")  # the practice material's file names: not for learners
 CELL_TIMEOUT_S = 300
 SWEEP_TIMEOUT_S = 900
+# Before the sweep: what each panel's output area holds after the lesson's runs (its last run)
+SHOWN = """
+import json
+from dpteach.widgets import ExperimentPanel
+def _kinds(items):
+    return {"figures": sum("image/png" in item.get("data", {}) for item in items),
+            "tables": sum("<table" in item.get("data", {}).get("text/html", "") for item in items)}
+print("SHOWN" + json.dumps({p.title: {"runs": p.runs, **_kinds(p.output.outputs)} for p in ExperimentPanel.every_panel()}))
+"""
 SWEEP = """
 import json
 from dpteach.widgets import ExperimentPanel
@@ -84,6 +95,11 @@ def test_the_notebook_runs_under_nbclient_beside_a_cpu_hog_then_every_panel_opti
         shown = json.dumps([cell.get("outputs", []) for cell in notebook.cells]) + json.dumps(
             notebook.metadata.get("widgets", {}))
         if "ExperimentPanel(" in path.read_text():
+            counted = nbformat.v4.new_code_cell(SHOWN)
+            notebook.cells.append(counted)
+            client.execute_cell(counted, len(notebook.cells) - 1)
+            text = "".join(o.get("text", "") for o in counted.outputs if o.get("output_type") == "stream")
+            check_plain_outputs(path.name, notebook.cells[:-1], json.loads(text[text.index("SHOWN") + 5:].splitlines()[0]))
             os.kill(cpu_hog.pid, signal.SIGSTOP)  # the options run unloaded: they test choices, not load
             try:
                 client.timeout = SWEEP_TIMEOUT_S
@@ -101,3 +117,24 @@ def test_the_notebook_runs_under_nbclient_beside_a_cpu_hog_then_every_panel_opti
             for name, values in controls.items():
                 assert sorted(report["covered"][panel][name]) == sorted(values), (panel, name)
         assert report["runs"] + report["already_ran"] > 0 or not any(report["offered"].values())
+
+
+def check_plain_outputs(name: str, cells, panels: dict) -> None:
+    """nbclient draws no widgets, so every panel wrote its runs into its cell (``dpteach/widgets/front_end.py``): each
+    panel's last run there, under the line with its values, shows as many figures and tables as its widget holds."""
+    blocks = {}  # title -> the figures and tables under the last "TITLE - run N:" line
+    for cell in cells:
+        current = None
+        for item in cell.get("outputs", []):
+            for line in item.get("text", "").splitlines() if item.get("output_type") == "stream" else ():
+                title = next((t for t in panels if line.startswith(f"{t} - run ")), None)
+                if title:
+                    current = blocks[title] = {"figures": 0, "tables": 0}
+            if current is not None and item.get("output_type") == "display_data":
+                current["figures"] += "image/png" in item.get("data", {})
+                current["tables"] += "<table" in item.get("data", {}).get("text/html", "")
+    for title, held in panels.items():
+        if held["runs"] == 0:
+            continue
+        assert title in blocks, f"{name}: the panel {title!r} ran, and its results are not in the notebook's outputs"
+        assert blocks[title] == {"figures": held["figures"], "tables": held["tables"]}, (name, title, blocks[title], held)

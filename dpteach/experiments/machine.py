@@ -23,7 +23,8 @@ from .. import validate
 
 from ..network import costmodel
 from ..network.link import resolve_link
-from ..ranks.backend import gloo_available, nccl_available, visible_gpus
+from ..ranks.backend import gloo_available, nccl_available
+from ..ranks.gpus import read_machine
 from ..ranks.world import World, resolve_world
 from .bench import allreduce_benchmark, parse_size
 
@@ -33,9 +34,10 @@ DEFAULT_SIZES = ("4KiB", "32KiB", "256KiB", "1MiB", "4MiB")
 def describe_machine(world_size: int | World = 2) -> dict:
     """Python, torch, CPUs, GPUs and the backend W ranks get here (what ``dpteach doctor`` prints)."""
     world = resolve_world(world_size)
-    gpus = visible_gpus()
+    gpus = read_machine()  # names, and what they mean for the lessons (dpteach/ranks/gpus.py)
     return {"python": platform.python_version(), "torch": torch.__version__, "cpus": os.cpu_count(),
-            "gpus": [torch.cuda.get_device_name(i) for i in range(gpus)], "cuda": torch.version.cuda,
+            "gpus": [gpu.name for gpu in gpus.gpus], "cuda": torch.version.cuda,
+            "gpu_link": gpus.link_sentence() if gpus.count else None, "sixteen_bit": gpus.sixteen_bit()["sentence"],
             "gloo": gloo_available(), "nccl": nccl_available(),
             "placement": {"world_size": world.size, "backend": world.backend, "device": world.device_type}}
 

@@ -87,7 +87,8 @@ def print_facts(facts: dict) -> None:
             print(f"{row['gpu']:>3}  {row['name']:<24} {row['capability']:>10} {row['memory']:>10}  {row['bf16']:<9} "
                   f"{'yes' if row['fp16_tensor_cores'] else 'no':<7}  {row['peer_access_to']}")
         print(f"between GPUs: {facts['link']}")
-        print(f"NCCL {facts['nccl'] or 'not found'}; set by the course: {', '.join(facts['nccl_settings']) or 'nothing'}")
+        settings = ", ".join(facts["nccl_settings"]) or "nothing"
+        print(f"NCCL {facts['nccl'] or 'not found'}; set by the course: {settings}")
     print("what each lesson shows on this machine:")
     for row in facts["lessons"]:
         print(f"  {row['lesson']} {row['title']:<28} {row['note']}")

@@ -98,7 +98,7 @@ class QuizItemView:
     """One question: its choice widgets, a Submit button, and the feedback shown after submitting."""
 
     def __init__(self, item: Item, number: int, seed: int, on_submitted, show_topic: bool = True):
-        self.item = item
+        self.item, self.number = item, number
         self.seed, self.attempt = seed, 0
         self.order = option_order(item, seed)
         self.result: dict | None = None
@@ -220,7 +220,7 @@ class QuizPanel:
                  record: bool = True, title: str | None = None):
         if not items:
             raise ValueError("a quiz panel needs at least one item")
-        self.seed = seed
+        self.seed, self.title = seed, title
         self.store = (store or ProgressStore()) if record else None
         # A quiz of one topic whose heading names it does not repeat it over every question.
         named = len({item.topic for item in items}) == 1 and title is not None and items[0].topic_title in title
@@ -266,7 +266,23 @@ class QuizPanel:
 
     def _ipython_display_(self):
         from IPython.display import display
-        display(self.widget)
+
+        from ..widgets.front_end import widgets_drawn
+        display(self.widget) if widgets_drawn() else display(self.plain_text(), raw=True)
+
+    def plain_text(self) -> dict:
+        """The questions without widgets, for a front end that draws none (``dpteach/widgets/front_end.py``): each
+        stem and its options in this panel's order, no answers, and where to answer them."""
+        topics = sorted({view.item.topic for view in self.items})
+        where = f"dpteach quiz --topic {topics[0]}" if len(topics) == 1 else "dpteach quiz"
+        lines = [f"{self.title or 'Quiz'} ({self.max_score} questions; this front end draws no widgets: answer them "
+                 f"in a terminal with `{where}`, or set DPTEACH_WIDGETS=on where widgets are drawn)"]
+        for view in self.items:
+            pick = "pick one" if view.item.type == "single" else f"pick {view.item.select}"
+            lines += ["", f"{view.number}. ({pick}) {view.item.stem}"]
+            lines += [f"   {chr(ord('a') + i)}) {view.item.options[index].text}" for i, index in enumerate(view.order)]
+        text = "\n".join(lines)
+        return {"text/plain": text, "text/html": f"<pre class='dpteach-quiz-plain'>{escape(text)}</pre>"}
 
     def __repr__(self) -> str:
         return f"<QuizPanel: {len(self.items)} items, score {self.score}/{self.max_score}>"

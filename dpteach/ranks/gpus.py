@@ -11,8 +11,11 @@ The GPUs learners get differ in exactly the ways a data-parallel course cares ab
 * **The link between two GPUs.** With peer access (``cudaDeviceCanAccessPeer``; torch's
   ``can_device_access_peer``) NCCL copies GPU to GPU over NVLink or PCIe (its P2P transport); without it -
   Kaggle's two T4s, many cloud VMs and consumer boards - NCCL stages every transfer through host shared
-  memory (its SHM transport), with two copies across PCIe instead of one. Whether a peer link is NVLink is
-  the topology matrix of ``nvidia-smi topo -m`` (``NV#`` entries), read here where the tool is installed.
+  memory (its SHM transport, "used between devices when peer-to-peer cannot happen": NCCL's environment
+  documentation, ``NCCL_SHM_DISABLE``), with two copies across PCIe instead of one. Whether a peer link is
+  NVLink is the topology matrix of ``nvidia-smi topo -m`` (``NV#`` entries), read here where the tool is
+  installed. This is the course's reading, not NCCL's decision: NCCL may still send a PCIe pair that is far
+  apart through host memory (``NCCL_P2P_LEVEL``), and ``NCCL_DEBUG=INFO`` names the transport of each pair.
 * **A setting a card needs.** Multi-GPU GeForce RTX 40- and 50-series machines have hung in NCCL's P2P
   transport where the driver offered peer access, and run once ``NCCL_P2P_DISABLE=1`` sends NCCL through host
   memory (NVIDIA/nccl-tests#117 for 4090s, NVIDIA/nccl#1637 for 5090s). The course sets that variable for such

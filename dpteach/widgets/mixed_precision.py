@@ -28,7 +28,8 @@ def plot_precision_drift(result: dict):
         gap = [a - b for a, b in zip(r["losses"], fp32)]
         curve.plot(range(1, len(gap) + 1), gap, color=PRECISION_COLORS[r["precision"]],
                    linestyle="--" if r["precision"] == "fp32" else "-", marker="." if r["precision"] != "fp32" else None,
-                   label=f"{r.get('label', r['precision'])} (final loss {r['final_loss']:.4f}, weights' drift {r['relative_drift']:.1%})",
+                   label=f"{r.get('label', r['precision'])} (final loss {r['final_loss']:.4f}, "
+                         f"weights' drift {r['relative_drift']:.1%})",
                    linewidth=1.4)
     curve.set_xlabel("step")
     curve.set_ylabel("loss minus fp32's loss at the same step")
@@ -56,7 +57,8 @@ def render_precision_drift(result: dict) -> None:
           f"(tolerance {result['tolerance']:.0e})")
     table(["precision", "final loss", "max |dθ| vs fp32", "drift / distance trained", "skipped steps",
            "held", "saved activations", "saved weight copies", "step ms: median (interval)"],
-          [[r.get("label", r["precision"]), f"{r['final_loss']:.4f}", f"{r['max_abs_diff_vs_fp32']:.1e}", f"{r['relative_drift']:.2%}",
+          [[r.get("label", r["precision"]), f"{r['final_loss']:.4f}", f"{r['max_abs_diff_vs_fp32']:.1e}",
+            f"{r['relative_drift']:.2%}",
             r["skipped_steps"], human_bytes(r["state_bytes"]), human_bytes(r["saved_activation_bytes"]),
             human_bytes(r["saved_weight_copy_bytes"]), step_ms(r)] for r in result["rows"]])
     print("step: the median of the timed steps, which the three precisions took in turn, and the interval of that "

@@ -244,7 +244,12 @@ class ExperimentPanel:
 
     def _values_text(self, values: dict) -> str:
         """``ranks W=2, model=mlp``: the controls' values, as a plain panel prints them above its results."""
-        return ", ".join(f"{getattr(control, 'description', '') or name}={html.unescape(spoken(values.get(name)))}"
+        def shown(name, control):  # a choice's own label where the value is the control's (2^24, not 1.67772e+07)
+            label = getattr(control, "label", None)
+            if label is not None and values.get(name) == control.value:
+                return str(label)
+            return html.unescape(spoken(values.get(name)))
+        return ", ".join(f"{getattr(control, 'description', '') or name}={shown(name, control)}"
                          for name, control in self.controls.items())
 
     def _show_plain(self, values: dict) -> None:
@@ -281,7 +286,7 @@ class ExperimentPanel:
         if front_end.widgets_drawn():
             display(self.widget)
             return
-        text = f"{self.title} - {self._values_text(self.values()) or 'no controls'}\n({front_end.why()})"
-        display({"text/plain": text, "text/html": f"<div class='dpteach-plain-panel'><b>{html.escape(self.title)}"
-                 f"</b>: {html.escape(self._values_text(self.values()))}<br><i>{html.escape(front_end.why())}</i></div>"},
-                raw=True)
+        values, why = self._values_text(self.values()) or "no controls", front_end.why()
+        shown = (f"<div class='dpteach-plain-panel'><b>{html.escape(self.title)}</b>: {html.escape(values)}<br>"
+                 f"<i>{html.escape(why)}</i></div>")
+        display({"text/plain": f"{self.title} - {values}\n({why})", "text/html": shown}, raw=True)

@@ -56,7 +56,10 @@ def render_profile(result: dict) -> None:
     print(f"python {m['python']}, torch {m['torch']}, CUDA {m['cuda'] or 'none'}")
     built = ", ".join(name for name in ("gloo", "nccl") if m[name]) or "neither gloo nor nccl"
     print(f"CPU cores: {m['cpus']}   GPUs: {gpus}   backends this torch can use: {built}")
-    print(f"{result['world_size']} ranks use backend {result['backend']} on {result['device']}\n")
+    print(f"{result['world_size']} ranks use backend {result['backend']} on {result['device']}")
+    if m.get("gpu_link"):  # what the GPU lessons will show here; `dpteach doctor` has it lesson by lesson
+        print(f"between the GPUs: {m['gpu_link']}\nlesson 12's 16-bit format: {m['sixteen_bit']}")
+    print()
     rows = sorted(result["rows"], key=lambda r: (r["bytes"], r["algorithm"]))
     table(["size", "algorithm", "time (ms)", "algbw (MB/s)", "busbw (MB/s)"],
           [[human_bytes(r["bytes"]), r["algorithm"], f"{r['time_s'] * 1e3:.3f}", f"{r['algbw_GBps'] * 1e3:,.1f}",
