@@ -12,6 +12,7 @@ Its modules, one line each (``scripts/package_faces.py`` writes this list from t
   PATH.
 * ``cli``: The ``dpteach`` command: ``dpteach <subcommand> --help`` for each.
 * ``course``: The course in one table: its lessons, what each one runs, and which exercises go with it.
+* ``front_end``: Does the front end draw widgets? If not, a panel leaves its results as plain outputs of the cell.
 * ``materials``: Where the course's own files are: the lessons, the exercises and the quiz bank.
 * ``measure``: How the course compares measured times: interleaved, repeated, a median with an interval, and a
   ranking only where the intervals separate.

@@ -33,7 +33,8 @@ LESSON_00 = ROOT / "notebooks" / course.LESSONS[0].notebook
 # The library, bottom to top: each row's paths. A row may import from itself and the rows above it.
 LAYERS = (
     ("dpteach/course.py",), ("dpteach/validate.py",), ("dpteach/measure.py",), ("dpteach/units.py",),
-    ("dpteach/progress.py",), ("dpteach/materials.py", "dpteach/workspace.py"), ("dpteach/ranks/",),
+    ("dpteach/progress.py",), ("dpteach/front_end.py",), ("dpteach/materials.py", "dpteach/workspace.py"),
+    ("dpteach/ranks/",),
     ("dpteach/__init__.py",), ("dpteach/collectives/",), ("dpteach/network/",), ("dpteach/replica/",),
     ("dpteach/sync/",), ("dpteach/training/",), ("dpteach/experiments/",), ("dpteach/devicecheck/",),
     ("dpteach/quiz/",), ("dpteach/widgets/",), ("dpteach/grading/",),

@@ -127,7 +127,7 @@ def suite_environment(gpu: bool, progress: str) -> dict:
         env.update(CPU_ONLY)
     env["DPTEACH_PROGRESS"] = progress
     env.pop("DPTEACH_RECORD_DIR", None)
-    # nbclient draws no widgets, so a panel would also write its results into the cell (dpteach/widgets/front_end.py);
+    # nbclient draws no widgets, so a panel would also write its results into the cell (dpteach/front_end.py);
     # the site draws each panel from its stored widget state instead (compaction.py), so the runs keep widgets only
     env["DPTEACH_WIDGETS"] = "on"
     return env

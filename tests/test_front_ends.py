@@ -10,7 +10,7 @@ which has no widget manager), with a real panel whose ranks are real gloo proces
   interpreter started for the purpose (``dpteach/ranks/zygote.py``), GPU ranks are fresh interpreters. The test
   runs a panel and a function defined in the notebook on ranks, and checks that no rank's parent is the kernel.
 * **No widget manager.** The panel's table and figure must be in the cell's own outputs, under a line with the
-  controls' values (``dpteach/widgets/front_end.py``); with ``DPTEACH_WIDGETS=on``, or in a kernel a Jupyter
+  controls' values (``dpteach/front_end.py``); with ``DPTEACH_WIDGETS=on``, or in a kernel a Jupyter
   server started for a notebook (``JPY_SESSION_NAME``), the panel is a widget and the cell holds no copy.
 """
 from __future__ import annotations
@@ -104,7 +104,7 @@ def test_where_widgets_are_drawn_the_cell_holds_the_widget_only(tmp_path, env):
 
 
 def test_a_wrong_setting_is_refused_naming_it(monkeypatch):
-    from dpteach.widgets import front_end
+    from dpteach import front_end
     monkeypatch.setenv("DPTEACH_WIDGETS", "maybe")
     with pytest.raises(ValueError, match="DPTEACH_WIDGETS='maybe' is not allowed: it must be one of auto, on, off"):
         front_end.widgets_drawn()

@@ -10,7 +10,7 @@ whole time, and asks two things of every cell:
 * it raises nothing (nbclient raises ``CellExecutionError`` on an error output);
 * nothing it shows (outputs, widget state) names the practice material's internal file ids;
 * every panel's results are in the cells' own outputs: nbclient has no widget manager, so each panel writes its
-  values, tables and figures into its cell (``dpteach/widgets/front_end.py``), as many as its widget holds;
+  values, tables and figures into its cell (``dpteach/front_end.py``), as many as its widget holds;
 * the client saw the kernel's reply when the kernel sent it. The kernel stamps its ``execute_reply``;
   a cell whose reply reached the client more than ``STALL_S`` later sat in a stalled client. (A stall
   lasted the whole client time-out - minutes - so the margin is there for a loaded machine, not for
@@ -120,7 +120,7 @@ def test_the_notebook_runs_under_nbclient_beside_a_cpu_hog_then_every_panel_opti
 
 
 def check_plain_outputs(name: str, cells, panels: dict) -> None:
-    """nbclient draws no widgets, so every panel wrote its runs into its cell (``dpteach/widgets/front_end.py``): each
+    """nbclient draws no widgets, so every panel wrote its runs into its cell (``dpteach/front_end.py``): each
     panel's last run there, under the line with its values, shows as many figures and tables as its widget holds."""
     blocks = {}  # title -> the figures and tables under the last "TITLE - run N:" line
     for cell in cells:

@@ -267,11 +267,11 @@ class QuizPanel:
     def _ipython_display_(self):
         from IPython.display import display
 
-        from ..widgets.front_end import widgets_drawn
+        from ..front_end import widgets_drawn
         display(self.widget) if widgets_drawn() else display(self.plain_text(), raw=True)
 
     def plain_text(self) -> dict:
-        """The questions without widgets, for a front end that draws none (``dpteach/widgets/front_end.py``): each
+        """The questions without widgets, for a front end that draws none (``dpteach/front_end.py``): each
         stem and its options in this panel's order, no answers, and where to answer them."""
         topics = sorted({view.item.topic for view in self.items})
         where = f"dpteach quiz --topic {topics[0]}" if len(topics) == 1 else "dpteach quiz"

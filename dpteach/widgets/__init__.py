@@ -28,7 +28,6 @@ Its modules, one line each (``scripts/package_faces.py`` writes this list from t
   progress.
 * ``failures``: Tables and plots for lesson 13: what the peers of a failed rank saw, a restart, resumes, checkpoint
   costs and the checkpoint interval.
-* ``front_end``: Does the front end draw widgets? If not, a panel leaves its results as plain outputs of the cell.
 * ``gantt``: A Gantt chart of what each rank did, and when: the picture lessons 04, 05 and 08 read overlap from.
 * ``input_pipeline``: Plots and tables for ``notebooks/08_input_pipeline.ipynb`` (data from
   ``dpteach.experiments.input_pipeline``).

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ipywidgets as widgets
 
-from .front_end import widgets_only
+from ..front_end import widgets_only
 
 CHOICES = (widgets.Dropdown, widgets.ToggleButtons, widgets.RadioButtons, widgets.Select)
 FEWEST_STEPS = 3  # every experiment that trains accepts 3 steps (prefetching and timing need 2 or 3)

@@ -44,7 +44,7 @@ from ..ranks.backend import Placement, visible_gpus
 from ..ranks.gpus import read_machine
 from ..replica.models import MODELS, parameter_count
 from ..replica.sizing import describe_choice
-from . import front_end
+from .. import front_end
 from .capture import write_into
 from .prediction import Prediction, PredictionBox
 from .record import record_run

@@ -1,6 +1,7 @@
 """Does the front end draw widgets? If not, a panel leaves its results as plain outputs of the cell.
 
-A panel's controls and results live in ipywidgets (``panel.py``). A front end without a widget manager - a
+A panel's controls and results live in ipywidgets (``dpteach/widgets/panel.py``), a quiz's questions too
+(``dpteach/quiz/widget.py``). A front end without a widget manager - a
 notebook run by ``jupyter execute``, papermill or nbconvert, a read-only viewer of the stored notebook, Colab
 before its custom widget manager is on - shows a widget as one line of text, ``VBox(children=...)``, and nothing
 of the figures and tables inside it. So where the front end cannot draw widgets, a panel shows its controls'
@@ -49,7 +50,7 @@ def _checked(argument: str, value) -> str:
 @contextmanager
 def widgets_only():
     """Inside the block panels behave as if widgets were drawn: runs that only feed their widgets (the suite's run
-    of every option of every panel, ``options.py``) do not write their results into the cell as well."""
+    of every option of every panel, ``dpteach/widgets/options.py``) do not write their results into the cell as well."""
     global _chosen
     saved, _chosen = _chosen, "on"
     try:
