@@ -17,6 +17,9 @@ def pytest_configure(config):
     if "DPTEACH_PROGRESS" not in os.environ:
         folder = tempfile.mkdtemp(prefix="dpteach-test-progress-")
         os.environ["DPTEACH_PROGRESS"] = os.path.join(folder, "progress.json")
+    # ... and the workspace a test's `dpteach lab --workspace` or `workspace init` chose is remembered there too,
+    # not in the learner's ~/.dpteach (dpteach/workspace.py, remember)
+    os.environ.setdefault("DPTEACH_HOME", tempfile.mkdtemp(prefix="dpteach-test-home-"))
 
 
 @pytest.hookimpl(hookwrapper=True)

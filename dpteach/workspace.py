@@ -35,8 +35,47 @@ STATE = Path(".dpteach") / "workspace.json"
 BACKUPS = Path(".dpteach") / "backups"
 
 
+HOME_ENV_VAR = "DPTEACH_HOME"  # where dpteach keeps what is the learner's and no workspace's (default ~/.dpteach)
+LAST_CHOSEN = "last_workspace"  # the workspace `dpteach lab --workspace` or `dpteach workspace init` last opened
+
+
+def _record() -> Path:
+    return Path(os.environ.get(HOME_ENV_VAR) or Path.home() / ".dpteach").expanduser() / LAST_CHOSEN
+
+
+def remember(workspace: Path) -> None:
+    """Keep ``workspace`` as the one the learner chose last, so that a later command without ``--workspace``
+    finds it (a learner who typed ``dpteach lab --workspace ~/course`` expects ``dpteach workspace`` to mean it).
+    A home folder that cannot be written only loses the convenience."""
+    try:
+        _record().parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomically(_record(), f"{Path(workspace).expanduser().resolve()}\n")
+    except OSError:
+        pass
+
+
+def last_chosen() -> Path | None:
+    """The workspace remembered by :func:`remember`, if it is still a workspace."""
+    try:
+        folder = Path(_record().read_text(encoding="utf-8").strip())
+    except (OSError, ValueError):
+        return None
+    return folder if (folder / STATE).is_file() else None
+
+
 def default_workspace() -> Path:
-    return Path(os.environ.get(WORKSPACE_ENV_VAR) or Path.home() / DEFAULT_FOLDER).expanduser()
+    """``$DPTEACH_WORKSPACE``, else the workspace the learner last chose, else ``~/dpteach-course``."""
+    return workspace_and_why()[0]
+
+
+def workspace_and_why() -> tuple[Path, str]:
+    """The default workspace and, in words, why it is the one (what ``dpteach workspace`` says it uses)."""
+    if os.environ.get(WORKSPACE_ENV_VAR):
+        return Path(os.environ[WORKSPACE_ENV_VAR]).expanduser(), f"${WORKSPACE_ENV_VAR}"
+    chosen = last_chosen()
+    if chosen is not None:
+        return chosen, "the one you chose last, with `dpteach lab --workspace` or `dpteach workspace init`"
+    return Path.home() / DEFAULT_FOLDER, "the default"
 
 
 def notebook_fingerprint(notebook: dict) -> str:

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Everything a machine with a GPU should check, in one command of under 10 minutes, with its report.
 #
+#   0. `dpteach doctor --no-smoke`: the GPUs as the course reads them (capability, native bf16, peer access)
+#      and what each lesson will show on them;
 #   1. `dpteach doctor --gpu`, once: every CUDA path one GPU allows - NCCL with one rank, gloo ranks
 #      sharing the GPU, two and three NCCL ranks sharing it (correctness only), the benchmark, every
 #      strategy trained with CUDA-event timelines, lesson 11's sharded strategies and lesson 12's
@@ -31,6 +33,8 @@ print('torch', torch.__version__, '| CUDA', torch.version.cuda, '|', torch.cuda.
   || exit 2
 
 start=$(date +%s)
+# What the course reads of these GPUs, and what each lesson will show on them (dpteach/ranks/gpus.py)
+timeout 60 "$PY" -m dpteach doctor --no-smoke > "$RAW/doctor_here.txt" 2>&1; cat "$RAW/doctor_here.txt"
 timeout 420 "$PY" -m dpteach doctor --gpu --json > "$RAW/doctor_gpu.json" 2> "$RAW/doctor_gpu.stderr"
 doctor=$?
 echo "dpteach doctor --gpu: exit $doctor after $(( $(date +%s) - start )) s"

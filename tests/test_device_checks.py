@@ -132,3 +132,20 @@ def test_gpu_check_writes_its_report_as_json_and_markdown(cpu_report, tmp_path):
                              capture_output=True, text=True, timeout=60, cwd=REPO)
     assert missing.returncode == 1
     assert "did not finish" in (tmp_path / "r2" / "gpu_check_unknown_gpu.md").read_text()
+
+
+@pytest.mark.gpu
+def test_the_course_reads_each_visible_gpu_as_torch_does():
+    """On a real GPU: ``dpteach/ranks/gpus.py`` against torch's own answers (native bf16 with emulation left out)."""
+    import torch
+    from dpteach.ranks.gpus import read_machine
+    machine = read_machine()
+    assert machine.count == torch.cuda.device_count()
+    for gpu in machine.gpus:
+        assert gpu.capability == torch.cuda.get_device_capability(gpu.index)
+        with torch.cuda.device(gpu.index):
+            assert gpu.native_bf16 == torch.cuda.is_bf16_supported(including_emulation=False)
+        for other in range(machine.count):
+            if other != gpu.index:
+                assert machine.peer[gpu.index][other] == torch.cuda.can_device_access_peer(gpu.index, other)
+    assert machine.sixteen_bit()["format"] == ("bf16" if all(g.native_bf16 for g in machine.gpus) else "fp16")

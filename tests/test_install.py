@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -54,6 +55,10 @@ def installed(tmp_path_factory):
     built = subprocess.run([sys.executable, "-m", "build", "--outdir", str(base / "dist"), str(ROOT)],
                            capture_output=True, text=True, timeout=600)
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    # and says nothing against the project's own metadata (pyproject.toml, MANIFEST.in)
+    said = [line for line in (built.stdout + built.stderr).splitlines()
+            if re.search(r"deprecat|no previously-included|SetuptoolsWarning|project\.license", line, re.I)]
+    assert not said, "\n".join(said)
     wheel = next((base / "dist").glob("dpteach-*.whl"))
     bundle = base / "bundle"
     written = subprocess.run([sys.executable, "-m", "dpteach", "autograder", EXERCISE.id, "--out", str(bundle),

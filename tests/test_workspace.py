@@ -280,3 +280,29 @@ def test_workspace_init_refuses_a_file_and_the_other_actions_point_to_it(course,
     assert main(["workspace", "update", "--all", "--workspace", str(tmp_path / "nowhere")]) == 2
     err = capsys.readouterr().err
     assert "does not exist" in err and "`dpteach workspace init DIR`" in err and "`dpteach lab`" in err
+
+
+def test_the_workspace_the_learner_chose_is_the_one_later_commands_mean(course, monkeypatch, capsys, tmp_path):
+    """``dpteach lab --workspace DIR`` (its preparation, without the server), then ``dpteach workspace`` alone."""
+    from dpteach.commands.lab import open_folder
+    monkeypatch.delenv("DPTEACH_WORKSPACE", raising=False)
+    monkeypatch.setenv("DPTEACH_HOME", str(tmp_path / "home-state"))
+    chosen = tmp_path / "elsewhere" / "my-course"
+    assert open_folder(str(chosen)) == chosen.resolve()
+    capsys.readouterr()
+    edit_cells(chosen / LESSON, lambda nb: add_paragraph(nb))
+    assert main(["workspace"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"Workspace {chosen.resolve()} (the one you chose last")
+    assert any(LESSON in line and "edited" in line for line in out.splitlines())
+    # init chooses too; the environment's choice wins over both; a workspace that is gone is not offered
+    other = tmp_path / "other"
+    assert main(["workspace", "init", str(other)]) == 0
+    capsys.readouterr()
+    assert main(["workspace"]) == 0 and f"Workspace {other.resolve()} (the one you chose last" in capsys.readouterr().out
+    monkeypatch.setenv("DPTEACH_WORKSPACE", str(chosen))
+    assert main(["workspace"]) == 0 and f"Workspace {chosen.resolve()} ($DPTEACH_WORKSPACE)" in capsys.readouterr().out
+    monkeypatch.delenv("DPTEACH_WORKSPACE")
+    shutil.rmtree(other)
+    from dpteach.workspace import default_workspace
+    assert default_workspace() == Path.home() / "dpteach-course"

@@ -63,12 +63,13 @@ def align_kernel_metadata(paths) -> list[Path]:
 def open_folder(workspace: str | None) -> Path:
     """The folder the lab serves: the clone itself, or the learner's workspace, made ready first."""
     from .. import materials
-    from ..workspace import default_workspace, prepare
+    from ..workspace import default_workspace, prepare, remember
 
     if workspace is None and not materials.installed():
         return materials.course_root()
     ready = prepare(Path(workspace) if workspace else default_workspace())
     root = Path(ready["workspace"])
+    remember(root)  # `dpteach workspace` and `dpteach grade` then mean this one
     if ready["copied"]:
         print(f"dpteach: copied {len(ready['copied'])} course files into your workspace {root}")
     else:
@@ -86,7 +87,9 @@ def run(args) -> int:
     command = [sys.executable, "-m", "jupyterlab", f"--ServerApp.root_dir={root}"]
     first = notebooks / FIRST_NOTEBOOK
     if first.exists():
-        command.append(str(first.relative_to(root)))
+        # The lab's own address becomes lesson 00's: the URL JupyterLab prints (with --no-browser too, where no
+        # browser is opened for the learner) and the one a browser is sent to both open the course, not the Launcher.
+        command.append(f"--LabApp.default_url=/lab/tree/{first.relative_to(root).as_posix()}")
     if args.port:
         command.append(f"--port={args.port}")
     if args.no_browser:

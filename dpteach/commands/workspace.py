@@ -48,7 +48,7 @@ def _parse_words(args) -> None:
 
 def _init_folder(args) -> Path:
     """The folder ``init`` copies into: DIR, else --workspace, else the default workspace."""
-    from ..workspace import WORKSPACE_ENV_VAR, default_workspace
+    from ..workspace import workspace_and_why
 
     if args.all or args.blank:
         raise ValueError("init takes no --all or --blank: give it a DIR (or --workspace DIR), or nothing")
@@ -61,7 +61,8 @@ def _init_folder(args) -> Path:
     elif args.workspace:
         given, argument = args.workspace, "--workspace"
     else:
-        given, argument = str(default_workspace()), f"the default workspace (${WORKSPACE_ENV_VAR} or ~/dpteach-course)"
+        folder, why = workspace_and_why()
+        given, argument = str(folder), f"the default workspace ({why})"
     folder = Path(given).expanduser()
     blocked = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
     if blocked is not None:
@@ -82,12 +83,13 @@ def _count(paths: list[str]) -> str:
 
 def init(args) -> int:
     """Copy the course in as the first ``dpteach lab`` does (the same ``prepare``), and start no server."""
-    from ..workspace import prepare
+    from ..workspace import prepare, remember
     from .lab import FIRST_NOTEBOOK
 
     folder = _init_folder(args)
     new = not folder.exists()
     ready = prepare(folder)
+    remember(Path(ready["workspace"]))  # later commands without --workspace mean this one
     root, copied, kept = Path(ready["workspace"]), ready["copied"], ready["kept"]
     print(f"Workspace {root}{' (a new folder)' if new else ''}")
     if copied:
@@ -108,12 +110,12 @@ def init(args) -> int:
 
 
 def run(args) -> int:
-    from ..workspace import default_workspace, replace, status
+    from ..workspace import replace, status, workspace_and_why
 
     _parse_words(args)
     if args.action == "init":
         return init(args)
-    workspace = Path(args.workspace).expanduser() if args.workspace else default_workspace()
+    workspace, why = (Path(args.workspace).expanduser(), "--workspace") if args.workspace else workspace_and_why()
     if not workspace.is_dir():
         raise ValueError(f"--workspace {str(workspace)!r} does not exist: `dpteach workspace init DIR` makes it "
                          f"(without starting a server), `dpteach lab` makes it the first time it opens (or give "
@@ -124,7 +126,7 @@ def run(args) -> int:
                              f"give an ACTION first, one of {', '.join(ACTIONS)}")
         rows = status(workspace)
         width = max(len(r["path"]) for r in rows)
-        print(f"Workspace {workspace.resolve()}")
+        print(f"Workspace {workspace.resolve()} ({why})")
         for row in rows:
             print(f"  {row['path']:<{width}}  {row['state']}")
         newer = [r["path"] for r in rows if r["newer"]]
