@@ -9,7 +9,7 @@ BIN     = $(VENV)/bin
 # Extra arguments for `dpteach lab`, e.g. `make lab LAB_ARGS="--no-browser --port 8890"`.
 LAB_ARGS ?=
 
-.PHONY: lab test test-fast install browser bench clean site site-outputs
+.PHONY: lab test test-fast install browser axe bench clean site site-outputs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,7 +38,15 @@ browser:
 	      || echo "could not install Chromium: the browser test will be skipped"; \
 	  else echo "Chromium not found and not installable here: the browser test will be skipped"; fi; }
 
-test: install browser
+# axe-core (npm), which the site's accessibility test injects into each page from this local copy; without npm
+# that test is skipped with the reason.
+AXE := build/axe/node_modules/axe-core/axe.min.js
+axe:
+	@test -f $(AXE) || { command -v npm >/dev/null 2>&1 \
+	  && npm install --silent --no-audit --no-fund --prefix build/axe axe-core@4.14 >/dev/null \
+	  || echo "could not install axe-core from npm: the accessibility test will be skipped"; }
+
+test: install browser axe
 	$(BIN)/python -m pytest -q tests exercises --nbval-lax --durations=25
 
 # The unit and multi-process tests alone: no notebooks, no browser, nothing marked slow (about 3 minutes

@@ -32,6 +32,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import execute as store  # noqa: E402  (site/execute.py: the stored runs)
+import alt_text  # noqa: E402  (site/alt_text.py: the figures' descriptions as alt text)
+import theme_fixes  # noqa: E402  (site/theme_fixes.py: names the theme leaves out)
 from pages import (gpu_page, home_page, notebook_page, notebook_title, quiz_index,  # noqa: E402
                    quiz_page, results_page)  # site/pages.py: the page sources
 
@@ -124,10 +126,12 @@ def main(argv=None) -> int:
     shown = check_stored(args.execute_stale, args.notebook_timeout, args.cell_timeout, args.partial)
     counts = write_pages(args.pages.resolve(), shown)
     code = run_sphinx(args.pages.resolve(), args.out.resolve(), args.strict, args.jobs)
-    if code == 0:
+    if code == 0:  # each figure's description becomes its image's alt text (alt_text.py)
+        counts["described"] = alt_text.apply(args.out.resolve(), alt_text.alts_of(args.pages.resolve()))
+        theme_fixes.apply(args.out.resolve())
         print(f"site built in {time.monotonic() - started:.0f} s: {counts['lessons']} lessons, {counts['exercises']} "
               f"exercises, {counts['topics']} quiz topics ({counts['panels']} panels and {counts['quizzes']} quizzes "
-              f"made static) -> {args.out.resolve() / 'index.html'}")
+              f"made static, {counts['described']} figures given their descriptions) -> {args.out.resolve() / 'index.html'}")
     return code
 
 

@@ -65,6 +65,9 @@ def _control_value(model: dict):
     return None
 
 
+PROGRESS_BAR = re.compile(r"\d+%\|.*\|\s*\d+/\d+")  # tqdm's text: "3 runs: 40%|####  | 2/5 [00:01<...]"
+
+
 class WidgetRenderer:
     """Turns a stored widget view into the outputs its Output widgets captured, for one notebook."""
 
@@ -84,6 +87,8 @@ class WidgetRenderer:
         if model is None:  # the kernel closed the widget before the state was saved: its text is all there is
             text = data.get("text/plain", "")
             text = "".join(text) if isinstance(text, list) else text
+            if PROGRESS_BAR.search(text):  # a progress bar that closed ("starting 2 ranks: 0%|...| 0/2"): the
+                return []                  # page keeps the results, not a bar frozen at the moment it was saved
             shown = "" if text.lstrip().startswith(("VBox(", "HBox(", "Output(")) else f": {html.escape(text)}"
             return [_html_output(f"<div class='{NOTE}'>An interactive widget, not saved with this run{shown}</div>")]
         if QUIZ_CLASS in _classes(model):

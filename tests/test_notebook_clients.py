@@ -121,7 +121,8 @@ def test_the_notebook_runs_under_nbclient_beside_a_cpu_hog_then_every_panel_opti
 
 def check_plain_outputs(name: str, cells, panels: dict) -> None:
     """nbclient draws no widgets, so every panel wrote its runs into its cell (``dpteach/front_end.py``): each
-    panel's last run there, under the line with its values, shows as many figures and tables as its widget holds."""
+    panel's last run there, under the line with its values, shows as many figures and tables as its widget holds;
+    and every figure in the notebook carries its description (``dpteach/widgets/figure_text.py``)."""
     blocks = {}  # title -> the figures and tables under the last "TITLE - run N:" line
     for cell in cells:
         current = None
@@ -130,6 +131,9 @@ def check_plain_outputs(name: str, cells, panels: dict) -> None:
                 title = next((t for t in panels if line.startswith(f"{t} - run ")), None)
                 if title:
                     current = blocks[title] = {"figures": 0, "tables": 0}
+            if "image/png" in item.get("data", {}):  # every figure is stored with what it shows, in words
+                said = item.get("metadata", {}).get("image/png", {}).get("alt", "")
+                assert len(said) > 20 and item["data"].get("text/plain") == said, (name, said[:200])
             if current is not None and item.get("output_type") == "display_data":
                 current["figures"] += "image/png" in item.get("data", {})
                 current["tables"] += "<table" in item.get("data", {}).get("text/html", "")

@@ -169,6 +169,10 @@ def test_the_whole_site_builds_offline_and_shows_every_page(tmp_path, build):
     for name, text in pages.items():
         for repr_ in ("VBox(children=", "HBox(children=", "Output(layout=", "Output(outputs="):
             assert repr_ not in text, f"{name} shows a widget's repr {repr_!r}"
+        for tag in re.findall(r"<img\b[^>]*>", text):  # every image says what it shows (site/alt_text.py)
+            alt = re.search(r'\salt="([^"]*)"', tag)
+            said = html.unescape(alt.group(1)).strip() if alt else ""
+            assert len(said) > 20 and not re.search(r"_images/|\.(png|jpe?g|svg)$", said), (name, tag[:300])
 
     from dpteach.quiz import load_bank
     bank = load_bank()

@@ -11,9 +11,12 @@ when rank 0 reports some (``dpteach.report_progress``); both are read from the l
 """
 from __future__ import annotations
 
+import io
 import queue
 import sys
 from collections import deque
+
+from ..front_end import widgets_drawn
 
 
 class RankOutput:
@@ -80,11 +83,14 @@ class RankOutput:
 
 def progress_bar(iterable=None, **options):
     """A progress bar that disappears when it completes: a widget inside a Jupyter kernel, text on stderr
-    anywhere else. Decided here rather than by ``tqdm.auto``, which draws a widget (printed as text on
+    anywhere else, none in a kernel whose front end draws no widgets. Decided here rather than by ``tqdm.auto``, which draws a widget (printed as text on
     stdout) in any process that has imported ``ipykernel.zmqshell``, kernel or not."""
     shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
     if shell is not None and type(shell).__name__ == "ZMQInteractiveShell":
+        from tqdm import tqdm as text_bar
         from tqdm.notebook import tqdm
+        if not widgets_drawn():  # a kernel whose front end draws no widgets (dpteach/front_end.py): its stored
+            return text_bar(iterable, leave=False, file=io.StringIO(), **options)  # outputs keep results, not a bar
     else:
         from tqdm import tqdm
     return tqdm(iterable, leave=False, **options)

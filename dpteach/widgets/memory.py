@@ -30,7 +30,7 @@ def plot_equivalence(result: dict):
 
 
 def render_equivalence(result: dict) -> None:
-    table(["", "relative error", "note"],
+    table(["gradient", "relative error", "note"],
           [[f"rank {r}'s own gradient", f"{e:.3g}", f"{result['batch_per_rank'] * result['accum_steps']} samples"]
            for r, e in enumerate(result["local_rel_errors"])]
           + [["average over ranks", f"{result['rel_error']:.3g}", "one all-reduce"]])

@@ -61,11 +61,28 @@ def html_table(header: list[str], rows: list[list], align: str | None = None) ->
     return HTML(f'<table style="border-collapse:collapse;font-size:90%"><tr>{head}</tr>{body}</table>')
 
 
-def show(fig) -> None:
-    """Display a figure in the current cell or panel output, then free it (no duplicate at cell end)."""
+def show(fig, description: str | None = None) -> None:
+    """Display a figure in the current cell or panel output, then free it (no duplicate at cell end).
+
+    The figure travels with its description (``figure_text.describe``, or ``description``): as its ``text/plain``,
+    which a front end that shows no images prints, and as ``alt`` in the output's metadata, which the static site
+    makes the image's alt text."""
     import matplotlib.pyplot as plt
+    from IPython import get_ipython
     from IPython.display import display
-    display(fig)
+
+    from .figure_text import describe
+    shell = get_ipython()
+    if shell is None:  # a script or a terminal: nothing shows images
+        display(fig)
+    else:
+        said = description or describe(fig)
+        data, metadata = shell.display_formatter.format(fig)
+        data["text/plain"] = said
+        for mime in ("image/png", "image/svg+xml", "image/jpeg"):
+            if mime in data:
+                metadata = {**metadata, mime: {**metadata.get(mime, {}), "alt": said}}
+        display(data, metadata=metadata, raw=True)
     plt.close(fig)
 
 
