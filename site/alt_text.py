@@ -50,7 +50,7 @@ def apply(out: Path, alts: dict[str, str]) -> int:
             return tag
         given += 1
         alt = f' alt="{html.escape(said, quote=True)}"'
-        described = ALT.sub(alt, tag, count=1) if ALT.search(tag) else tag.replace("<img", "<img" + alt, 1)
+        described = ALT.sub(lambda _: alt, tag, count=1) if ALT.search(tag) else tag.replace("<img", "<img" + alt, 1)
         # shrunk to the column, a figure's text is smaller than the page's: a click opens it at its own size
         return f'<a class="dpteach-figure" href="{source.group(1)}" title="Open the figure at full size">{described}</a>'
 

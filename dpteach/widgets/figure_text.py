@@ -31,7 +31,7 @@ def _finite(pairs):
     return [(x, y) for x, y in pairs if math.isfinite(x) and math.isfinite(y)]
 
 
-def _line(line, xlabel: str) -> str | None:
+def _line(line) -> str | None:
     """``bf16: from 0.0005 at step 1 to -0.0003 at step 6 (lowest -0.0006 at 4, highest 0.0005 at 1)``."""
     label = line.get_label()
     if not label or label.startswith("_"):
@@ -49,33 +49,44 @@ def _line(line, xlabel: str) -> str | None:
         return f"{label}: {_number(y0)} throughout"
     low = min(pairs, key=lambda p: p[1])
     high = max(pairs, key=lambda p: p[1])
-    at = f" {xlabel}" if xlabel else ""
-    return (f"{label}: from {_number(y0)} at{at} {_number(x0)} to {_number(y1)} at {_number(x1)} "
+    return (f"{label}: from {_number(y0)} at {_number(x0)} to {_number(y1)} at {_number(x1)} "
             f"(lowest {_number(low[1])} at {_number(low[0])}, highest {_number(high[1])} at {_number(high[0])})")
 
 
+def _nearest_label(ticks: list[tuple[float, str]], at: float) -> str:
+    """The tick label nearest ``at`` (grouped bars sit beside their group's tick), or the position itself."""
+    if not ticks:
+        return _number(at)
+    position, label = min(ticks, key=lambda t: abs(t[0] - at))
+    spacing = min((abs(a[0] - b[0]) for a, b in zip(ticks, ticks[1:])), default=float("inf"))
+    return label if abs(position - at) <= spacing / 2 else _number(at)
+
+
 def _bars(ax) -> list[str]:
-    """Each bar's value, named by its tick label (or its series' label)."""
+    """Each bar's value (its height, or its width for horizontal bars), named by the nearest tick label of the
+    category axis and by its series' label."""
     from matplotlib.container import BarContainer
-    ticks = {round(t, 6): label.get_text() for t, label in zip(ax.get_xticks(), ax.get_xticklabels())
-             if label.get_text()}
     said = []
     for container in ax.containers:
         if not isinstance(container, BarContainer):
             continue
+        horizontal = getattr(container, "orientation", "vertical") == "horizontal"
+        axis_ticks, axis_labels = (ax.get_yticks(), ax.get_yticklabels()) if horizontal else \
+            (ax.get_xticks(), ax.get_xticklabels())
+        ticks = [(float(t), label.get_text()) for t, label in zip(axis_ticks, axis_labels) if label.get_text()]
         series = container.get_label()
         series = "" if not series or series.startswith("_") else f"{series}, "
         for bar in container.patches:
-            centre = round(bar.get_x() + bar.get_width() / 2, 6)
-            name = ticks.get(centre) or _number(centre)
-            said.append(f"{series}{name}: {_number(bar.get_height())}")
+            centre = bar.get_y() + bar.get_height() / 2 if horizontal else bar.get_x() + bar.get_width() / 2
+            value = bar.get_width() if horizontal else bar.get_height()
+            said.append(f"{series}{_nearest_label(ticks, centre)}: {_number(value)}")
     return said
 
 
 def _panel(ax) -> str:
     title, xlabel, ylabel = ax.get_title(), ax.get_xlabel(), ax.get_ylabel()
     head = f"{title}: " if title else ""
-    parts = [p for p in (_line(line, xlabel) for line in ax.get_lines()) if p]
+    parts = [p for p in (_line(line) for line in ax.get_lines()) if p]
     what = f"{ylabel or 'values'} against {xlabel}" if xlabel else f"{ylabel or 'values'}"
     kind = "lines" if parts else ""
     bars = _bars(ax)
@@ -83,11 +94,17 @@ def _panel(ax) -> str:
         kind = "bars" if not parts else "lines and bars"
         parts += bars
     if not parts:
-        collections = [c.get_label() for c in ax.collections if c.get_label() and not c.get_label().startswith("_")]
-        parts = collections
-        kind = "points or areas" if collections else "an image or shapes"
+        parts = [c.get_label() for c in ax.collections if c.get_label() and not c.get_label().startswith("_")]
+        rows = [label.get_text() for label in ax.get_yticklabels() if label.get_text()]
+        if ax.collections and rows:  # a timeline: spans on named rows (the Gantt charts of the lessons)
+            low, high = ax.get_xlim()
+            kind = f"spans on the rows {', '.join(rows[:MAX_SERIES])}{' and more' if len(rows) > MAX_SERIES else ''}"
+            what = f"{xlabel or 'position'}, from {_number(low)} to {_number(high)}"
+        else:
+            kind = "points or areas" if parts else "an image or shapes"
     shown = parts[:MAX_SERIES] + ([f"and {len(parts) - MAX_SERIES} more"] if len(parts) > MAX_SERIES else [])
-    return f"{head}{kind} of {what}" + (f" - {'; '.join(shown)}" if shown else "") + "."
+    return f"{head}{kind} {'over' if kind.startswith('spans') else 'of'} {what}" + \
+        (f" - {'; '.join(shown)}" if shown else "") + "."
 
 
 def describe(fig) -> str:
