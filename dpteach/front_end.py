@@ -59,13 +59,13 @@ def widgets_only():
         _chosen = saved
 
 
-def _in_kernel() -> bool:
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    shell = get_ipython()
-    return shell is not None and getattr(shell, "kernel", None) is not None
+def in_kernel() -> bool:
+    """True inside a Jupyter kernel (where a front end shows HTML, images and perhaps widgets), False in a terminal,
+    a plain script or a rank. Read from ``sys.modules``: a process that never imported IPython is no kernel, and
+    asking must not import it."""
+    get_ipython = getattr(sys.modules.get("IPython"), "get_ipython", None)
+    shell = get_ipython() if get_ipython else None
+    return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
 
 
 def _enable_colab_widgets() -> bool:
@@ -86,7 +86,7 @@ def widgets_drawn() -> bool:
     mode = _chosen or _checked(SETTING, os.environ.get(SETTING, "auto") or "auto")
     if mode != "auto":
         return mode == "on"
-    if not _in_kernel():
+    if not in_kernel():
         return True
     if os.environ.get("JPY_SESSION_NAME") or os.environ.get("VSCODE_PID"):
         return True

@@ -151,6 +151,14 @@ def prepare(workspace: Path, root: Path | None = None) -> dict:
     return {"workspace": str(workspace), "copied": copied, "kept": kept, "newer": newer}
 
 
+def choose(workspace: Path) -> dict:
+    """The learner opens ``workspace`` (``dpteach lab --workspace``, ``dpteach workspace init``): :func:`prepare` it,
+    and :func:`remember` it for the commands that name no workspace. Returns what ``prepare`` returns."""
+    ready = prepare(workspace)
+    remember(Path(ready["workspace"]))
+    return ready
+
+
 def _newer(source: Path, given: str | None) -> bool:
     """The package's version of a file differs from the version the workspace was given."""
     return given is not None and fingerprint(source) != given

@@ -3,8 +3,8 @@
 A figure is stored with a description written from the figure itself (``dpteach/widgets/figure_text.py``), in its
 output's metadata (``{"image/png": {"alt": ...}}``). MyST-NB writes every image output to ``_images/`` under the
 SHA-256 of its bytes and gives the ``<img>`` its path as alt text (``myst_nb/core/render.py``, ``render_image``:
-only width and height are taken from an output's metadata). So after Sphinx has written the pages, this puts
-each description where a screen reader reads it: the ``alt`` of the ``<img>`` whose file is that image, and
+only width and height are taken from an output's metadata). So after Sphinx has written the pages
+(``build.py``'s ``finish_pages``), this puts each description where a screen reader reads it: the ``alt`` of the ``<img>`` whose file is that image, and
 wraps the image in a link to itself, so that a figure shrunk to the page's column opens at the size it was
 drawn (its text then as large as the page's).
 """
@@ -37,27 +37,23 @@ def alts_of(pages: Path) -> dict[str, str]:
     return alts
 
 
-def apply(out: Path, alts: dict[str, str]) -> int:
-    """Give every ``<img>`` under ``out`` whose file is in ``alts`` that alt text; returns how many were given."""
-    given = 0
+def describe_images(text: str, alts: dict[str, str]) -> tuple[str, int]:
+    """One page with every ``<img>`` whose file is in ``alts`` given that alt text and a link to its full-size
+    image; returns the page and how many images were described."""
+    given = []
 
     def replace(match) -> str:
-        nonlocal given
         tag = match.group(0)
         source = SOURCE.search(tag)
         said = alts.get(source.group(1).rsplit("/", 1)[-1]) if source else None
         if said is None:
             return tag
-        given += 1
+        given.append(said)
         alt = f' alt="{html.escape(said, quote=True)}"'
         described = ALT.sub(lambda _: alt, tag, count=1) if ALT.search(tag) else tag.replace("<img", "<img" + alt, 1)
         # shrunk to the column, a figure's text is smaller than the page's: a click opens it at its own size
-        return f'<a class="dpteach-figure" href="{source.group(1)}" title="Open the figure at full size">{described}</a>'
+        return (f'<a class="dpteach-figure" href="{source.group(1)}" title="Open the figure at full size">'
+                f'{described}</a>')
 
-
-    for page in out.rglob("*.html"):
-        text = page.read_text(encoding="utf-8")
-        changed = IMAGE.sub(replace, text)
-        if changed != text:
-            page.write_text(changed, encoding="utf-8")
-    return given
+    page = IMAGE.sub(replace, text)
+    return page, len(given)

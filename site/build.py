@@ -97,6 +97,20 @@ def run_sphinx(pages: Path, out: Path, strict: bool, jobs: str) -> int:
     return subprocess.run(command).returncode
 
 
+def finish_pages(out: Path, alts: dict) -> int:
+    """What Sphinx's pages still need, in one pass over them: each figure's description as its alt text
+    (``alt_text.py``) and names for the theme's unnamed toggles (``theme_fixes.py``). Returns the figures described."""
+    described = 0
+    for page in out.rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        fixed, count = alt_text.describe_images(text, alts)
+        fixed, _ = theme_fixes.name_toggles(fixed)
+        described += count
+        if fixed != text:
+            page.write_text(fixed, encoding="utf-8")
+    return described
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -126,12 +140,12 @@ def main(argv=None) -> int:
     shown = check_stored(args.execute_stale, args.notebook_timeout, args.cell_timeout, args.partial)
     counts = write_pages(args.pages.resolve(), shown)
     code = run_sphinx(args.pages.resolve(), args.out.resolve(), args.strict, args.jobs)
-    if code == 0:  # each figure's description becomes its image's alt text (alt_text.py)
-        counts["described"] = alt_text.apply(args.out.resolve(), alt_text.alts_of(args.pages.resolve()))
-        theme_fixes.apply(args.out.resolve())
+    if code == 0:
+        counts["described"] = finish_pages(args.out.resolve(), alt_text.alts_of(args.pages.resolve()))
         print(f"site built in {time.monotonic() - started:.0f} s: {counts['lessons']} lessons, {counts['exercises']} "
               f"exercises, {counts['topics']} quiz topics ({counts['panels']} panels and {counts['quizzes']} quizzes "
-              f"made static, {counts['described']} figures given their descriptions) -> {args.out.resolve() / 'index.html'}")
+              f"made static, {counts['described']} figures given their descriptions) -> "
+              f"{args.out.resolve() / 'index.html'}")
     return code
 
 

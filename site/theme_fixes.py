@@ -11,26 +11,15 @@ from __future__ import annotations
 
 import html
 import re
-from pathlib import Path
 
-UNNAMED_TOGGLE = re.compile(r'(<a\b[^>]*>(?P<name>[^<]*)</a>\s*<details\b[^>]*>\s*)<summary>(?=\s*<span class="toctree-toggle")')
+UNNAMED_TOGGLE = re.compile(r'(<a\b[^>]*>(?P<name>[^<]*)</a>\s*<details\b[^>]*>\s*)<summary>'
+                            r'(?=\s*<span class="toctree-toggle")')
 
 
 def name_toggles(text: str) -> tuple[str, int]:
     """Every sidebar toggle named after its section; returns the page and how many were named."""
     def named(match) -> str:
         section = html.unescape(match.group("name")).strip() or "this section"
-        return f'{match.group(1)}<summary aria-label="{html.escape(f"Show or hide the pages of {section}", quote=True)}">'
+        name = html.escape(f"Show or hide the pages of {section}", quote=True)
+        return f'{match.group(1)}<summary aria-label="{name}">'
     return UNNAMED_TOGGLE.subn(named, text)
-
-
-def apply(out: Path) -> int:
-    """Fix every page under ``out``; returns the number of toggles named."""
-    total = 0
-    for page in out.rglob("*.html"):
-        text = page.read_text(encoding="utf-8")
-        fixed, count = name_toggles(text)
-        if count:
-            page.write_text(fixed, encoding="utf-8")
-            total += count
-    return total

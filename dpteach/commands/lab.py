@@ -63,13 +63,12 @@ def align_kernel_metadata(paths) -> list[Path]:
 def open_folder(workspace: str | None) -> Path:
     """The folder the lab serves: the clone itself, or the learner's workspace, made ready first."""
     from .. import materials
-    from ..workspace import default_workspace, prepare, remember
+    from ..workspace import choose, default_workspace
 
     if workspace is None and not materials.installed():
         return materials.course_root()
-    ready = prepare(Path(workspace) if workspace else default_workspace())
+    ready = choose(Path(workspace) if workspace else default_workspace())  # later commands then mean this one
     root = Path(ready["workspace"])
-    remember(root)  # `dpteach workspace` and `dpteach grade` then mean this one
     if ready["copied"]:
         print(f"dpteach: copied {len(ready['copied'])} course files into your workspace {root}")
     else:

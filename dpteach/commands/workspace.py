@@ -6,7 +6,7 @@
     dpteach workspace update --all         # every file the package has a newer version of
     dpteach workspace restore exercises/04 # back to the package's version (your solution cells kept)
 
-``init`` copies exactly what the first ``dpteach lab`` copies (``workspace.prepare``), and later ones
+``init`` copies exactly what the first ``dpteach lab`` copies (``workspace.choose``), and later ones
 only what is missing: a file that is there is never overwritten. A replaced file is kept first under
 ``.dpteach/backups/`` in the workspace, and an exercise keeps the code in its solution cells unless
 ``--blank``. The rules, and what counts as an edit: ``dpteach/workspace.py``.
@@ -82,14 +82,13 @@ def _count(paths: list[str]) -> str:
 
 
 def init(args) -> int:
-    """Copy the course in as the first ``dpteach lab`` does (the same ``prepare``), and start no server."""
-    from ..workspace import prepare, remember
+    """Copy the course in as the first ``dpteach lab`` does (the same ``workspace.choose``), and start no server."""
+    from ..workspace import choose
     from .lab import FIRST_NOTEBOOK
 
     folder = _init_folder(args)
     new = not folder.exists()
-    ready = prepare(folder)
-    remember(Path(ready["workspace"]))  # later commands without --workspace mean this one
+    ready = choose(folder)  # later commands without --workspace mean this one
     root, copied, kept = Path(ready["workspace"]), ready["copied"], ready["kept"]
     print(f"Workspace {root}{' (a new folder)' if new else ''}")
     if copied:

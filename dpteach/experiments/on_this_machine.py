@@ -18,9 +18,8 @@ from ..units import human_bytes
 LINK_LESSONS = ("00", "02", "03", "04", "09", "14")  # lessons whose panels time the link between the ranks
 
 
-def where_ranks_run(machine: GpuMachine, world_size: int) -> str:
+def where_ranks_run(machine: GpuMachine, world_size: int, placement) -> str:
     """``2 ranks: NCCL, one GPU each`` - the placement rule's answer, in words."""
-    placement = choose_placement(world_size)
     if placement.backend == "nccl":
         return f"{world_size} ranks: NCCL, one GPU each"
     if placement.device_type == "cuda":
@@ -29,10 +28,10 @@ def where_ranks_run(machine: GpuMachine, world_size: int) -> str:
     return f"{world_size} ranks: gloo on {cores_available()} CPU core(s)"
 
 
-def _link_note(machine: GpuMachine, world_size: int) -> str:
-    if machine.count >= 2 and min(machine.count, world_size) >= 2:
+def _link_note(machine: GpuMachine, placement) -> str:
+    if placement.backend == "nccl":
         return f"NCCL between the GPUs over {machine.link_phrase()}"
-    if machine.count == 1:
+    if placement.device_type == "cuda":  # gloo ranks sharing the GPU(s)
         return ("real ranks show the messages, not NCCL's speed; '1 rank + emulated peers' times W GPUs' exchange "
                 "on an emulated link")
     return "the messages, their order and their bytes are as on GPUs; the times are this CPU's"
@@ -42,13 +41,14 @@ def lesson_notes(machine: GpuMachine | None = None, world_size: int | None = Non
     """One row per lesson: ``{"lesson", "title", "note"}``, what it shows here (the default world of the notebooks)."""
     machine = read_machine() if machine is None else machine
     world_size = default_world_size() if world_size is None else world_size
-    ranks = where_ranks_run(machine, world_size)
+    placement = choose_placement(world_size)
+    ranks = where_ranks_run(machine, world_size, placement)
     rows = []
     for lesson in LESSONS:
         if lesson.number == "12":
             note = f"{ranks}; {machine.sixteen_bit()['sentence']}"
         elif lesson.number in LINK_LESSONS:
-            note = f"{ranks}; {_link_note(machine, world_size)}"
+            note = f"{ranks}; {_link_note(machine, placement)}"
         elif lesson.number in ("11", "15") and machine.count:
             note = (f"{ranks}; models sized for {human_bytes(min(g.memory_bytes for g in machine.gpus))} of GPU "
                     f"memory, and the allocator's own figures beside the counted ones")

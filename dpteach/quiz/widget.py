@@ -268,7 +268,10 @@ class QuizPanel:
         from IPython.display import display
 
         from ..front_end import widgets_drawn
-        display(self.widget) if widgets_drawn() else display(self.plain_text(), raw=True)
+        if widgets_drawn():
+            display(self.widget)
+        else:
+            display(self.plain_text(), raw=True)
 
     def plain_text(self) -> dict:
         """The questions without widgets, for a front end that draws none (``dpteach/front_end.py``): each

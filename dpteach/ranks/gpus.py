@@ -5,9 +5,9 @@ The GPUs learners get differ in exactly the ways a data-parallel course cares ab
 * **16-bit arithmetic.** Tensor cores multiply fp16 matrices from compute capability 7.0 (Volta: V100, T4 is
   7.5); bf16 is native from 8.0 (Ampere: A100, L4, 3090, H100). Below 8.0 torch still *runs* bf16 -
   ``torch.cuda.is_bf16_supported()`` answers True after creating a bf16 tensor - but by emulation, and
-  slower than fp16; only ``is_bf16_supported(including_emulation=False)`` says False (``torch/cuda/__init__.py``:
-  it returns True for ``major >= 8`` and otherwise, by default, tries a bf16 tensor). A T4 timing bf16
-  would teach that bf16 is slow. So the course reads the capability itself (:attr:`Gpu.native_bf16`).
+  slower than fp16; only ``is_bf16_supported(including_emulation=False)`` says False
+  (``torch/cuda/__init__.py``: it returns True for ``major >= 8`` and otherwise, by default, tries a bf16
+  tensor). A T4 timing bf16 would teach that bf16 is slow. So the course reads the capability itself (:attr:`Gpu.native_bf16`).
 * **The link between two GPUs.** With peer access (``cudaDeviceCanAccessPeer``; torch's
   ``can_device_access_peer``) NCCL copies GPU to GPU over NVLink or PCIe (its P2P transport); without it -
   Kaggle's two T4s, many cloud VMs and consumer boards - NCCL stages every transfer through host shared
@@ -22,12 +22,13 @@ The GPUs learners get differ in exactly the ways a data-parallel course cares ab
   cards' NCCL ranks and says so wherever it shows a run (:meth:`GpuMachine.nccl_settings`); a value the learner
   set wins.
 
-Everything here is plain reading: no kernel runs, no process starts. ``dpteach doctor`` prints it
-(``gpu_lessons.py`` turns it into what each lesson shows), lesson 12 takes its 16-bit format from it, and the
+Everything here is plain reading: no kernel runs; only ``nvidia-smi`` is asked, once per process. ``dpteach
+doctor`` prints it (``dpteach/experiments/on_this_machine.py`` turns it into what each lesson shows), lesson 12 takes its 16-bit format from it, and the
 panels name the link their NCCL ranks used.
 """
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -100,12 +101,13 @@ class GpuMachine:
         return f"{len(names)} x {names[0]}" if len(set(names)) == 1 else " + ".join(names)
 
     def link_between(self, i: int, j: int) -> str:
-        """How NCCL moves data from GPU i to GPU j: ``NVLink``, ``PCIe peer-to-peer`` or ``host memory``."""
+        """How NCCL moves data from GPU i to GPU j: ``NVLink``, ``PCIe peer-to-peer`` or ``host memory``
+        (``NCCL_P2P_DISABLE=1`` turns off NVLink and PCIe peer transfers alike)."""
+        if not self.peer[i][j] or self.p2p_disabled:
+            return "host memory"
         if self.topology and self.topology[i][j].startswith("NV"):
             return "NVLink"
-        if self.peer[i][j] and not self.p2p_disabled:
-            return "PCIe peer-to-peer" if self.topology else "peer-to-peer (NVLink or PCIe)"
-        return "host memory"
+        return "PCIe peer-to-peer" if self.topology else "peer-to-peer (NVLink or PCIe)"
 
     @property
     def p2p_disabled(self) -> bool:
@@ -148,9 +150,6 @@ class GpuMachine:
                                                              f"cards; this sends it through host memory"))
         return [s for s in wanted if s.name not in self.environment]
 
-    def nccl_env(self) -> dict:
-        return {s.name: s.value for s in self.nccl_settings()}
-
     def sixteen_bit(self) -> dict:
         """The 16-bit format lesson 12 trains in as its GPU choice, and what it says about it.
 
@@ -182,9 +181,11 @@ def _capability(gpus) -> str:
     return ", ".join(sorted({f"{g.capability[0]}.{g.capability[1]}" for g in gpus}))
 
 
+@functools.lru_cache(maxsize=None)
 def read_topology(count: int) -> tuple[tuple[str, ...], ...] | None:
     """The GPU-to-GPU part of ``nvidia-smi topo -m`` (``NV4`` for NVLink, ``PIX``/``PXB``/``PHB``/``NODE``/``SYS``
-    for PCIe paths, ``X`` on the diagonal), or None where the tool is missing, slow or says something else."""
+    for PCIe paths, ``X`` on the diagonal), or None where the tool is missing, slow or says something else. Asked
+    once per process: every NCCL launch and every panel that names a link reads the machine again."""
     tool = shutil.which("nvidia-smi")
     if count < 2 or tool is None:
         return None

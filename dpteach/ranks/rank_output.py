@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import io
 import queue
-import sys
 from collections import deque
 
-from ..front_end import widgets_drawn
+from ..front_end import in_kernel, widgets_drawn
 
 
 class RankOutput:
@@ -83,17 +82,16 @@ class RankOutput:
 
 def progress_bar(iterable=None, **options):
     """A progress bar that disappears when it completes: a widget inside a Jupyter kernel, text on stderr
-    anywhere else, none in a kernel whose front end draws no widgets. Decided here rather than by ``tqdm.auto``, which draws a widget (printed as text on
-    stdout) in any process that has imported ``ipykernel.zmqshell``, kernel or not."""
-    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
-    if shell is not None and type(shell).__name__ == "ZMQInteractiveShell":
-        from tqdm import tqdm as text_bar
-        from tqdm.notebook import tqdm
-        if not widgets_drawn():  # a kernel whose front end draws no widgets (dpteach/front_end.py): its stored
-            return text_bar(iterable, leave=False, file=io.StringIO(), **options)  # outputs keep results, not a bar
-    else:
-        from tqdm import tqdm
-    return tqdm(iterable, leave=False, **options)
+    anywhere else, none shown in a kernel whose front end draws no widgets (its stored outputs keep results, not a
+    bar). Decided here rather than by ``tqdm.auto``, which draws a widget (printed as text on stdout) in any process
+    that has imported ``ipykernel.zmqshell``, kernel or not."""
+    from tqdm import tqdm
+    if not in_kernel():
+        return tqdm(iterable, leave=False, **options)
+    if not widgets_drawn():  # dpteach/front_end.py
+        return tqdm(iterable, leave=False, file=io.StringIO(), **options)
+    from tqdm.notebook import tqdm as widget_bar
+    return widget_bar(iterable, leave=False, **options)
 
 
 def _advance(bar, to: int) -> None:

@@ -32,6 +32,7 @@ import itertools
 import math
 import os
 import re
+import sys
 import textwrap
 import time
 import weakref
@@ -255,7 +256,6 @@ class ExperimentPanel:
     def _show_plain(self, values: dict) -> None:
         """The run's results as plain outputs of the running cell: the values first, then what the run printed and
         drew, in order (the same items the widget's output area holds; its closed progress bars are not kept)."""
-        import sys
         print(f"{self.title} - run {self.runs}: {self._values_text(values) or 'no controls'}")
         for item in self.output.outputs:
             if item.get("output_type") == "stream":

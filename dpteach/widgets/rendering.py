@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from html import escape
 
+from ..front_end import in_kernel
 from ..units import human_bytes  # noqa: F401 (the lessons and widgets import it from here too)
 
 from IPython.display import HTML
@@ -22,7 +23,7 @@ def table(headers: list[str], rows: list[list], title: str | None = None) -> str
     lines.append("  ".join("-" * w for w in widths))
     lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells[1:]]
     text = "\n".join(lines)
-    if _in_a_notebook():
+    if in_kernel():
         from IPython.display import display
         if title:
             print(title)
@@ -37,16 +38,6 @@ def table(headers: list[str], rows: list[list], title: str | None = None) -> str
 
 def _numeric(value) -> bool:
     return isinstance(value, (int, float)) or str(value).replace(",", "").replace(".", "", 1).lstrip("-").isdigit()
-
-
-def _in_a_notebook() -> bool:
-    """True inside a Jupyter kernel (where HTML is shown), False in a terminal or a plain script."""
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    shell = get_ipython()
-    return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
 
 
 def html_table(header: list[str], rows: list[list], align: str | None = None) -> HTML:
