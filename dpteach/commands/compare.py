@@ -16,7 +16,10 @@ from ..training.train import ALL_REDUCE_CHOICES
 COLUMNS = ("strategy", "knobs", "all_reduce", "step_time_s", "mean_step_time_s", "steps_to_target", "time_to_target_s", "exposed_comm_s", "exposed_how", "overhead_s", "overhead_parts",
            "bytes_per_step", "bytes_per_step_whole_run", "bytes_counted_from_step", "final_loss", "max_abs_diff_vs_single", "exact", "replicas_identical",
            "state_bytes_per_rank", "peak_bytes_per_rank", "allocator_peak_bytes_per_rank", "link_report",
-           "comm_s_per_rank")
+           "comm_s_per_rank", "time_to_target_spread_s", "quantisation")
+# on a two-level link (``--link inside/between``): bytes per step and rank on each level, counted and measured
+LEVEL_COLUMNS = ("bytes_between_per_step", "bytes_inside_per_step", "received_between_per_step",
+                 "received_inside_per_step")
 
 
 def add_arguments(parser) -> None:
@@ -97,7 +100,7 @@ def run(args) -> int:
                                 target_loss=args.target_loss, knobs=given_knobs(args))
     if context.rank() != 0:
         return 0  # under torchrun every rank ran the experiment; one of them reports it
-    rows = [{k: row[k] for k in COLUMNS} for row in report["rows"]]
+    rows = [{k: row[k] for k in COLUMNS + LEVEL_COLUMNS if k in row} for row in report["rows"]]
     if args.json:
         keys = ("world_size", "real_ranks", "peers", "peers_note", "backend", "device", "model", "model_choice",
                 "steps", "accum_steps", "bucket_mb", "batch_per_rank", "optimizer", "link", "all_reduce", "tolerance",
@@ -137,6 +140,14 @@ def run(args) -> int:
               f"{ms(r['overhead_s']):>11} {r['bytes_per_step'] / 2**20:>8.2f} {r['final_loss']:>10.4f} {diff:>17} "
               f"{str(r['replicas_identical']):>14} {r['state_bytes_per_rank'] / 2**20:>8.2f} "
               f"{r['peak_bytes_per_rank'] / 2**20:>8.2f} {to_target(r):>9}" + (f" {set_by:>8}" if set_by else ""))
+    if any("bytes_between_per_step" in r for r in rows):
+        print("# bytes per rank and step on each level: counted by the course's Comm; received = what the kernel "
+              "counted on the gloo sockets (only strategies that keep their own groups: hsdp, zeropp)")
+        mb = lambda n: "-" if n is None else f"{n / 2**20:.2f}"  # noqa: E731
+        for r in rows:
+            print(f"{r['strategy']:>{width}}  across nodes {mb(r['bytes_between_per_step']):>7} MB (received "
+                  f"{mb(r['received_between_per_step'])})  inside {mb(r['bytes_inside_per_step']):>7} MB (received "
+                  f"{mb(r['received_inside_per_step'])})")
     print("exposed = the time the ranks waited for communication, measured where they waited (* fsdp: step time "
           "minus 'local', FSDP2 waits inside torch); overhead = the rest of the step above 'local' (no "
           "communication): packing and unpacking buckets, compressing, launching, compute slowed by communication")

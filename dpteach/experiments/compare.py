@@ -18,6 +18,9 @@ import statistics
 from dataclasses import replace
 
 from .. import validate
+from ..measure import spread
+from ..network.link import TwoLevelLink
+from ..network.two_level import crossing_share
 from ..ranks.launcher import launch
 from ..ranks.world import World, resolve_world
 from ..replica.sizing import RunLoad
@@ -32,9 +35,34 @@ from ..training.prologue import set_up
 DEFAULT_STRATEGIES = ("local", "naive", "bucketed", "overlap", "ddp", "int8", "int8_ef", "fp16", "async")
 
 
+def _knob_value(text: str):
+    """A knob's value as written in a variant name: True/False, a whole number, or a number."""
+    if text in ("True", "False"):
+        return text == "True"
+    try:
+        return int(text)
+    except ValueError:
+        try:
+            return float(text)
+        except ValueError:
+            return text  # refused by the knob's own check, with what is allowed
+
+
 def parse_variant(spec: str) -> tuple[str, dict]:
     """``"powersgd@16"`` -> ("powersgd", {"powersgd_rank": 16}): a strategy with its main knob set
-    (``Strategy.main_knob``); a plain name -> (name, {})."""
+    (``Strategy.main_knob``); ``"zeropp(qwz=False,qgz=False)"`` -> ("zeropp", {"qwz": False, "qgz": False}): any
+    of its knobs set; a plain name -> (name, {})."""
+    if spec.endswith(")") and "(" in spec:
+        name, _, inside = spec[:-1].partition("(")
+        validate.choice("strategies", name, STRATEGIES)
+        settings = {}
+        for part in filter(None, (p.strip() for p in inside.split(","))):
+            key, equals, value = part.partition("=")
+            if not equals:
+                raise validate.refusal("strategies", spec, f"write each setting as knob=value, e.g. {name}(knob=1)")
+            settings[key.strip()] = _knob_value(value.strip())
+        strategy_class(name).settings(settings)  # a name it does not declare, or a value it refuses: say so now
+        return name, settings
     name, _, value = spec.partition("@")
     validate.choice("strategies", name, STRATEGIES)
     if not value:
@@ -71,8 +99,22 @@ def check_knob_names(knobs: dict | None) -> dict:
 def _target_columns(ranks: list[dict], target: float | None) -> dict:
     losses, times = ranks[0]["losses"], ranks[0]["step_times"]  # losses: the mean over the ranks (lockstep)
     if target is None:
-        return {"steps_to_target": None, "time_to_target_s": None}
-    return {"steps_to_target": steps_to_target(losses, target), "time_to_target_s": time_to_target(losses, times, target)}
+        return {"steps_to_target": None, "time_to_target_s": None, "time_to_target_spread_s": None}
+    steps = steps_to_target(losses, target)
+    return {"steps_to_target": steps, "time_to_target_s": time_to_target(losses, times, target),
+            "time_to_target_spread_s": None if steps is None else _cycle_spread(ranks[0]).scaled(steps).as_dict()}
+
+
+def _cycle_spread(rank: dict):
+    """The spread of one step's time, sampled over whole cycles of the strategy's messages: the run's measured
+    steps (after its warm-up) cut into cycles (``Strategy.cycle``: local SGD's H steps, else one), each cycle's
+    mean step time one sample. Times steps to the target, it is the time to the target with its interval."""
+    config = rank["config"]
+    times = rank["step_times"][config["timing_warmup"]:] or rank["step_times"]
+    cycle = strategy_class(config["strategy"]).cycle(config)
+    samples = [statistics.mean(times[i:i + cycle]) for i in range(0, len(times) - cycle + 1, cycle)] or [
+        statistics.mean(times)]
+    return spread(samples)
 
 
 def _mean_step(ranks: list[dict]) -> float | None:
@@ -82,6 +124,40 @@ def _mean_step(ranks: list[dict]) -> float | None:
         return None
     times = worker["step_times"]
     return statistics.mean(times[worker["config"]["timing_warmup"]:] or times)
+
+
+def _mean(values):
+    values = list(values)
+    return None if not values or any(v is None for v in values) else statistics.mean(values)
+
+
+LEVEL_KEYS = ("sent_between", "sent_inside", "received_between", "received_inside", "expected_between",
+              "expected_inside_gloo")
+
+
+def level_bytes(ranks: list[dict], bytes_per_step: float, flat_share: float) -> dict:
+    """On a two-level link, bytes per step and rank at each level: a strategy's own notes where it keeps them
+    (``hsdp``, ``zeropp``: counted, and measured on its sockets), else the ``Comm``'s count split by its ring's
+    share of hops that cross nodes (``link.levels``; ``flat_share``, a ring over every rank's, for a strategy
+    that sent past the emulated link: ``fsdp``)."""
+    if all((r.get("notes") or {}).get("bytes_per_step") for r in ranks):
+        per_rank = [r["notes"]["bytes_per_step"] for r in ranks]
+        return {key: _mean(p.get(key) for p in per_rank) for key in LEVEL_KEYS}
+    shares = [((r.get("link") or {}).get("levels") or {}).get("crossing_share") for r in ranks]
+    share = flat_share if all(s is None for s in shares) else _mean(shares)
+    between = None if share is None else bytes_per_step * share
+    return {"sent_between": between, "sent_inside": None if share is None else bytes_per_step - between,
+            "received_between": None, "received_inside": None, "expected_between": None, "expected_inside_gloo": None}
+
+
+def _quantisation(ranks: list[dict]) -> dict | None:
+    """The largest rounding error a quantising strategy noted (``zeropp``), per part, over its ranks."""
+    noted = [(r.get("notes") or {}).get("quantisation") for r in ranks]
+    noted = [n for n in noted if n]
+    if not noted:
+        return None
+    return {part: {key: max(n[part][key] for n in noted if part in n) for key in ("max_error", "of_bound")}
+            for part in sorted({part for n in noted for part in n})}
 
 
 def _row(name: str, ranks: list[dict], reference: dict, local_step: float | None, target=None) -> dict:
@@ -102,6 +178,7 @@ def _row(name: str, ranks: list[dict], reference: dict, local_step: float | None
         "replicas_identical": all(r["replica_spread"] == 0.0 for r in ranks),
         "allocator_peak_bytes_per_rank": max((r.get("allocator_peak_bytes") or 0 for r in ranks), default=0) or None,
         "exact": strategy_class(strategy).exact, "link_report": link_report(ranks),
+        "quantisation": _quantisation(ranks),
         "comm_s_per_rank": [comm_time(r["spans"]) for r in ranks],  # the whole run's, as its trace shows it
         # what the worst rank holds when its optimizer steps, and at most at once (sync/sharding.py)
         "state_bytes_per_rank": max(r.get("state_bytes", 0) for r in ranks),
@@ -184,6 +261,13 @@ def compare_strategies(world_size: int | World | None = None, model: str = "auto
     rows = [{**_row(s, runs[s], references.get(workers[s]), local_step, target), "all_reduce": c.all_reduce,
              "knobs": c.knob_values()} for s, c in zip(strategies, configs)]
     link = setup.link
+    if isinstance(link, TwoLevelLink):  # bytes per step and rank on each level: counted, and measured where known
+        flat = crossing_share(range(world.size), link.ranks_per_node)
+        for row in rows:
+            levels = level_bytes(runs[row["strategy"]], row["bytes_per_step"], flat)
+            row.update({"bytes_between_per_step": levels["sent_between"], "bytes_inside_per_step": levels["sent_inside"],
+                        "received_between_per_step": levels["received_between"],
+                        "received_inside_per_step": levels["received_inside"], "levels": levels})
     written = save_trace(trace, runs, world.device_type, about={**setup.facts, "steps": steps,
                                                                 "link": None if link is None else link.as_dict()})
     return {**setup.facts, "steps": steps, "accum_steps": accum_steps, "bucket_mb": base.bucket_mb,

@@ -28,37 +28,14 @@ ring's account, which is what NCCL's ring moves.
 """
 from __future__ import annotations
 
-import statistics
-
 from .. import validate
 from ..network.link import TwoLevelLink, resolve_two_level
 from ..network.two_level import crossing_share
 from ..ranks.world import World
 from ..sync import strategy_class
-from .compare import compare_strategies
+from .compare import compare_strategies, level_bytes
 
 STRATEGIES = ("ddp", "zero3", "fsdp", "hsdp", "hsdp_torch")
-
-
-def _mean(values):
-    values = list(values)
-    return None if not values or any(v is None for v in values) else statistics.mean(values)
-
-
-def _levels(ranks: list[dict], bytes_per_step: float, flat_share: float) -> dict:
-    """Bytes per step and rank at each level: a hybrid strategy's own notes (counted and measured), else the
-    ``Comm``'s count split by its ring's share of hops that cross nodes (``link.levels``; ``flat_share``, a ring
-    over every rank's, for a strategy that sent past the emulated link: ``fsdp``)."""
-    if all((r.get("notes") or {}).get("bytes_per_step") for r in ranks):
-        per_rank = [r["notes"]["bytes_per_step"] for r in ranks]
-        return {key: _mean(p[key] for p in per_rank) for key in
-                ("sent_between", "sent_inside", "received_between", "received_inside", "expected_between",
-                 "expected_inside_gloo")}
-    shares = [((r.get("link") or {}).get("levels") or {}).get("crossing_share") for r in ranks]
-    share = flat_share if all(s is None for s in shares) else _mean(shares)
-    between = None if share is None else bytes_per_step * share
-    return {"sent_between": between, "sent_inside": None if share is None else bytes_per_step - between,
-            "received_between": None, "received_inside": None, "expected_between": None, "expected_inside_gloo": None}
 
 
 def _across_set_by(ranks: list[dict]) -> str | None:
@@ -101,7 +78,7 @@ def hybrid_sharding(world_size: int | World = 4, link="pcie/1gbe", ranks_per_nod
     rows = []
     for row in result["rows"]:
         name = row["strategy"]
-        levels = _levels(result["runs"][name], row["bytes_per_step"], flat_share)
+        levels = level_bytes(result["runs"][name], row["bytes_per_step"], flat_share)
         diff = row["max_abs_diff_vs_single"]
         rows.append({
             "strategy": name, "step_time_s": row["step_time_s"], "timed_on_link": strategy_class(name).emulates_link,

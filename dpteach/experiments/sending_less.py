@@ -174,6 +174,8 @@ def methods_to_target(world_size: int | World | None = 2, methods=METHODS, steps
         bad = [s for s, loss in enumerate(losses) if not math.isfinite(loss)]
         rows.append({"method": method, "strategy": config.strategy, "knobs": config.knob_values(),
                      "bytes_per_step": sent,
+                     # the most one step sent (the rank mean): a whole model for DiLoCo, a fragment for streaming
+                     "largest_step_bytes": statistics.mean(max(r["wire_bytes"][i]) for r in per_rank),
                      "steps_to_target": steps_to_target(losses, target), "losses": losses, "curve": smoothed(losses),
                      "final_loss": smoothed(losses)[-1], "diverged_at": bad[0] + 1 if bad else None,
                      "messages": first["messages"][i], "exact": strategy_class(config.strategy).exact,

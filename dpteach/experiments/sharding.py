@@ -39,7 +39,7 @@ from ..training.prologue import set_up
 
 COMPARED = ("ddp", "zero1", "zero2", "zero3", "fsdp")  # the replicated reference, then each stage
 TIMELINE_STRATEGIES = ("zero3", "fsdp")  # the two that gather parameters, and so can prefetch
-OPTIMIZER_FLOATS = {"sgd": 1, "adam": 2}  # state per parameter: SGD's momentum; Adam's two moments
+OPTIMIZER_FLOATS = {"sgd": 1, "adam": 2, "muon": 1}  # state per parameter: a momentum; Adam's two moments
 
 
 def predicted_state_bytes(strategy: str, param_bytes: int, optimizer: str, world_size: int) -> float:

@@ -92,3 +92,50 @@ class Traffic:
         if not self.counts:
             return None
         return sum(_bytes_received(fd, target) for fd, target in self._sockets)
+
+
+def _endpoints(fd: int) -> tuple | None:
+    """(this end's address, the other end's) of socket ``fd``; None for a socket that is not connected TCP."""
+    try:
+        copy = _dup(fd)
+    except OSError:
+        return None
+    try:
+        sock = socket.socket(fileno=copy)
+    except OSError:
+        _close(copy)
+        return None
+    with sock:
+        try:
+            return tuple(sock.getsockname()[:2]), tuple(sock.getpeername()[:2])
+        except OSError:
+            return None
+
+
+def peers_of(traffic: Traffic, group=None) -> dict:
+    """Which rank is at the other end of each of ``traffic``'s sockets: ``{fd: global rank}``.
+
+    A socket's two ends name each other: this rank's (local, remote) address pair is the other rank's (remote,
+    local). Every rank of ``group`` lists its pairs and the ranks swap the lists (``all_gather_object``, once,
+    while the strategy is being built): a pair found reversed in rank j's list is a socket to rank j. With that,
+    bytes received can be split by who sent them - inside a node or from another one - whatever algorithm gloo
+    chose for a collective. Collective: every rank of ``group`` calls it."""
+    import torch.distributed as dist
+    mine = {}
+    for fd, _ in traffic._sockets:
+        ends = _endpoints(fd)
+        if ends is not None:
+            mine[fd] = ends
+    lists = [None] * dist.get_world_size(group)
+    dist.all_gather_object(lists, (dist.get_rank(), list(mine.items())), group=group)
+    owner = {(local, remote): rank for rank, pairs in lists for _, (local, remote) in pairs}
+    return {fd: owner[(remote, local)] for fd, (local, remote) in mine.items() if (remote, local) in owner}
+
+
+def received_from(traffic: Traffic, peers: dict, ranks) -> int | None:
+    """Bytes received so far on ``traffic``'s sockets whose other end is one of ``ranks`` (``peers``: from
+    :func:`peers_of`); None where this machine cannot count."""
+    if not traffic.counts:
+        return None
+    ranks = set(ranks)
+    return sum(_bytes_received(fd, target) for fd, target in traffic._sockets if peers.get(fd) in ranks)

@@ -25,15 +25,56 @@ from .data import global_batches, loss_fn, make_dataset, sample_batch
 from .models import DEFAULT_LR, build_model
 from .timeline import step_accounting
 
-OPTIMIZERS = ("sgd", "adam")
+OPTIMIZERS = ("sgd", "adam", "muon")
 ADAM_LR = 1e-3  # SGD's default learning rate is the model's own (dpteach.replica.models.DEFAULT_LR)
+MUON_LR = 0.02  # the learning rate of Keller Jordan's Muon reference (KellerJordan/Muon, muon.py)
 
 
 def make_optimizer(config, params):
-    """SGD with momentum or Adam, as ``config.optimizer`` says, at ``config.lr`` or the default."""
+    """SGD with momentum, Adam, or Muon, as ``config.optimizer`` says, at ``config.lr`` or the default."""
     if config.optimizer == "sgd":
         return torch.optim.SGD(params, lr=config.lr or DEFAULT_LR[config.model], momentum=config.momentum)
+    if config.optimizer == "muon":
+        return MuonForMatrices(list(params), lr=config.lr or MUON_LR, other_lr=DEFAULT_LR[config.model],
+                               momentum=config.momentum)
     return torch.optim.Adam(params, lr=config.lr or ADAM_LR)
+
+
+class MuonForMatrices:
+    """torch's ``Muon`` for the 2-D weights and SGD with momentum for everything else (biases, norms): Muon
+    orthogonalises a matrix's update, which means nothing for a vector (Jordan's Muon and torch's own refuse
+    them too). Weight decay 0, as the course's SGD; torch's defaults otherwise (momentum 0.95, Nesterov, five
+    Newton-Schulz steps). Offers what the trainer uses of an optimizer: ``step``, ``zero_grad``, ``state``,
+    ``param_groups``, ``state_dict``."""
+
+    def __init__(self, params, lr: float, other_lr: float, momentum: float):
+        matrices = [p for p in params if p.ndim == 2]
+        rest = [p for p in params if p.ndim != 2]
+        self.parts = ([torch.optim.Muon(matrices, lr=lr, weight_decay=0.0)] if matrices else []) + (
+            [torch.optim.SGD(rest, lr=other_lr, momentum=momentum)] if rest else [])
+
+    def step(self, closure=None):
+        for part in self.parts:
+            part.step()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for part in self.parts:
+            part.zero_grad(set_to_none=set_to_none)
+
+    @property
+    def state(self) -> dict:
+        return {p: s for part in self.parts for p, s in part.state.items()}
+
+    @property
+    def param_groups(self) -> list:
+        return [g for part in self.parts for g in part.param_groups]
+
+    def state_dict(self) -> dict:
+        return {"parts": [part.state_dict() for part in self.parts]}
+
+    def load_state_dict(self, state: dict) -> None:
+        for part, saved in zip(self.parts, state["parts"]):
+            part.load_state_dict(saved)
 
 
 def step_batches(config, dataset, world_size: int, start: int = 0):

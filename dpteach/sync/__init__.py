@@ -16,12 +16,16 @@ name                 what it does                                               
 ``powersgd_torch``   DDP with torch's own powerSGD_hook, powersgd's reference     no - measured drift
 ``local_sgd``        each rank steps alone; weights averaged every H steps        no (yes at H=1 with SGD)
 ``diloco``           local SGD with an outer Nesterov step on the averaged change no - measured drift
+``streaming_diloco`` diloco by fragments in turn, overlapped, 4-bit outer gradients no - measured drift
+``demo``             DeMo: own momentum per rank, top-k of its DCT all-gathered    no - measured drift
+``muon``             Muon, each matrix whole on one rank (optimizer="muon")      yes, up to rounding
 ``zero1``            each rank keeps the optimizer state of its shard only       yes, up to rounding
 ``zero2``            gradients reduce-scattered in backward: shards of them too  yes, up to rounding
 ``zero3``            parameters sharded too, all-gathered layer by layer         yes, up to rounding
 ``fsdp``             torch's FSDP2 (``fully_shard`` per layer), zero3's reference yes, up to rounding
 ``hsdp``             zero3 inside a node, gradient shards all-reduced across     yes, up to rounding
 ``hsdp_torch``       torch's FSDP2 on a (replicate, shard) mesh, the reference   yes, up to rounding
+``zeropp``           ZeRO++: zero3 + int8 weights, node-local copy, int4 grads    no (hpZ alone: yes)
 ===================  ===========================================================  ======================
 
 "Up to rounding": an all-reduce adds the W gradients in an order of its own choosing, and float32
@@ -70,12 +74,15 @@ from .bucketed import BucketedSync
 from .compressed import Bf16Sync, Fp16Sync, Int8ErrorFeedbackSync, Int8Sync
 from .ddp import TorchDDP
 from .deterministic import DeterministicSync
+from .demo import DeMo
 from .diloco import DiLoCo
+from .streaming_diloco import StreamingDiLoCo
 from .fsdp import TorchFSDP
 from .hsdp import HybridZero3, TorchHSDP
 from .knobs import Knob
 from .local import LocalOnly
 from .local_sgd import LocalSGD
+from .muon import DistributedMuon
 from .naive import NaiveSync
 from .overlap import OverlapSync
 from .powersgd import PowerSGD
@@ -83,13 +90,14 @@ from .powersgd_torch import TorchPowerSGD
 from .zero1 import Zero1
 from .zero2 import Zero2
 from .zero3 import Zero3
+from .zeropp import ZeroPlusPlus
 
 # name -> the class that is that strategy (its attributes say what it is: ``base.Strategy``)
 STRATEGIES = {cls.name: cls for cls in (
     LocalOnly, NaiveSync, BucketedSync, OverlapSync, TorchDDP, DeterministicSync,
     Int8Sync, Int8ErrorFeedbackSync, Fp16Sync, Bf16Sync, PowerSGD, TorchPowerSGD,
-    Zero1, Zero2, Zero3, TorchFSDP, HybridZero3, TorchHSDP,
-    LocalSGD, DiLoCo,
+    Zero1, Zero2, Zero3, TorchFSDP, HybridZero3, TorchHSDP, ZeroPlusPlus,
+    LocalSGD, DiLoCo, StreamingDiLoCo, DeMo, DistributedMuon,
     ParameterServer,  # not in lockstep: its own loop (async_ps.py)
 )}
 EXACT = tuple(name for name, cls in STRATEGIES.items() if cls.exact)

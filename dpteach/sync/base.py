@@ -134,6 +134,12 @@ class Strategy:
         return 0
 
     @classmethod
+    def cycle(cls, config: dict) -> int:
+        """How many steps make one whole pattern of its messages (1: every step sends the same; local SGD: H).
+        A step time is only a fair sample over whole cycles (``compare``'s time-to-target interval)."""
+        return 1
+
+    @classmethod
     def workers(cls, world_size: int) -> int:
         """How many of ``world_size`` ranks compute gradients (and share the global batch)."""
         return world_size - cls.servers

@@ -50,6 +50,10 @@ class LocalSGD(GradientSync):
     knobs = (Knob("sync_every", 8, "local steps between two averages of the weights (H)", low=1),)
     main_knob = "sync_every"
 
+    @classmethod
+    def cycle(cls, config: dict) -> int:
+        return cls.settings(config.get("knobs"))["sync_every"]
+
     def __init__(self, model, timeline, sync_every: int, **options):
         options.pop("bucket_mb", None), options.pop("first_bucket_mb", None)  # it sends weights, not buckets
         super().__init__(model, timeline, **options)

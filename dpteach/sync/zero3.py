@@ -51,10 +51,18 @@ class Zero3(ShardedSync):
             return  # on its way already, or already here
         group.flat.untyped_storage().resize_(group.nbytes)
         self.hold(group.nbytes)
+        self.gathering[group] = self._start_gather(group)
+
+    def _start_gather(self, group):
+        """Launch the all-gather of ``group``'s shards into its flat buffer; what ``_finish_gather`` waits for.
+        (ZeRO++, ``zeropp.py``, gathers otherwise: quantised, or from inside the node.)"""
         work = self.comm.all_gather_into_tensor(group.flat, group.shard.detach(), async_op=True)
         if not self.reporting:
             self.comm.launched(work, "all_gather")
-        self.gathering[group] = work
+        return work
+
+    def _finish_gather(self, group, work) -> None:
+        self.comm.wait(work)
 
     def _gather(self, group) -> None:
         if not self.reporting:  # was it asked for early (prefetched), or only now that it is needed?
@@ -63,10 +71,10 @@ class Zero3(ShardedSync):
         self._launch_gather(group)
         if group in self.gathering:
             if self.reporting:
-                self.comm.wait(self.gathering.pop(group))
+                self._finish_gather(group, self.gathering.pop(group))
                 return
             with self.comm.waiting():  # the layer cannot compute until its parameters arrive
-                self.comm.wait(self.gathering.pop(group))
+                self._finish_gather(group, self.gathering.pop(group))
 
     def _free(self, group) -> None:
         if group.flat.untyped_storage().nbytes() > 0:
