@@ -80,7 +80,7 @@ LESSONS = (
            "Beyond replication: what do ZeRO's three stages and FSDP2 save per rank, what do they send, and "
            "when does each pay off?",
            ("sharding.sharding_memory", "sharding.sharding_timeline", "sharding.sharding_payoff"),
-           ("08", "09")),
+           ("08", "09", "11")),
     Lesson("12", "mixed_precision", "Mixed precision",
            "What do bf16 and fp16 change in training on W ranks - what stays fp32, why fp16 needs a loss scale "
            "and every rank must skip the same steps, what 16-bit gradients on the wire save and cost?",
@@ -101,6 +101,12 @@ LESSONS = (
            "rate follow the global batch, and past which batch do more ranks stop saving steps?",
            ("activations.activation_memory", "activations.checkpointing", "batch_size.lr_rules",
             "batch_size.critical_batch")),
+    Lesson("16", "frontier", "The frontier of sending less",
+           "What did large trainings adopt after PowerSGD and DiLoCo - ZeRO++'s quantised and node-local gathers, "
+           "DeMo's decoupled momentum, streaming DiLoCo's fragments, Muon's whole matrices - and what does each "
+           "send, and where?",
+           ("frontier.zeropp_levels", "sending_less.frontier_methods", "sending_less.frontier_time_to_target",
+            "frontier.muon_against_torch")),
 )
 
 # Experiments that no lesson's notebook calls but the command line does (`dpteach compare`).

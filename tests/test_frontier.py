@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from dpteach.experiments.compare import compare_strategies, parse_variant
-from dpteach.experiments.frontier import frontier_methods, muon_against_torch, zeropp_levels
+from dpteach.experiments.frontier import muon_against_torch, zeropp_levels
+from dpteach.experiments.sending_less import frontier_methods
 from dpteach.ranks.launcher import launch
 from dpteach.sync.blockwise import dequantize_blocks, encoded_bytes, error_bound, quantize_blocks
 from dpteach.sync.demo import dct_matrix

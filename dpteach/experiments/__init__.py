@@ -37,6 +37,8 @@ Its modules, one line each (``scripts/package_faces.py`` writes this list from t
 * ``equivalence``: Lesson 01: the average of the replicas' gradients *is* the large-batch gradient.
 * ``failures``: When ranks fail (lesson 13, first half): what the peers of a failed rank see, and a job that
   torchrun restarts.
+* ``frontier``: Lesson 16: the frontier of sending less - ZeRO++, DeMo, streaming DiLoCo and a distributed Muon
+  step.
 * ``hybrid``: Hybrid sharding on a network of two levels (lesson 14, sending less): what crosses the slow link.
 * ``input_pipeline``: ``input_pipeline``: a slow loader starves the ranks; prefetching and worker processes feed
   them again.

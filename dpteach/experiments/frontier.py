@@ -6,11 +6,8 @@ Three experiments, each one world:
   two levels (``network/two_level.py``): the bytes each sends per step and rank across nodes and inside them, as the
   course's ``Comm`` counts them and as the kernel counted them on the gloo sockets (``sync/zeropp.py``), the
   quantisation error each part added (largest rounding, as a share of its bound), and how far each ends from zero3.
-* ``frontier_methods``: ddp, DeMo, DiLoCo and streaming DiLoCo trained side by side with lesson 14's machinery
-  (``sending_less.methods_to_target``): loss per step, bytes per step, the most sent in one step, steps to the
-  target; ``frontier_time_to_target`` then adds up the parts measured in interleaved rounds on each link, with
-  their spread (``sending_less.time_to_target``). Streaming DiLoCo overlaps each exchange with an inner step; the
-  sum of parts counts that exchange whole, so its time is an upper bound.
+* DeMo and streaming DiLoCo against ddp and DiLoCo run on lesson 14's machinery: ``sending_less.frontier_methods``
+  and ``sending_less.frontier_time_to_target``.
 * ``muon_against_torch``: one distributed Muon step (``sync/muon.py``) on W ranks against ``torch.optim.Muon`` in
   one process, on the same gradients: gradients chosen so that their mean is exact in float32 whatever the order
   of the sum, because torch's Newton-Schulz runs in bfloat16 and would magnify any other difference.
@@ -30,12 +27,10 @@ from ..replica.models import build_model
 from ..replica.timeline import Timeline
 from ..training.train import TrainConfig
 from .compare import compare_strategies
-from .sending_less import methods_to_target, time_to_target
 
 ZEROPP_VARIANTS = {"zero3": "zero3", "hpZ only": "zeropp(qwz=False,qgz=False)",
                    "qwZ only": "zeropp(hpz=False,qgz=False)", "qgZ only": "zeropp(qwz=False,hpz=False)",
                    "ZeRO++ (all three)": "zeropp", "hsdp": "hsdp"}
-FRONTIER_METHODS = ("ddp", "demo", "diloco@8", "streaming_diloco@8")
 
 
 def zeropp_levels(world_size: int | World = 4, link="pcie/1gbe", ranks_per_node: int = 2, steps: int = 12,
@@ -82,33 +77,6 @@ def zeropp_levels(world_size: int | World = 4, link="pcie/1gbe", ranks_per_node:
             "peak_bytes_per_rank": row["peak_bytes_per_rank"]})
     return {"world_size": size, "ranks_per_node": ranks_per_node, "nodes": size // ranks_per_node,
             "link": two_level.as_dict(), "steps": steps, "tolerance": result["tolerance"], "rows": rows}
-
-
-def frontier_methods(world_size: int | World | None = 2, methods=FRONTIER_METHODS, links=("1gbe", "10gbe", "wan"),
-                     **options) -> dict:
-    """``sending_less.methods_to_target`` for the lesson's methods: each row adds ``largest_step_bytes``, and
-    DeMo's rows the bytes the paper's accounting predicts for one rank's pairs (``expected_pairs_bytes``)."""
-    result = methods_to_target(world_size, methods=methods, links=links, check_powersgd=False, **options)
-    for row in result["rows"]:
-        if row["strategy"] == "demo":
-            row["expected_pairs_bytes"] = demo_pairs_bytes(row["knobs"])
-    return result
-
-
-def frontier_time_to_target(methods: dict, **options) -> dict:
-    """Time to the target of each method on each link, from the parts measured in rounds (lesson 14's rule)."""
-    return time_to_target(methods, **options)
-
-
-def demo_pairs_bytes(knobs: dict, model: str = "mlp") -> int:
-    """What one rank's (index, value) pairs weigh for the course's model: k pairs per chunk, 2 + 4 bytes each."""
-    from ..sync.demo import ChunkedDCT
-    net = build_model(model, seed=0, device="cpu")
-    total = 0
-    for p in net.parameters():
-        dct = ChunkedDCT(p.shape, knobs["demo_chunk"])
-        total += dct.chunks * min(knobs["demo_topk"], dct.per_chunk) * (2 + 4)
-    return total
 
 
 def _muon_on_rank(seed: int) -> dict:

@@ -302,3 +302,36 @@ def outer_step(sync_every: int = 8, outer_lr: float = 0.7, outer_momentum: float
     return methods_to_target(world_size, methods=names, steps=steps, links=(), optimizer=optimizer, backend=backend,
                              timeout=timeout, check_powersgd=False, outer_lr=outer_lr, outer_momentum=outer_momentum)
 
+
+# -- lesson 16: DeMo and streaming DiLoCo on the same machinery ----------------------------------------------
+FRONTIER_METHODS = ("ddp", "demo", "diloco@8", "streaming_diloco@8")
+
+
+def frontier_methods(world_size: int | World | None = 2, methods=FRONTIER_METHODS, links=("1gbe", "10gbe", "wan"),
+                     **options) -> dict:
+    """``sending_less.methods_to_target`` for the lesson's methods: each row adds ``largest_step_bytes``, and
+    DeMo's rows the bytes the paper's accounting predicts for one rank's pairs (``expected_pairs_bytes``)."""
+    result = methods_to_target(world_size, methods=methods, links=links, check_powersgd=False, **options)
+    for row in result["rows"]:
+        if row["strategy"] == "demo":
+            row["expected_pairs_bytes"] = demo_pairs_bytes(row["knobs"])
+    return result
+
+
+def frontier_time_to_target(methods: dict, **options) -> dict:
+    """Time to the target of each method on each link, from the parts measured in rounds (lesson 14's rule).
+    Streaming DiLoCo overlaps each exchange with an inner step; the sum of parts counts it whole, so its time
+    here is an upper bound."""
+    return time_to_target(methods, **options)
+
+
+def demo_pairs_bytes(knobs: dict, model: str = "mlp") -> int:
+    """What one rank's (index, value) pairs weigh for the course's model: k pairs per chunk, 2 + 4 bytes each."""
+    from ..replica.models import build_model
+    from ..sync.demo import ChunkedDCT
+    net = build_model(model, seed=0, device="cpu")
+    total = 0
+    for p in net.parameters():
+        dct = ChunkedDCT(p.shape, knobs["demo_chunk"])
+        total += dct.chunks * min(knobs["demo_topk"], dct.per_chunk) * (2 + 4)
+    return total

@@ -42,9 +42,12 @@ Its modules, one line each (``scripts/package_faces.py`` writes this list from t
 
 * ``async_ps``: ``async``: a parameter server that applies each worker's gradient the moment it arrives.
 * ``base``: What every gradient-sync strategy answers: when, and how, do the ranks' gradients become their average?
+* ``blockwise``: Block-wise quantisation: a float tensor as small integers, one float32 scale per block of ``block``
+  values.
 * ``bucketed``: ``bucketed``: after backward, gradients are packed into buckets and each bucket is all-reduced once.
 * ``compressed``: ``compressed``: send fewer bits per gradient - 8-bit integers, or 16-bit floats.
 * ``ddp``: ``ddp``: PyTorch's own ``DistributedDataParallel``, the reference the hand-written strategies match.
+* ``demo``: ``demo``: decoupled momentum - each rank keeps its own momentum and sends only its fast-moving part.
 * ``deterministic``: ``deterministic``: every gradient element is summed over the ranks in one fixed order, 0, 1,
   ..., W-1.
 * ``diloco``: ``diloco``: local SGD with an optimizer on the outside - DiLoCo (Douillard et al., "DiLoCo:
@@ -58,15 +61,19 @@ Its modules, one line each (``scripts/package_faces.py`` writes this list from t
 * ``local``: ``local``: no communication at all - the compute floor every other strategy is measured against.
 * ``local_sgd``: ``local_sgd``: every rank steps on its own gradients, and the ranks average their *weights* every H
   steps.
+* ``muon``: ``muon``: Muon on data-parallel ranks - each weight matrix owned whole by one rank, ZeRO-1 style.
 * ``naive``: ``naive``: after backward, one blocking all-reduce per parameter.
 * ``overlap``: ``overlap``: each bucket's all-reduce starts while backward is still computing earlier layers.
 * ``powersgd``: ``powersgd``: send a rank-r sketch of each gradient matrix instead of the matrix (lesson 14).
 * ``powersgd_torch``: ``powersgd_torch``: DDP with torch's own ``powerSGD_hook`` - the reference ``powersgd.py`` is
   held to.
 * ``sharding``: What the ZeRO stages share: flat shards, and the two halves of an all-reduce.
+* ``streaming_diloco``: ``streaming_diloco``: DiLoCo's outer step one fragment of the model at a time, overlapped,
+  in 4 bits.
 * ``zero1``: ``zero1``: ZeRO stage 1 - each rank keeps the optimizer state of its own shard only.
 * ``zero2``: ``zero2``: ZeRO stage 2 - gradients are sharded too, reduce-scattered during backward.
 * ``zero3``: ``zero3``: ZeRO stage 3 - parameters sharded too, gathered layer by layer just before they are used.
+* ``zeropp``: ``zeropp``: ZeRO++ - ZeRO-3 with three ways to send less across nodes, each switched on its own.
 """
 from .async_ps import ParameterServer
 from .base import Strategy

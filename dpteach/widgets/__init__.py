@@ -30,6 +30,8 @@ Its modules, one line each (``scripts/package_faces.py`` writes this list from t
   costs and the checkpoint interval.
 * ``figure_text``: What a figure shows, in words, read from the figure itself: its alt text on the site and in the
   stored notebook.
+* ``frontier``: Tables and plots for lesson 16: ZeRO++'s bytes on each level of the network and its rounding, and
+  the distributed Muon step against torch's.
 * ``gantt``: A Gantt chart of what each rank did, and when: the picture lessons 04, 05 and 08 read overlap from.
 * ``input_pipeline``: Plots and tables for ``notebooks/08_input_pipeline.ipynb`` (data from
   ``dpteach.experiments.input_pipeline``).
