@@ -16,7 +16,7 @@ from ..training.train import ALL_REDUCE_CHOICES
 COLUMNS = ("strategy", "knobs", "all_reduce", "step_time_s", "mean_step_time_s", "steps_to_target", "time_to_target_s", "exposed_comm_s", "exposed_how", "overhead_s", "overhead_parts",
            "bytes_per_step", "bytes_per_step_whole_run", "bytes_counted_from_step", "final_loss", "max_abs_diff_vs_single", "exact", "replicas_identical",
            "state_bytes_per_rank", "peak_bytes_per_rank", "allocator_peak_bytes_per_rank", "link_report",
-           "comm_s_per_rank", "time_to_target_spread_s", "quantisation")
+           "comm_s_per_rank", "time_to_target_spread_s", "quantisation", "largest_step_bytes")
 # on a two-level link (``--link inside/between``): bytes per step and rank on each level, counted and measured
 LEVEL_COLUMNS = ("bytes_between_per_step", "bytes_inside_per_step", "received_between_per_step",
                  "received_inside_per_step")

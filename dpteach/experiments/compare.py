@@ -172,6 +172,8 @@ def _row(name: str, ranks: list[dict], reference: dict, local_step: float | None
         "strategy": name, **step_costs(strategy, ranks, local_step), **_target_columns(ranks, target),
         "bytes_per_step": statistics.mean(steady_sent) if steady_sent else 0.0,
         "bytes_per_step_whole_run": statistics.mean(sent) if sent else 0.0, "bytes_counted_from_step": steady,
+        # the most a rank sent in one step: DiLoCo's whole model every H steps, streaming DiLoCo's one fragment
+        "largest_step_bytes": max((max(r["wire_bytes"]) for r in ranks if r.get("wire_bytes")), default=0),
         # every step counted, also the rare ones that synchronise (local_sgd's median step never does)
         "mean_step_time_s": _mean_step(ranks),
         "final_loss": ranks[0]["losses"][-1], "max_abs_diff_vs_single": diff,
