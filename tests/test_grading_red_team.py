@@ -23,6 +23,10 @@ NAMED = {
     "H3+H5 files, and the traffic count switched off through ctypes (08)": ("error", "imports ctypes"),
     "H4+H5 files, ctx from compute_gradient's closure, traffic count off (07)": ("error", "imports ctypes"),
     "H3 the overlap drive's state flipped through ctypes (04)": ("error", "imports ctypes"),
+    "H7 float32 all-gathered, int8 claimed (11)": ("failed", "bytes reached this rank"),
+    "H8 the scales never sent, own scales used (11)": ("failed", "decoded with the scales of the rank that sent it"),
+    "H8 the scales never sent, scale 1 used (11)": ("failed", "more than half a step"),
+    "H9 one scale for the whole tensor, repeated per block (11)": ("failed", "one scale for the whole tensor"),
 }
 
 

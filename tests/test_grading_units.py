@@ -178,6 +178,15 @@ def test_static_scan_leaves_the_learners_own_names_and_allowed_calls_alone():
         == ["torch.distributed.broadcast"]
 
 
+def test_exercise_11_refuses_the_course_s_quantisers_and_gathered_objects_but_not_tensor_collectives():
+    exercise = get_exercise("11")
+    assert scan(exercise, {"<c>": solution("11")}) == []  # dist.all_gather of tensors: the point
+    cell = ("import torch.distributed as dist\nfrom dpteach.sync import blockwise\nimport dpteach.sync.zeropp\n"
+            "from dpteach.sync.compressed import quantize_int8\ndist.all_gather_object([None, None], 1)\n")
+    assert {o.name for o in scan(exercise, {"<c>": cell})} == {
+        "dpteach.sync.blockwise", "dpteach.sync.zeropp", "dpteach.sync.compressed", "torch.distributed.all_gather_object"}
+
+
 def test_static_scan_resolves_names_bound_in_another_notebook_cell():
     import torch.distributed as dist
     namespace = {"dist": dist, "ar": dist.all_reduce}

@@ -212,4 +212,27 @@ VARIANTS = (
     Variant("10", "rank 0 gathers the optimizer shards and writes everything",
             ((_CHECKPOINT[_CHECKPOINT.index("def save_checkpoint"):], GATHER_TO_RANK_0),),
             ("writes its own shard",), "gathered to it"),
+    Variant("11", "all-gathers the float32 shard: exact values, four times the bytes",
+            (("    dist.all_gather(every_codes, codes)                         # 1 byte per value\n"
+              "    dist.all_gather(every_scales, scales)                       # 4 bytes per block\n"
+              "    return torch.cat([dequantize_blocks(c, s, numel, block) for c, s in zip(every_codes, every_scales)])",
+              "    values = [torch.empty(numel) for _ in range(world)]\n"
+              "    dist.all_gather(values, shard.float())\n    return torch.cat(values)"),),
+            ("quantized_all_gather",), "bytes reached this rank"),
+    Variant("11", "decodes every piece with its own scales: the scales never sent",
+            (("    dist.all_gather(every_scales, scales)                       # 4 bytes per block\n",
+              "    every_scales = [scales] * world\n"),),
+            ("quantized_all_gather",), "decoded with the scales of the rank that sent it"),
+    Variant("11", "one scale for the whole tensor",
+            (("scales = grid.abs().amax(dim=1) / 127", "scales = grid.abs().amax().repeat(rows) / 127"),),
+            ("int8 codes padded to whole blocks", "round trip", "quantized_all_gather, W=2"),
+            "one scale for the whole tensor"),
+    Variant("11", "truncates instead of rounding",
+            (("torch.round(grid / scales.unsqueeze(1))", "(grid / scales.unsqueeze(1))"),),
+            ("round trip",), "half a step"),
+    Variant("11", "keeps its own piece in float32: the ranks hold different weights",
+            (("    return torch.cat([dequantize_blocks(c, s, numel, block) for c, s in zip(every_codes, every_scales)])",
+              "    pieces = [dequantize_blocks(c, s, numel, block) for c, s in zip(every_codes, every_scales)]\n"
+              "    pieces[dist.get_rank()] = shard.float()\n    return torch.cat(pieces)"),),
+            ("quantized_all_gather, W=2",), "returned different tensors"),
 )

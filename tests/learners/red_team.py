@@ -22,7 +22,12 @@ The holes, and where each is closed:
   the parent (``traffic.py``), and each rank writes only into a scratch folder of its own and may not open
   another's (``tampering.py``), so files carry nothing between ranks.
 * **H6 self-reported state** (``state_numel()``): exercise 08 measures what the optimizer holds.
+* **H7-H9 compression claimed, not done** (exercise 11, written in ``quantized_gather.py``): float32 sent as
+  "int8", scales left behind, one scale for the whole tensor. Values within half a step cannot tell float32
+  from int8, so every all-gather check counts the kernel's bytes too; every shard has an outlier, and each
+  element is held to its own block's half step, taken from the oracle's scales, not the learner's.
 """
+from learners.quantized_gather import CHEATS
 
 # H1 salts made predictable by patching random._urandom (02): /tmp/redteam/attack_01_02_urandom_salts.py
 SALTS_URANDOM_02 = '''\
@@ -692,6 +697,7 @@ CASES = {
     'H3+H5 files, and the traffic count switched off through ctypes (08)': ('08', FILES_CTYPES_08),
     "H4+H5 files, ctx from compute_gradient's closure, traffic count off (07)": ('07', FILES_CLOSURE_07),
     "H3 the overlap drive's state flipped through ctypes (04)": ('04', CTYPES_OVERLAP_04),
+    **CHEATS,
 }
 
 

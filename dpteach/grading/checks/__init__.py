@@ -33,4 +33,6 @@ Its modules, one line each (``scripts/package_faces.py`` writes this list from t
   the fault plan a check gives them (``Scenario``: where and when the victim dies).
 * ``ex10_trainer``: Exercise 10's training, as one rank runs it: what a rank holds at step s, and the same run in
   one process.
+* ``ex11_quantized_all_gather``: Exercise 11: a block-quantised all-gather - ZeRO++'s qwZ, every rank's shard sent
+  as int8 with a scale per block.
 """

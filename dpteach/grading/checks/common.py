@@ -76,6 +76,23 @@ def expect_dtype(value: torch.Tensor, dtype: torch.dtype, what: str) -> None:
                    f"{DTYPE_NAMES.get(dtype, dtype)}: keep the input's dtype")
 
 
+def expect_codes(result, function: str, codes: str, numel: int, length: str, scales: int, per: str):
+    """What a quantiser returned (exercises 06 and 11): a pair of 1-D int8 ``codes`` (the learner's name for them),
+    ``numel`` of them (``length``: how many, in words), and 1-D float32 scales, ``scales`` of them, one per ``per``."""
+    if not isinstance(result, tuple) or len(result) != 2:
+        raise Fail(f"{function} should return a pair ({codes}, scales)")
+    values, found = result
+    if not isinstance(values, torch.Tensor) or values.dtype != torch.int8:
+        raise Fail(f"{codes} should be an int8 tensor")
+    if values.dim() != 1 or values.numel() != numel:
+        raise Fail(f"{codes} should be 1-D with {length}")
+    if not isinstance(found, torch.Tensor) or found.dtype != torch.float32 or found.dim() != 1:
+        raise Fail("scales should be a 1-D float32 tensor")
+    if found.numel() != scales:
+        raise Fail(f"there should be one scale per {per}")
+    return values, found
+
+
 def which_chunk(value: torch.Tensor, total: torch.Tensor, world: int) -> int | None:
     """If ``value`` equals another chunk of ``total``, which one (to diagnose an off-by-one index)."""
     flat = value.reshape(-1)

@@ -16,7 +16,7 @@ from functools import partial
 import torch
 
 from ..spec import Check, Exercise, Fail
-from .common import everyones, secret_seed
+from .common import everyones, expect_codes, secret_seed
 
 STUB = '''\
 import torch
@@ -56,18 +56,9 @@ def _values(numel, seed, dtype=torch.float32, zero_chunk=None, chunk=None):
 
 
 def _quantized(ctx, x, chunk):
-    result = ctx.call("quantize", x, chunk)
-    if not isinstance(result, tuple) or len(result) != 2:
-        raise Fail("quantize should return a pair (q, scales)")
-    q, scales = result
-    if not isinstance(q, torch.Tensor) or q.dtype != torch.int8:
-        raise Fail("q should be an int8 tensor")
-    if q.dim() != 1 or q.numel() != x.numel():
-        raise Fail("q should be 1-D with one value per element of x")
-    if not isinstance(scales, torch.Tensor) or scales.dtype != torch.float32 or scales.dim() != 1:
-        raise Fail("scales should be a 1-D float32 tensor")
-    if scales.numel() != math.ceil(x.numel() / chunk):
-        raise Fail("there should be one scale per chunk (the last chunk may be shorter)")
+    q, scales = expect_codes(ctx.call("quantize", x, chunk), "quantize", "q", x.numel(),
+                             "one value per element of x", math.ceil(x.numel() / chunk),
+                             "chunk (the last chunk may be shorter)")
     if not torch.isfinite(scales).all() or (scales <= 0).any():
         raise Fail("every scale should be a positive finite number (an all-zero chunk too)")
     return q, scales
