@@ -162,6 +162,12 @@ SHORT_CALLS = {  # where a call with world_size W alone would not be short, or W
     "hybrid_sharding": lambda w: ex.hybrid_sharding(world_size=w, ranks_per_node=getattr(w, "size", w) // 2),
     "lr_rules": lambda w: ex.lr_rules(batches=(64,), world_size=w, max_steps=8),
     "critical_batch": lambda w: ex.critical_batch(batches=(32, 64), world_size=w, max_steps=8),
+    "frontier_methods": lambda w: ex.frontier_methods(w, methods=("ddp", "demo"), steps=8, links=()),
+    "frontier_time_to_target": lambda w: ex.frontier_time_to_target(
+        {"world_size": w, "optimizer": "sgd", "seed": 0, "bucket_mb": 25.0, "batch_per_rank": 32, "powersgd_start": 2,
+         "knobs": {}, "steps": 8, "rows": [{"method": "ddp", "steps_to_target": None}]}, links=("1gbe",)),
+    "zeropp_levels": lambda w: ex.zeropp_levels(world_size=w, ranks_per_node=getattr(w, "size", w) // 2, steps=2,
+                                                variants=("ZeRO++ (all three)",)),
     "time_to_target_scaling": lambda w: ex.time_to_target_scaling(
         {"model": "mlp", "scaling": "weak", "rows": [{"world_size": 1, "batch_per_rank": 32}]}, world_size=w),
 }
