@@ -80,7 +80,7 @@ LESSONS = (
            "Beyond replication: what do ZeRO's three stages and FSDP2 save per rank, what do they send, and "
            "when does each pay off?",
            ("sharding.sharding_memory", "sharding.sharding_timeline", "sharding.sharding_payoff"),
-           ("08", "09", "11")),
+           ("08", "09")),
     Lesson("12", "mixed_precision", "Mixed precision",
            "What do bf16 and fp16 change in training on W ranks - what stays fp32, why fp16 needs a loss scale "
            "and every rank must skip the same steps, what 16-bit gradients on the wire save and cost?",
@@ -106,7 +106,8 @@ LESSONS = (
            "DeMo's decoupled momentum, streaming DiLoCo's fragments, Muon's whole matrices - and what does each "
            "send, and where?",
            ("frontier.zeropp_levels", "sending_less.frontier_methods", "sending_less.frontier_time_to_target",
-            "frontier.muon_against_torch")),
+            "frontier.muon_against_torch"),
+           ("11",)),
 )
 
 # Experiments that no lesson's notebook calls but the command line does (`dpteach compare`).

@@ -108,7 +108,8 @@ STRATEGIES = {cls.name: cls for cls in (
     ParameterServer,  # not in lockstep: its own loop (async_ps.py)
 )}
 EXACT = tuple(name for name, cls in STRATEGIES.items() if cls.exact)
-SHARDED = tuple(name for name, cls in STRATEGIES.items() if cls.shards)  # ZeRO's stages and FSDP2
+# ZeRO's stages, FSDP2 and the hybrid ones: the exact sharded strategies (zeropp and muon shard too, and round)
+SHARDED = tuple(name for name, cls in STRATEGIES.items() if cls.shards and cls.exact)
 REPLICATED = tuple(name for name in EXACT if name not in SHARDED)  # every rank holds everything
 
 
