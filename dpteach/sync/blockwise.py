@@ -3,7 +3,7 @@
 ZeRO++ sends weights this way (qwZ, int8) and gradients too (qgZ, int4); streaming DiLoCo sends its outer
 gradients in 4 bits. One scale for a whole tensor would let one large value coarsen every other: a block of a
 few hundred values keeps the scale local, so an outlier costs precision only to its own block (Wang et al.,
-"ZeRO++", 2023, section 4.1, on block-based quantisation; Dettmers et al., "8-bit Optimizers via Block-wise
+"ZeRO++", 2023, on its block-based quantisation of weights; Dettmers et al., "8-bit Optimizers via Block-wise
 Quantization", 2022). Symmetric, as lesson 06's int8::
 
     block = [0.30, -1.20, 0.05, 0.90]          scale s = max|x| / 127 = 1.20 / 127

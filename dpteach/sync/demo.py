@@ -14,6 +14,9 @@ gradient to its own momentum ``m`` and, every step::
     Q  = inverse DCT of the coefficients, each averaged over the ranks that sent it
     w <- w - lr x sign(Q)                            (the reference steps with the sign, as signSGD)
 
+The reference adds ``lr x g`` where this file adds ``g``: with a constant learning rate that only scales ``m``, and
+changes neither which coefficients are the top-k nor the sign of their mean.
+
 Why a DCT: the momentum of neighbouring weights moves together, so its energy sits in few coefficients of a
 cosine basis (the same reason JPEG uses one); top-k of the coefficients keeps more of it than top-k of the values.
 The slow components the ranks do not send keep growing in their momentum until they are large enough to be

@@ -17,7 +17,7 @@ the whole world, slow links between nodes included. ZeRO++ attacks each of the t
   gradient (int4 by default), trades pieces with its node by all-to-all and sums them, quantises the node's
   partial sums again and trades them across nodes with the ranks of the same local index, and sums once more.
   Each rank ends with its shard of the mean. A ring of quantised reduce-scatters would round at every one of
-  its W - 1 hops; the all-to-all rounds twice, and only 1/S of the gradient crosses nodes (section 4.3)::
+  its W - 1 hops; the all-to-all rounds twice, and only 1/S of the gradient crosses nodes::
 
       W = 4, S = 2 (nodes {0, 1}, {2, 3}); gradient cut in 4 shards, shard j is owned by rank j
       hop 1, inside node 0:  rank 0 keeps shards 0 and 2 (the ones owned by local index 0) and receives

@@ -1,7 +1,7 @@
 """Exercise 11: a block-quantised all-gather - ZeRO++'s qwZ, every rank's shard sent as int8 with a scale per block.
 
 ZeRO-3 all-gathers each layer's weights before using them; ZeRO++ (Wang et al., "ZeRO++: Extremely Efficient
-Collective Communication for Giant Model Training", 2023, section 4.1) sends that all-gather in int8. One
+Collective Communication for Giant Model Training", 2023; its qwZ) sends that all-gather in int8. One
 scale for a whole shard would let a single large weight coarsen the step of every other: the paper cuts the
 shard into blocks with a scale each, so an outlier costs precision in its own block only. The learner writes
 ``quantize_blocks``, ``dequantize_blocks`` and ``quantized_all_gather``; ``dpteach/sync/blockwise.py`` is the
