@@ -168,3 +168,10 @@ def test_bad_settings_are_refused_before_any_rank_starts(spec, fragment):
     with pytest.raises(ValueError, match=fragment.replace("(", r"\(")):
         name, knobs = parse_variant(spec)
         strategy_config(TrainConfig(), spec).check(resolve_world(4, "gloo", "cpu"))
+
+
+def test_the_command_line_keeps_a_variant_s_commas_inside_its_parentheses():
+    from dpteach.commands.compare import split_strategies
+    assert split_strategies("zero3, zeropp(qwz=False,qgz=False),hsdp,") == ["zero3", "zeropp(qwz=False,qgz=False)",
+                                                                            "hsdp"]
+    assert parse_variant("zeropp(qwz=False,qgz=False)") == ("zeropp", {"qwz": False, "qgz": False})

@@ -91,8 +91,22 @@ def _link(args):
     return {"name": "custom", "alpha_s": args.link_alpha, "beta_s_per_byte": args.link_beta}
 
 
+def split_strategies(text: str) -> list[str]:
+    """``"ddp,zeropp(qwz=False,qgz=False)"`` -> ``["ddp", "zeropp(qwz=False,qgz=False)"]``: commas inside a
+    variant's parentheses separate its knobs, not strategies."""
+    names, depth, current = [], 0, ""
+    for char in text:
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            names.append(current.strip())
+            current = ""
+        else:
+            current += char
+    return [name for name in names + [current.strip()] if name]
+
+
 def run(args) -> int:
-    strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
+    strategies = split_strategies(args.strategies)
     report = compare_strategies(args.world_size, model=args.model, steps=args.steps, accum_steps=args.accum,
                                 bucket_mb=args.bucket_mb, strategies=strategies, optimizer=args.optimizer,
                                 backend=args.backend, batch_per_rank=args.batch, interleave=not args.sequential,
