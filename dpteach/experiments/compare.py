@@ -101,8 +101,10 @@ def _target_columns(ranks: list[dict], target: float | None) -> dict:
     if target is None:
         return {"steps_to_target": None, "time_to_target_s": None, "time_to_target_spread_s": None}
     steps = steps_to_target(losses, target)
+    worker = next((r for r in ranks if r.get("step_times")), None)  # a parameter server's rank 0 takes no steps
     return {"steps_to_target": steps, "time_to_target_s": time_to_target(losses, times, target),
-            "time_to_target_spread_s": None if steps is None else _cycle_spread(ranks[0]).scaled(steps).as_dict()}
+            "time_to_target_spread_s": (None if steps is None or worker is None
+                                        else _cycle_spread(worker).scaled(steps).as_dict())}
 
 
 def _cycle_spread(rank: dict):
