@@ -73,7 +73,7 @@ def _init_folder(args) -> Path:
 
 
 def _count(paths: list[str]) -> str:
-    """``16 lessons, 10 exercises and exercises/README.md``: the course files among ``paths``, in words."""
+    """``17 lessons, 11 exercises and exercises/README.md``: the course files among ``paths``, in words."""
     lessons = sum(p.startswith("notebooks/") and p.endswith(".ipynb") for p in paths)
     exercises = sum(p.startswith("exercises/") and p.endswith(".ipynb") for p in paths)
     others = [p for p in paths if not p.endswith(".ipynb")]
