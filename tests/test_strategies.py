@@ -232,7 +232,8 @@ def test_compare_cli_json_and_errors():
                             "replicas_identical", "state_bytes_per_rank", "peak_bytes_per_rank",
                             "allocator_peak_bytes_per_rank", "link_report", "comm_s_per_rank", "knobs",
                             "mean_step_time_s", "steps_to_target", "time_to_target_s", "bytes_per_step_whole_run",
-                            "bytes_counted_from_step"}
+                            "bytes_counted_from_step", "time_to_target_spread_s", "quantisation",
+                            "largest_step_bytes"}  # no link of two levels: no bytes per level
         assert row["allocator_peak_bytes_per_rank"] is None  # CPU ranks: no CUDA allocator
         assert row["exposed_how"] == "measured wait" and row["overhead_s"] >= 0
         assert row["peak_bytes_per_rank"] >= row["state_bytes_per_rank"] > 0
