@@ -137,7 +137,7 @@ LEVEL_KEYS = ("sent_between", "sent_inside", "received_between", "received_insid
               "expected_inside_gloo")
 
 
-def level_bytes(ranks: list[dict], bytes_per_step: float, flat_share: float) -> dict:
+def _level_bytes(ranks: list[dict], bytes_per_step: float, flat_share: float) -> dict:
     """On a two-level link, bytes per step and rank at each level: a strategy's own notes where it keeps them
     (``hsdp``, ``zeropp``: counted, and measured on its sockets), else the ``Comm``'s count split by its ring's
     share of hops that cross nodes (``link.levels``; ``flat_share``, a ring over every rank's, for a strategy
@@ -268,7 +268,7 @@ def compare_strategies(world_size: int | World | None = None, model: str = "auto
     if isinstance(link, TwoLevelLink):  # bytes per step and rank on each level: counted, and measured where known
         flat = crossing_share(range(world.size), link.ranks_per_node)
         for row in rows:
-            levels = level_bytes(runs[row["strategy"]], row["bytes_per_step"], flat)
+            levels = _level_bytes(runs[row["strategy"]], row["bytes_per_step"], flat)
             row.update({"bytes_between_per_step": levels["sent_between"], "bytes_inside_per_step": levels["sent_inside"],
                         "received_between_per_step": levels["received_between"],
                         "received_inside_per_step": levels["received_inside"], "levels": levels})

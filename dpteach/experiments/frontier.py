@@ -19,6 +19,7 @@ import torch.distributed as dist
 
 from .. import validate
 from ..network.link import resolve_two_level
+from ..network.two_level import check_whole_nodes
 from ..ranks import context
 from ..ranks.launcher import launch
 from ..ranks.world import World, resolve_world
@@ -48,9 +49,7 @@ def zeropp_levels(world_size: int | World = 4, link="pcie/1gbe", ranks_per_node:
     two_level = resolve_two_level(link, "link", ranks_per_node)
     size = world_size.size if isinstance(world_size, World) else world_size
     validate.integer("world_size", size, low=2)
-    if size % ranks_per_node or size // ranks_per_node < 2:
-        raise validate.refusal("world_size", size, f"it must be a multiple of ranks_per_node={ranks_per_node} that "
-                               f"makes at least two nodes: e.g. {2 * ranks_per_node}")
+    nodes = check_whole_nodes(size, ranks_per_node)
     names = list(dict.fromkeys(["zero3", *variants]))  # zero3 is what every other is measured against
     result = compare_strategies(world_size, model="mlp", steps=steps, strategies=[ZEROPP_VARIANTS[v] for v in names],
                                 link=two_level, backend=backend, timeout=timeout, interleave=True,
@@ -75,7 +74,7 @@ def zeropp_levels(world_size: int | World = 4, link="pcie/1gbe", ranks_per_node:
             "max_abs_diff_vs_single": row["max_abs_diff_vs_single"], "final_loss": row["final_loss"],
             "losses": ranks[0]["losses"], "step_time_s": row["step_time_s"],
             "peak_bytes_per_rank": row["peak_bytes_per_rank"]})
-    return {"world_size": size, "ranks_per_node": ranks_per_node, "nodes": size // ranks_per_node,
+    return {"world_size": size, "ranks_per_node": ranks_per_node, "nodes": nodes,
             "link": two_level.as_dict(), "steps": steps, "tolerance": result["tolerance"], "rows": rows}
 
 

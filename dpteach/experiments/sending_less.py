@@ -45,8 +45,10 @@ from ..ranks import context
 from ..ranks.launcher import launch
 from ..ranks.world import World, resolve_world
 from ..replica.build import flat_weights
+from ..replica.models import build_model
 from ..replica.timeline import start_together
 from ..sync import strategy_class
+from ..sync.demo import pairs_bytes
 from ..training.reference import train_single_process
 from ..training.target import TARGET_RULE, WINDOW, default_target, smoothed, steps_to_target
 from ..training.train import SyncTrainer, TrainConfig
@@ -309,12 +311,13 @@ FRONTIER_METHODS = ("ddp", "demo", "diloco@8", "streaming_diloco@8")
 
 def frontier_methods(world_size: int | World | None = 2, methods=FRONTIER_METHODS, links=("1gbe", "10gbe", "wan"),
                      **options) -> dict:
-    """``sending_less.methods_to_target`` for the lesson's methods: each row adds ``largest_step_bytes``, and
+    """``methods_to_target`` for the lesson's methods (every row has its ``largest_step_bytes``), with
     DeMo's rows the bytes the paper's accounting predicts for one rank's pairs (``expected_pairs_bytes``)."""
     result = methods_to_target(world_size, methods=methods, links=links, check_powersgd=False, **options)
     for row in result["rows"]:
         if row["strategy"] == "demo":
-            row["expected_pairs_bytes"] = demo_pairs_bytes(row["knobs"])
+            shapes = [p.shape for p in build_model("mlp", seed=0, device="cpu").parameters()]
+            row["expected_pairs_bytes"] = pairs_bytes(shapes, row["knobs"]["demo_chunk"], row["knobs"]["demo_topk"])
     return result
 
 
@@ -323,15 +326,3 @@ def frontier_time_to_target(methods: dict, **options) -> dict:
     Streaming DiLoCo overlaps each exchange with an inner step; the sum of parts counts it whole, so its time
     here is an upper bound."""
     return time_to_target(methods, **options)
-
-
-def demo_pairs_bytes(knobs: dict, model: str = "mlp") -> int:
-    """What one rank's (index, value) pairs weigh for the course's model: k pairs per chunk, 2 + 4 bytes each."""
-    from ..replica.models import build_model
-    from ..sync.demo import ChunkedDCT
-    net = build_model(model, seed=0, device="cpu")
-    total = 0
-    for p in net.parameters():
-        dct = ChunkedDCT(p.shape, knobs["demo_chunk"])
-        total += dct.chunks * min(knobs["demo_topk"], dct.per_chunk) * (2 + 4)
-    return total

@@ -48,25 +48,34 @@ def _sockets() -> set:
     return found
 
 
+def _ask_socket(fd: int, question):
+    """``question(sock)`` on a duplicate of socket ``fd`` (the original stays open); None where ``fd`` cannot be
+    opened as a socket or the socket cannot answer (not TCP, not connected, no TCP_INFO here)."""
+    try:
+        copy = _dup(fd)
+    except OSError:
+        return None
+    try:
+        sock = socket.socket(fileno=copy)
+    except OSError:
+        _close(copy)
+        return None
+    with sock:
+        try:
+            return question(sock)
+        except (OSError, AttributeError):
+            return None
+
+
 def _bytes_received(fd: int, target: str) -> int:
     """What the kernel counted as received on socket ``fd`` - if it is still the socket ``target`` names."""
     try:
         if _readlink(f"/proc/self/fd/{fd}") != target:
             return 0
-        copy = _dup(fd)
     except OSError:
         return 0
-    try:
-        sock = socket.socket(fileno=copy)
-    except OSError:
-        _close(copy)
-        return 0
-    with sock:
-        try:
-            info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
-        except (OSError, AttributeError):  # not a TCP socket, or no TCP_INFO here
-            return 0
-    return _unpack_from("Q", info, TCP_INFO_BYTES_RECEIVED)[0] if len(info) >= 136 else 0
+    info = _ask_socket(fd, lambda sock: sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256))
+    return _unpack_from("Q", info, TCP_INFO_BYTES_RECEIVED)[0] if info is not None and len(info) >= 136 else 0
 
 
 class Traffic:
@@ -96,20 +105,7 @@ class Traffic:
 
 def _endpoints(fd: int) -> tuple | None:
     """(this end's address, the other end's) of socket ``fd``; None for a socket that is not connected TCP."""
-    try:
-        copy = _dup(fd)
-    except OSError:
-        return None
-    try:
-        sock = socket.socket(fileno=copy)
-    except OSError:
-        _close(copy)
-        return None
-    with sock:
-        try:
-            return tuple(sock.getsockname()[:2]), tuple(sock.getpeername()[:2])
-        except OSError:
-            return None
+    return _ask_socket(fd, lambda sock: (tuple(sock.getsockname()[:2]), tuple(sock.getpeername()[:2])))
 
 
 def peers_of(traffic: Traffic, group=None) -> dict:

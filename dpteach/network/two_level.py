@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .. import validate
 from .link import Link, TwoLevelLink
 
 @dataclass(frozen=True)
@@ -63,3 +64,12 @@ def levels(link: TwoLevelLink, ranks) -> Levels:
     one_node = len({link.node(r) for r in ranks}) == 1
     return Levels(ranks, link.ranks_per_node, link.inside if one_node else link.between,
                   crossing_share(ranks, link.ranks_per_node))
+
+
+def check_whole_nodes(world_size: int, ranks_per_node: int) -> int:
+    """``world_size // ranks_per_node``, the nodes, when the ranks fill at least two of them (a slow level to
+    cross); else a refusal naming the world size."""
+    if world_size % ranks_per_node or world_size // ranks_per_node < 2:
+        raise validate.refusal("world_size", world_size, f"it must be a multiple of ranks_per_node={ranks_per_node} "
+                               f"that makes at least two nodes (a slow level to cross): e.g. {2 * ranks_per_node}")
+    return world_size // ranks_per_node

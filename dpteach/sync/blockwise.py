@@ -4,7 +4,7 @@ ZeRO++ sends weights this way (qwZ, int8) and gradients too (qgZ, int4); streami
 gradients in 4 bits. One scale for a whole tensor would let one large value coarsen every other: a block of a
 few hundred values keeps the scale local, so an outlier costs precision only to its own block (Wang et al.,
 "ZeRO++", 2023, on its block-based quantisation of weights; Dettmers et al., "8-bit Optimizers via Block-wise
-Quantization", 2022). Symmetric, as lesson 06's int8::
+Quantization", 2022). Symmetric; lesson 06's int8 (``compressed.py``) is this encoding in 8 bits::
 
     block = [0.30, -1.20, 0.05, 0.90]          scale s = max|x| / 127 = 1.20 / 127
     codes = round(x / s) = [32, -127, 5, 95]    int8 on the wire: 4 bytes, plus the 4-byte scale

@@ -32,25 +32,20 @@ import torch
 
 from ..replica.buckets import build_buckets
 from .base import GradientSync
+from .blockwise import dequantize_blocks, quantize_blocks
+
 
 def quantize_int8(values: torch.Tensor, chunk: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
-    """Encode float values as int8 with one scale per ``chunk`` elements. Returns (q, scales)."""
-    n = values.numel()
-    chunks = -(-n // chunk)
-    padded = torch.zeros(chunks * chunk, dtype=torch.float32, device=values.device)
-    padded[:n] = values.reshape(-1)
-    blocks = padded.view(chunks, chunk)
-    scales = blocks.abs().amax(dim=1) / 127.0
-    scales = torch.where(scales > 0, scales, torch.ones_like(scales))  # an all-zero chunk: any scale works
-    q = torch.round(blocks / scales[:, None]).clamp_(-127, 127).to(torch.int8)
-    return q.view(-1)[:n], scales
+    """Encode float values as int8 with one scale per ``chunk`` elements. Returns (q, scales): ``q`` as long as
+    ``values`` (the last chunk's padding is not kept). The encoding is ``blockwise.py``'s, in 8 bits."""
+    codes, scales = quantize_blocks(values, chunk, bits=8)
+    return codes[:values.numel()], scales
 
 
 def dequantize_int8(q: torch.Tensor, scales: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
-    n = q.numel()
-    padded = torch.zeros(scales.numel() * chunk, dtype=torch.float32, device=q.device)
-    padded[:n] = q.to(torch.float32)
-    return (padded.view(-1, chunk) * scales[:, None]).view(-1)[:n]
+    padded = torch.zeros(scales.numel() * chunk, dtype=torch.int8, device=q.device)
+    padded[:q.numel()] = q.reshape(-1)
+    return dequantize_blocks(padded, scales, q.numel(), chunk, bits=8)
 
 
 class CompressedSync(GradientSync):

@@ -62,6 +62,10 @@ class ChunkedDCT:
         self.per_chunk = math.prod(self.sizes)  # coefficients in one chunk
         self.chunks = math.prod(self.shape) // self.per_chunk
 
+    def kept(self, topk: int) -> int:
+        """Coefficients sent per chunk: ``topk``, or the whole chunk where it is smaller."""
+        return min(topk, self.per_chunk)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if len(self.shape) == 1:
             (c,), (basis,) = self.sizes, self.bases
@@ -76,6 +80,14 @@ class ChunkedDCT:
         (h, w), (bh, bw) = self.sizes, self.bases
         blocks = coefficients.reshape(self.shape[0] // h, self.shape[1] // w, h, w)
         return (bh.T @ blocks @ bw).permute(0, 2, 1, 3).reshape(self.shape)
+
+
+PAIR_BYTES = 2 + 4  # an int16 index and a float32 value
+
+
+def pairs_bytes(shapes, chunk: int, topk: int) -> int:
+    """What one rank's (index, value) pairs weigh, for parameters of these ``shapes``: k pairs per chunk."""
+    return sum(d.chunks * d.kept(topk) * PAIR_BYTES for d in (ChunkedDCT(shape, chunk) for shape in shapes))
 
 
 class DeMo(GradientSync):
@@ -96,7 +108,7 @@ class DeMo(GradientSync):
         super().__init__(model, timeline, **options)
         self.decay, self.lr = demo_decay, demo_lr
         self.transforms = [ChunkedDCT(p.shape, demo_chunk, p.device) for p in self.params]
-        self.topk = [min(demo_topk, t.per_chunk) for t in self.transforms]
+        self.topk = [t.kept(demo_topk) for t in self.transforms]
         self.momentum = [torch.zeros_like(p) for p in self.params]  # this rank's own, never averaged
 
     def make_optimizer(self, build):

@@ -69,6 +69,12 @@ def node_size(link, shard_size: int | None, world_size: int, strategy: str = "hs
     return size
 
 
+def mean_over_steps(log: list[dict]) -> dict:
+    """Each key's mean over the steps of ``log`` (None where a step has no value: nothing could be counted)."""
+    return {key: None if any(step[key] is None for step in log) else statistics.mean(step[key] for step in log)
+            for key in log[0]}
+
+
 class HybridMesh:
     """The (replicate x shard) mesh over every rank - rank r in node r // S - with its two process groups
     made here, one dimension at a time, and the gloo sockets each opened (``Traffic``)."""
@@ -156,10 +162,8 @@ class _Hybrid:
             # gloo's reduce-scatter moves what an all-reduce moves, 2(S-1)/S of its input where a ring needs
             # (S-1)/S (measured on its sockets): inside, gloo receives (S-1) shards more than the ring's account
             "expected_inside_gloo": inside + (shard - 1) * self.gradient_shard_bytes()})
-        mean = {key: (None if any(s[key] is None for s in self.level_log)
-                      else statistics.mean(s[key] for s in self.level_log)) for key in self.level_log[0]}
         self.notes = {**(self.notes or {}), "replicas": replicas, "shard_size": shard,
-                      "bytes_per_step": mean, "steps": len(self.level_log),
+                      "bytes_per_step": mean_over_steps(self.level_log), "steps": len(self.level_log),
                       "across_link": self.across.report()}
 
 

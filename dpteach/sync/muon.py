@@ -80,9 +80,13 @@ class DistributedMuon(GradientSync):
         kept by their owners."""
         return build(self.mine)
 
-    def _view(self, flat: torch.Tensor, i: int) -> torch.Tensor:
-        start = self.owner[i] * self.block + self.place[i]
-        return flat[start:start + self.params[i].numel()].view_as(self.params[i])
+    def _in_block(self, block: torch.Tensor, i: int) -> torch.Tensor:
+        """Parameter ``i``'s place in its owner's block."""
+        return block[self.place[i]:self.place[i] + self.params[i].numel()].view_as(self.params[i])
+
+    def _in_world(self, flat: torch.Tensor, i: int) -> torch.Tensor:
+        """Parameter ``i``'s place in the W blocks laid end to end."""
+        return self._in_block(flat[self.owner[i] * self.block:(self.owner[i] + 1) * self.block], i)
 
     def finish(self, step: int) -> None:
         p0 = self.params[0]
@@ -91,28 +95,26 @@ class DistributedMuon(GradientSync):
                 laid_out = torch.zeros(self.block * self.world, dtype=p0.dtype, device=p0.device)
                 for i, p in enumerate(self.params):
                     if p.grad is not None:
-                        self._view(laid_out, i).copy_(p.grad)
+                        self._in_world(laid_out, i).copy_(p.grad)
                 laid_out.div_(self.world)
             mine = torch.empty(self.block, dtype=p0.dtype, device=p0.device)
             with self.comm.exchange("reduce_scatter"):
                 self.comm.reduce_scatter(mine, laid_out)
             with self.overhead(step, "unpack"):
-                own = torch.zeros(self.block * self.world, dtype=p0.dtype, device=p0.device)
-                own[self.rank * self.block:(self.rank + 1) * self.block] = mine
                 for i, p in enumerate(self.params):
-                    p.grad = self._view(own, i).clone() if self.owner[i] == self.rank else None
+                    p.grad = self._in_block(mine, i).clone() if self.owner[i] == self.rank else None
 
     def step_optimizer(self, optimizer) -> None:
         super().step_optimizer(optimizer)  # Muon on my own matrices, whole
         p0 = self.params[0]
         with torch.no_grad():
-            every = torch.zeros(self.block * self.world, dtype=p0.dtype, device=p0.device)
+            mine = torch.zeros(self.block, dtype=p0.dtype, device=p0.device)
             for i, p in enumerate(self.params):
                 if self.owner[i] == self.rank:
-                    self._view(every, i).copy_(p)
-            mine = every[self.rank * self.block:(self.rank + 1) * self.block].clone()
+                    self._in_block(mine, i).copy_(p)
+            every = torch.empty(self.block * self.world, dtype=p0.dtype, device=p0.device)
             with self.comm.exchange("all_gather"):
                 self.comm.all_gather_into_tensor(every, mine)
             for i, p in enumerate(self.params):
                 if self.owner[i] != self.rank:
-                    p.copy_(self._view(every, i))
+                    p.copy_(self._in_world(every, i))

@@ -28,7 +28,6 @@ from __future__ import annotations
 import torch
 from torch.nn.utils import parameters_to_vector
 
-from .base import GradientSync
 from .blockwise import dequantize_blocks, quantize_blocks
 from .diloco import DiLoCo
 from .knobs import Knob
@@ -91,13 +90,13 @@ class StreamingDiLoCo(DiLoCo):
         return [p for p in range(len(self.fragments)) if (step + 1 + p * self.spacing) % self.sync_every == 0]
 
     def synchronises_after(self, step: int) -> bool:
-        return bool(self.due(step))
+        """A fragment is sent after this step, or one sent earlier lands."""
+        return bool(self.due(step)) or any(at <= step for at, *_ in self.pending)
 
-    def step_optimizer(self, optimizer) -> None:
-        GradientSync.step_optimizer(self, optimizer)  # the inner step, on this rank's own gradients
-        for p in self.due(self.step):
-            self._send(p, self.step)
-        for item in [i for i in self.pending if i[0] <= self.step]:
+    def synchronise(self, step: int) -> None:
+        for p in self.due(step):
+            self._send(p, step)
+        for item in [i for i in self.pending if i[0] <= step]:  # with tau = 0, the one just sent
             self.pending.remove(item)
             self._land(*item[1:])
 

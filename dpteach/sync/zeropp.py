@@ -35,15 +35,13 @@ gathered (qwZ) and of a gradient sent (qgZ), each next to its bound.
 """
 from __future__ import annotations
 
-import statistics
-
 import torch
 import torch.distributed as dist
 
 from ..network.comm import Comm
 from ..network.traffic import Traffic, peers_of, received_from
 from .blockwise import dequantize_blocks, error_bound, quantize_blocks
-from .hsdp import HybridMesh, _Hybrid, node_size
+from .hsdp import HybridMesh, _Hybrid, mean_over_steps, node_size
 from .knobs import Knob
 from .zero3 import Zero3
 
@@ -133,17 +131,15 @@ class ZeroPlusPlus(Zero3):
         return hook
 
     def _start_gather(self, group):
-        if self.reporting or (not self.qwz and not (self.phase == "backward" and group in self.secondary)):
-            return super()._start_gather(group)  # float32 across the world, as zero3 (and the final report)
-        if self.phase == "backward" and group in self.secondary:  # hpZ: only the node's S ranks take part
+        if not self.reporting and self.phase == "backward" and group in self.secondary:  # hpZ: the node's S ranks
             piece = self.secondary.pop(group)
             work = self.node.all_gather_into_tensor(group.flat, piece, async_op=True)
             self.node.launched(work, "all_gather (node)")
             self.release(piece.numel() * piece.element_size())
             return [(self.node, work)], None
+        if self.reporting or not self.qwz:
+            return super()._start_gather(group)  # float32 across the world, as zero3 (and the final report)
         codes, scales = quantize_blocks(group.shard.detach(), BLOCK, 8)  # qwZ
-        self._note_error("qwz", group.shard.detach()[None], dequantize_blocks(codes, scales, group.shard_numel,
-                                                                               BLOCK)[None], scales[None])
         all_codes = codes.new_empty(codes.numel() * self.world)
         all_scales = scales.new_empty(scales.numel() * self.world)
         works = [self.comm.all_gather_into_tensor(all_codes, codes, async_op=True),
@@ -159,9 +155,11 @@ class ZeroPlusPlus(Zero3):
         for comm, work in works:
             comm.wait(work)
         if quantised is not None:  # every rank's piece, decoded: the same weights on every rank
-            codes, scales = quantised
-            pieces = dequantize_rows(codes.view(self.world, -1), scales.view(self.world, -1), group.shard_numel, 8)
+            codes, scales = quantised[0], quantised[1].view(self.world, -1)
+            pieces = dequantize_rows(codes.view(self.world, -1), scales, group.shard_numel, 8)
             group.flat.view(self.world, -1).copy_(pieces)
+            me = slice(self.rank, self.rank + 1)  # my own piece, as every rank decoded it, against my shard
+            self._note_error("qwz", group.shard.detach()[None], pieces[me], scales[me])
 
     # -- reducing the gradients: two quantised all-to-alls (qgZ) -------------------------------------------
     def launch_reduce_scatter(self, group) -> None:
@@ -232,8 +230,6 @@ class ZeroPlusPlus(Zero3):
                                "sent_inside": sum(c.sent_inside or 0 for c in comms) if self.comm.levels else None,
                                "received_between": received["between"], "received_inside": received["inside"],
                                "expected_between": None, "expected_inside_gloo": None})
-        mean = {key: (None if any(s[key] is None for s in self.level_log)
-                      else statistics.mean(s[key] for s in self.level_log)) for key in self.level_log[0]}
-        self.notes = {**self.notes, "bytes_per_step": mean, "steps": len(self.level_log),
+        self.notes = {**self.notes, "bytes_per_step": mean_over_steps(self.level_log), "steps": len(self.level_log),
                       "parts": {"qwz": self.qwz, "hpz": self.hpz, "qgz": self.qgz, "qgz_bits": self.qgz_bits},
                       "shard_size": self.node.size, "replicas": self.cross.size}

@@ -2,7 +2,8 @@
 distributed Muon step against torch's. DeMo and streaming DiLoCo use lesson 14's (``sending_less.py``)."""
 from __future__ import annotations
 
-from .rendering import dress, human_bytes, show, table
+from .rendering import human_bytes, show, table
+from .sending_less import plot_levels
 
 
 def _size(n) -> str:
@@ -31,20 +32,9 @@ def render_zeropp(result: dict) -> None:
 
 
 def plot_zeropp(result: dict):
-    import matplotlib.pyplot as plt
     rows = result["rows"]
-    fig, ax = plt.subplots(figsize=(9, 0.55 * len(rows) + 1.6))
-    y = range(len(rows))
-    mib = 1 << 20
-    ax.barh(y, [r["bytes_between_per_step"] / mib for r in rows], color="#C44E52", label="across nodes (slow link)")
-    ax.barh(y, [r["bytes_inside_per_step"] / mib for r in rows], left=[r["bytes_between_per_step"] / mib for r in rows],
-            color="#4C72B0", label="inside a node (fast link)")
-    ax.set_yticks(list(y), [r["variant"] for r in rows])
-    ax.invert_yaxis()
-    dress(ax, "MiB each rank sends per step (counted)", None, f"ZeRO++'s parts on {result['link']['name']}",
-          grid="x", legend="below", title_size="medium")
-    fig.tight_layout()
-    return fig
+    return plot_levels(rows, [r["variant"] for r in rows], "MiB each rank sends per step (counted)",
+                       f"ZeRO++'s parts on {result['link']['name']}")
 
 
 def render_muon(result: dict) -> None:

@@ -220,17 +220,23 @@ def render_hybrid(result: dict) -> None:
 
 
 def plot_hybrid(result: dict):
-    import matplotlib.pyplot as plt
     rows = [r for r in result["rows"] if r["bytes_between_per_step"] is not None]
+    return plot_levels(rows, [r["strategy"] for r in rows], "MiB each rank sends per step (the ring's account)",
+                       f"Where the bytes go on {result['link']['name']}")
+
+
+def plot_levels(rows: list, names: list, xlabel: str, title: str):
+    """One bar per row: the bytes a rank sends per step across nodes, then inside a node, stacked (lesson 14's
+    hybrid sharding, lesson 16's ZeRO++)."""
+    import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(9, 0.55 * len(rows) + 1.6))
     y = range(len(rows))
     mib = 1 << 20  # the unit human_bytes prints in the table
     ax.barh(y, [r["bytes_between_per_step"] / mib for r in rows], color="#C44E52", label="across nodes (slow link)")
     ax.barh(y, [r["bytes_inside_per_step"] / mib for r in rows], left=[r["bytes_between_per_step"] / mib for r in rows],
             color="#4C72B0", label="inside a node (fast link)")
-    ax.set_yticks(list(y), [r["strategy"] for r in rows])
+    ax.set_yticks(list(y), names)
     ax.invert_yaxis()
-    dress(ax, "MiB each rank sends per step (the ring's account)", None, f"Where the bytes go on {result['link']['name']}",
-          grid="x", legend="below", title_size="medium")
+    dress(ax, xlabel, None, title, grid="x", legend="below", title_size="medium")
     fig.tight_layout()
     return fig

@@ -198,6 +198,7 @@ CHECKS = (
 EXERCISE = Exercise(
     id="06", stem="06_int8_error_feedback", title="8-bit quantisation with error feedback",
     names=("quantize", "dequantize", "compress_with_feedback"), stub=STUB, checks=CHECKS,
-    forbidden=("dpteach.sync.compressed.quantize_int8", "dpteach.sync.compressed.dequantize_int8"),
+    forbidden=("dpteach.sync.compressed.quantize_int8", "dpteach.sync.compressed.dequantize_int8",
+               "dpteach.sync.blockwise.quantize_blocks", "dpteach.sync.blockwise.dequantize_blocks"),
     rule="this exercise asks you to write the quantiser, and your code calls dpteach's own",
 )
