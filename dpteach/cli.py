@@ -20,6 +20,8 @@ COMMANDS = {
     "quiz": ("dpteach.commands.quiz", "practice-exam quizzes in the terminal; check or list the quiz bank"),
     "progress": ("dpteach.commands.progress", "your course progress: quiz answers per topic, exercise grades"),
     "batch-size": ("dpteach.commands.batch_size", "how big a batch: the critical batch size and the learning-rate rules"),
+    "profile": ("dpteach.commands.profile", "record a few steps of every rank of your own training command (torch.profiler)"),
+    "diagnose": ("dpteach.commands.diagnose", "read a job's per-rank traces: what slows it, and the lesson that explains it"),
     "grade": ("dpteach.commands.grade", "grade an exercise notebook on real ranks (exit 0 only on full marks)"),
     "autograder": ("dpteach.commands.autograder", "write a Gradescope autograder (setup.sh, run_autograder, zip) for an exercise"),
 }

@@ -1,0 +1,1 @@
+"""Holds ``sitecustomize.py``: the folder ``dpteach profile`` puts first on the command's ``PYTHONPATH``."""
