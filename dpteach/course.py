@@ -108,6 +108,10 @@ LESSONS = (
            ("frontier.zeropp_levels", "sending_less.frontier_methods", "sending_less.frontier_time_to_target",
             "frontier.muon_against_torch"),
            ("11",)),
+    Lesson("17", "your_own_job", "Diagnosing your own job",
+           "Your own training script is slow: which rank, which step, which lesson? Profile every rank of it "
+           "unedited, and have the course read the traces",
+           ("diagnosis.planted_job",)),
 )
 
 # Experiments that no lesson's notebook calls but the command line does (`dpteach compare`).

@@ -31,7 +31,7 @@ import os
 import time
 
 from .. import validate
-from .measures import ELEMENT_BYTES, measure_steps, median
+from .measures import measure_steps, median
 from .traces import read_traces
 
 THRESHOLD = 0.05          # a finding is reported when it costs at least 5% of the median step
@@ -270,6 +270,3 @@ def report(result: dict) -> str:
         lines.append(f"   Try: {f['try']}.")
     return "\n".join(lines)
 
-
-def check_threshold(value) -> float:
-    return validate.number("threshold", value, above=0, high=1, unit="a share of a step")
