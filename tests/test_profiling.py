@@ -172,10 +172,10 @@ def test_the_merged_trace_has_one_process_per_rank_and_hta_reads_back_every_span
         kept = [e for e in trace.events if e.get("cat") != "Trace"]  # HTA leaves out the profiler's own window span
         assert len(mine) == len(kept)
         steps = mine[mine["name"].str.startswith("ProfilerStep#")].sort_values("ts")
-        # HTA reads times in whole microseconds (it rounds ns-resolution events down): equal to within 1 us
+        # HTA reads times in whole microseconds (it rounds the start and the end of ns-resolution events): within 2 us
         for column in ("ts", "dur"):  # ts: ranks of one host keep their clock
             assert len(steps) == len(trace.steps) and all(
-                abs(a - float(s[column])) <= 1.0 for a, s in zip(steps[column], trace.steps)), column
+                abs(a - float(s[column])) <= 2.0 for a, s in zip(steps[column], trace.steps)), column
 
 
 @pytest.mark.slow
