@@ -28,6 +28,8 @@ Its modules, one line each (``scripts/package_faces.py`` writes this list from t
 * ``experiments/``: One function per lesson: each runs real ranks and returns plain data (dicts and lists).
 * ``grading/``: Exercises that grade themselves by running the learner's code on real multi-rank worlds.
 * ``network/``: The network and its cost: what a link is, what a collective costs on it, and how one is sent.
+* ``profiling/``: Profile a learner's own DDP or FSDP job and read its trace (lesson 17): `dpteach profile` records
+  every rank, `dpteach diagnose` names what slows the job and the lesson that explains it.
 * ``quiz/``: Quizzes in the style of certification practice questions, each option explained, each answer shown
   live.
 * ``ranks/``: Running ranks: where a world's processes come from and what each one knows.

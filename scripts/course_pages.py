@@ -36,7 +36,8 @@ LAYERS = (
     ("dpteach/progress.py",), ("dpteach/front_end.py",), ("dpteach/materials.py", "dpteach/workspace.py"),
     ("dpteach/ranks/",),
     ("dpteach/__init__.py",), ("dpteach/collectives/",), ("dpteach/network/",), ("dpteach/replica/",),
-    ("dpteach/sync/",), ("dpteach/training/",), ("dpteach/experiments/",), ("dpteach/devicecheck/",),
+    ("dpteach/sync/",), ("dpteach/training/",), ("dpteach/profiling/",), ("dpteach/experiments/",),
+    ("dpteach/devicecheck/",),
     ("dpteach/quiz/",), ("dpteach/widgets/",), ("dpteach/grading/",),
     ("dpteach/commands/", "dpteach/cli.py", "dpteach/__main__.py"),
 )

@@ -34,6 +34,7 @@ Its modules, one line each (``scripts/package_faces.py`` writes this list from t
 * ``ddp_options``: Lesson 03: two DDP options a learner meets in real code, each measured on real ranks.
 * ``debugging``: Lesson 02: a collective that the ranks do not agree on, with and without torch's checks.
 * ``determinism``: Lesson 01, part two: close to single-process training, or identical to it?
+* ``diagnosis``: Lesson 17: profile a DDP job with a planted problem, and let the trace name it.
 * ``equivalence``: Lesson 01: the average of the replicas' gradients *is* the large-batch gradient.
 * ``failures``: When ranks fail (lesson 13, first half): what the peers of a failed rank see, and a job that
   torchrun restarts.

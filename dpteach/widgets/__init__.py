@@ -24,6 +24,8 @@ Its modules, one line each (``scripts/package_faces.py`` writes this list from t
 * ``controls``: Controls whose readout is exactly the value the experiment receives.
 * ``ddp_in_practice``: Plots and tables for what DDP and the data really do: lessons 02 (a mismatched collective),
   03 (DDP's own buckets, unused parameters, bucket views) and 08 (a forgotten sampler, uneven inputs).
+* ``diagnosis``: Lesson 17's view of a diagnosis: where each rank's median step went, and the findings with their
+  lessons.
 * ``exam``: Tables for ``notebooks/10_practice_exam.ipynb``: which notebook proves each answer, and the learner's
   progress.
 * ``failures``: Tables and plots for lesson 13: what the peers of a failed rank saw, a restart, resumes, checkpoint
