@@ -198,3 +198,50 @@ def test_two_lines_in_the_script_record_the_same_layout(tmp_path):
     result = diagnose(tmp_path / "traces")
     assert result["job"]["steps"] == 3 and result["job"]["all_reduces_per_step"] == 1
     assert all(r["collectives_per_step"] == 1 for r in result["ranks"])
+
+
+# -- the GPU path, on a trace laid out as Kineto lays out a GPU job's ----------------------------------------------
+def _gpu_rank(rank):
+    """Two steps of 10 ms on one rank, with what HTA needs to place kernels in steps (the launches' correlation
+    ids): backward on the CPU launches a compute kernel on stream 7 (0.02-7 ms) and an all-reduce on NCCL's stream
+    20 (6-9 ms), so 1 ms of the all-reduce runs under compute and 2 ms are exposed."""
+    events = []
+    for step in range(2):
+        t = step * 10_000.0
+        events += [
+            {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step + 4}", "pid": 100, "tid": 100,
+             "ts": t, "dur": 10_000.0},
+            {"ph": "X", "cat": "cpu_op", "name": "autograd::engine::evaluate_function: AddmmBackward0", "pid": 100,
+             "tid": 101, "ts": t + 1_000, "dur": 5_000.0},
+            {"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 100, "tid": 101, "ts": t + 5_500,
+             "dur": 20.0},
+            {"ph": "X", "cat": "user_annotation", "name": "nccl:all_reduce", "pid": 100, "tid": 101, "ts": t + 5_510,
+             "dur": 10.0, "args": {"Input Dims": [[262144]], "Input type": ["float"]}},
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 100, "tid": 101, "ts": t + 10,
+             "dur": 5.0, "args": {"correlation": 2 * step + 1}},
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 100, "tid": 101, "ts": t + 5_530,
+             "dur": 5.0, "args": {"correlation": 2 * step + 2}},
+            {"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x64_nn", "pid": 0, "tid": 7, "ts": t + 20,
+             "dur": 6_980.0, "args": {"correlation": 2 * step + 1, "stream": 7, "device": 0}},
+            {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "pid": 0, "tid": 20,
+             "ts": t + 6_000, "dur": 3_000.0,
+             "args": {"correlation": 2 * step + 2, "stream": 20, "device": 0}}]
+    return {"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 2},
+            "traceEvents": events}
+
+
+def test_a_gpu_trace_is_measured_from_its_kernels_and_handed_to_hta(tmp_path):
+    for rank in (0, 1):
+        (tmp_path / f"rank{rank}.json").write_text(json.dumps(_gpu_rank(rank)))
+    result = diagnose(tmp_path)
+    assert result["job"]["gpu"] and result["job"]["backend"] == "nccl"
+    for r in result["ranks"]:
+        assert (r["compute_ms"], r["comm_ms"], r["exposed_comm_ms"], r["idle_ms"]) == (6.98, 3.0, 2.0, 1.02)
+        assert r["all_reduces_per_step"] == 1 and r["median_collective_bytes"] == 262144 * 4
+    assert result["findings"] == []  # the all-reduce launched during backward: not "no overlap"
+    # Holistic Trace Analysis, reading the same files, agrees: a third of the all-reduce ran under compute kernels,
+    # and the exposed part is the kernel time that is not compute
+    overlap = {row["rank"]: row["comp_comm_overlap_pctg"] for row in result["hta"]["comm_comp_overlap"]}
+    assert overlap == {0: pytest.approx(100 / 3, abs=0.01), 1: pytest.approx(100 / 3, abs=0.01)}
+    for row in result["hta"]["temporal_breakdown"]:
+        assert row["non_compute_time_pctg"] == pytest.approx(100 * 2.0 / (6.98 + 2.0), abs=0.01)

@@ -223,6 +223,7 @@ def _hta_analyses(folder: str) -> dict:
 def diagnose(folder: str) -> dict:
     """Read ``folder``'s per-rank traces and return ``{"ranks": [...], "job": {...}, "findings": [...]}``."""
     started = time.perf_counter()
+    folder = os.fspath(folder)
     traces = read_traces(folder)
     per_rank = [measure_steps(t) for t in traces]
     summaries = [_rank_summary(t, s) for t, s in zip(traces, per_rank)]
