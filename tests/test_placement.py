@@ -141,7 +141,7 @@ def test_the_default_world_follows_the_gpus(machine, gpus, world):
 NO_RANKS = {"memory_per_replica", "measure_model_memory", "bucket_assignment", "scaling_simulation",
             "sharding_payoff", "checkpoint_interval", "activation_memory", "checkpointing",
             "scaling_sweep",  # its own test
-            "fault_detection", "restart_run", "replica_groups"}
+            "fault_detection", "restart_run", "replica_groups", "planted_job"}
 SHORT_CALLS = {  # where a call with world_size W alone would not be short, or W is not its first argument
     "compare_strategies": lambda w: ex.compare_strategies(w, steps=2),
     "run_strategy": lambda w: ex.run_strategy(w, TrainConfig(strategy="naive", steps=2)),
