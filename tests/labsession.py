@@ -67,8 +67,9 @@ def jupyterlab(root_dir: str, env: dict | None = None, timeout: float = 90.0):
                f"--LabApp.user_settings_dir={os.path.join(root_dir, '.lab-settings')}",
                "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
     log = open(os.path.join(root_dir, "jupyterlab.log"), "w")
-    server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
-                              start_new_session=True)
+    # PYTHONFAULTHANDLER: a kernel sent SIGABRT writes every thread's stack to its stderr, this log (kernel_stacks)
+    server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                              env={**os.environ, "PYTHONFAULTHANDLER": "1", **(env or {})}, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + timeout
@@ -89,3 +90,24 @@ def jupyterlab(root_dir: str, env: dict | None = None, timeout: float = 90.0):
             server.kill()
         subprocess.run(["pkill", "-TERM", "-s", str(server.pid)], check=False)  # kernels it started
         log.close()
+
+
+def kernel_stacks(root_dir: str, wait_s: float = 3.0) -> str:
+    """Every running kernel's Python stacks, thread by thread, for a test that found one stuck: each kernel of the
+    lab started in ``root_dir`` is sent SIGABRT (which ends it), and what faulthandler wrote to the log is returned."""
+    import signal
+    log_path = os.path.join(root_dir, "jupyterlab.log")
+    before = os.path.getsize(log_path)
+    found = subprocess.run(["pgrep", "-f", "ipykernel_launcher"], capture_output=True, text=True).stdout.split()
+    for pid in map(int, found):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if f"DPTEACH_PROGRESS={root_dir}".encode() not in f.read():
+                    continue  # another lab's kernel
+            os.kill(pid, signal.SIGABRT)
+        except OSError:
+            pass
+    time.sleep(wait_s)
+    with open(log_path, encoding="utf-8", errors="replace") as f:
+        f.seek(before)
+        return f.read()[-12000:]
