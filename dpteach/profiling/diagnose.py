@@ -30,7 +30,6 @@ import math
 import os
 import time
 
-from .. import validate
 from .measures import measure_steps, median
 from .traces import read_traces
 
