@@ -30,7 +30,7 @@ import math
 import os
 import time
 
-from .measures import measure_steps, median
+from .measures import _elements, measure_steps, median
 from .traces import read_traces
 
 THRESHOLD = 0.05          # a finding is reported when it costs at least 5% of the median step
@@ -84,12 +84,12 @@ def _excess(per_rank, r, name) -> float:
     return mine - others
 
 
-def find(per_rank, summaries, traces) -> list[dict]:
+def find(per_rank, summaries, traces, lateness) -> list[dict]:
+    """The findings that cost at least THRESHOLD of the median step, largest first (``lateness``: ``_lateness``'s)."""
     step = median([s["step_ms"] for s in summaries]) or 1e-9
     found = []
 
     # -- a late rank ---------------------------------------------------------------------------------------
-    lateness = _lateness(per_rank)
     if lateness and len(per_rank) > 1:
         r = max(range(len(lateness)), key=lambda q: lateness[q]["median"])
         late = sorted(lateness[r]["late"])
@@ -192,7 +192,6 @@ def find(per_rank, summaries, traces) -> list[dict]:
 def _gradients_per_step(trace) -> list:
     """Per step, ``(tensors, elements)`` that received a gradient: autograd's AccumulateGrad nodes that ran,
     with the gradient's shape the profiler recorded (``None`` for a step without any)."""
-    from .measures import _elements
     runs = [e for e in trace.events if e.get("name") == "torch::autograd::AccumulateGrad"]
     out = []
     for s in trace.steps:
@@ -229,7 +228,7 @@ def diagnose(folder: str) -> dict:
     lateness = _lateness(per_rank)
     for summary, late in zip(summaries, lateness):
         summary["late_ms"] = _ms(late["median"])
-    findings = find(per_rank, summaries, traces)
+    findings = find(per_rank, summaries, traces, lateness)
     slowest = max(summaries, key=lambda s: s["late_ms"])
     job = {"world_size": len(traces), "backend": traces[0].backend, "gpu": any(t.gpu for t in traces),
            "steps": summaries[0]["steps"], "step_ms": median([s["step_ms"] for s in summaries]),
