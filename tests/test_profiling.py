@@ -1,8 +1,9 @@
 """`dpteach profile` and `dpteach diagnose` (lesson 17): recording every rank of an unedited job, reading the traces,
 refusing bad ones with their reason, and naming each planted problem with its lesson.
 
-The planted jobs are real: the course's DDP script under torchrun on 4 gloo ranks, profiled by the command line
-exactly as a learner's own job would be. The diagnosis sees only the traces."""
+The planted jobs are real: the course's DDP script under torchrun on 2 gloo ranks (a core each here; lesson 17's
+benchmark, `benchmarks/diagnose_planted.py`, runs them on 4), profiled by the command line exactly as a learner's
+own job would be. The diagnosis sees only the traces."""
 import json
 import os
 import random
@@ -21,7 +22,7 @@ from dpteach.profiling.traces import TraceError, read_traces
 EXPECTED = {"tiny-buckets": ("tiny_buckets", "03"), "no-overlap": ("no_overlap", "04"),
             "slow-loader": ("slow_loader_on_one_rank", "08"), "slow-rank": ("straggler", "07"),
             "unused-layers": ("find_unused_parameters", "03")}
-WORLD, STEPS = 4, 8
+WORLD, STEPS = 2, 8
 
 
 def dpteach(*args, **kw):

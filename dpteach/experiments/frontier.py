@@ -34,7 +34,7 @@ ZEROPP_VARIANTS = {"zero3": "zero3", "hpZ only": "zeropp(qwz=False,qgz=False)",
                    "ZeRO++ (all three)": "zeropp", "hsdp": "hsdp"}
 
 
-def zeropp_levels(world_size: int | World = 4, link="pcie/1gbe", ranks_per_node: int = 2, steps: int = 12,
+def zeropp_levels(world_size: int | World = 4, link="pcie/1gbe", ranks_per_node: int = 2, steps: int = 4,
                   variants=tuple(ZEROPP_VARIANTS), backend: str = "auto", timeout: float = 300.0) -> dict:
     """The variants of ``ZEROPP_VARIANTS`` named in ``variants`` on ``world_size`` ranks in nodes of
     ``ranks_per_node``, on ``link`` ("INSIDE/BETWEEN"). Returns ``{"world_size", "ranks_per_node", "link", "steps",
