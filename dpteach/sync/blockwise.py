@@ -1,9 +1,10 @@
 """Block-wise quantisation: a float tensor as small integers, one float32 scale per block of ``block`` values.
 
 ZeRO++ sends weights this way (qwZ, int8) and gradients too (qgZ, int4); streaming DiLoCo sends its outer
-gradients in 4 bits. One scale for a whole tensor would let one large value coarsen every other: a block of a
-few hundred values keeps the scale local, so an outlier costs precision only to its own block (Wang et al.,
-"ZeRO++", 2023, on its block-based quantisation of weights; Dettmers et al., "8-bit Optimizers via Block-wise
+gradients in 4 bits. One scale for a whole tensor would let one large value coarsen every other: a block of
+values keeps the scale local, so an outlier costs precision only to its own block (Wang et al., "ZeRO++", 2023,
+on its block-based quantisation of weights, whose CUDA quantiser aims at blocks of a few thousand; the course's
+256 is its own choice, for tensors as small as its MLP's; Dettmers et al., "8-bit Optimizers via Block-wise
 Quantization", 2022). Symmetric; lesson 06's int8 (``compressed.py``) is this encoding in 8 bits::
 
     block = [0.30, -1.20, 0.05, 0.90]          scale s = max|x| / 127 = 1.20 / 127

@@ -1,6 +1,7 @@
 """``muon``: Muon on data-parallel ranks - each weight matrix owned whole by one rank, ZeRO-1 style.
 
-Muon (Keller Jordan, 2024; torch's ``torch.optim.Muon``) keeps SGD's momentum for each weight matrix and then
+Muon (Keller Jordan, 2024; torch's ``torch.optim.Muon``) keeps a momentum buffer for each weight matrix (in torch an exponential average:
+``buf.lerp_(grad, 1 - momentum)``) and then
 replaces the update by the nearest orthogonal matrix, computed with a few Newton-Schulz iterations of the whole
 matrix. That "whole" decides the communication. ZeRO-1 (``zero1.py``) cuts the flat gradient into W equal slices
 with no regard for where one matrix ends: a rank would hold pieces of matrices, and an orthogonalisation cannot be

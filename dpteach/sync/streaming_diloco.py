@@ -1,7 +1,7 @@
 """``streaming_diloco``: DiLoCo's outer step one fragment of the model at a time, overlapped, in 4 bits.
 
-Douillard et al., "Streaming DiLoCo with overlapping communication: Towards a Distributed Free Lunch" (2025),
-sections 2.1-2.3. DiLoCo (``diloco.py``) all-reduces the whole model's pseudo-gradient every H steps: between
+Douillard et al., "Streaming DiLoCo with overlapping communication: Towards a Distributed Free Lunch" (2025):
+its streaming partial updates, their overlap and the quantised exchange. DiLoCo (``diloco.py``) all-reduces the whole model's pseudo-gradient every H steps: between
 those moments the network idles, and at them it must carry the whole model at once, which sets the bandwidth a
 cluster needs. Streaming DiLoCo changes three things, each a knob here:
 

@@ -1,7 +1,7 @@
 """``zeropp``: ZeRO++ - ZeRO-3 with three ways to send less across nodes, each switched on its own.
 
-Wang et al., "ZeRO++: Extremely Efficient Collective Communication for Giant Model Training" (2023), section 4,
-and DeepSpeed's ZeRO++ tutorial. ZeRO-3 (``zero3.py``) moves about 3M per step and rank for a model of M bytes:
+Wang et al., "ZeRO++: Extremely Efficient Collective Communication for Giant Model Training" (2023), its
+design of the three parts, and DeepSpeed's ZeRO++ tutorial. ZeRO-3 (``zero3.py``) moves about 3M per step and rank for a model of M bytes:
 an all-gather of the weights in forward, another in backward, a reduce-scatter of the gradients - each across
 the whole world, slow links between nodes included. ZeRO++ attacks each of the three:
 
@@ -11,7 +11,8 @@ the whole world, slow links between nodes included. ZeRO++ attacks each of the t
   The course quantises every all-gather of the weights that crosses the world.
 * **hpZ**, a secondary partition inside the node: after forward's all-gather a rank keeps 1/S of the layer it
   just used (S ranks per node) instead of dropping it. Backward's all-gather then runs among the node's S ranks
-  only: nothing crosses nodes, for 1/S of the layer in memory per rank instead of 1/W. It changes no number
+  only: nothing crosses nodes, for 1/S of the layer held per rank until backward, on top of its own 1/W shard
+  (the ZeRO++ blog counts the secondary partition in addition to ZeRO-3's). It changes no number
   (the secondary copy is what forward computed with), so ``zeropp`` with hpZ alone equals ``zero3``.
 * **qgZ**, quantised gradients in two hops: instead of one reduce-scatter across the world, a rank quantises its
   gradient (int4 by default), trades pieces with its node by all-to-all and sums them, quantises the node's
