@@ -136,6 +136,32 @@ def sending_less_lines(report: dict) -> list[str]:
     return out
 
 
+def frontier_lines(report: dict) -> list[str]:
+    """Lesson 16's bars: ZeRO++'s bytes across nodes against zero3's, counted and received on the sockets; DeMo's
+    bytes against ddp's; streaming DiLoCo's largest step against DiLoCo's; every time to target with its interval."""
+    rows = {r["strategy"]: r for r in report["rows"]}
+    out = [""]
+    if "zeropp" in rows and "zero3" in rows:
+        z, z3 = rows["zeropp"], rows["zero3"]
+        out.append(f"zeropp across nodes / zero3's: **{z['bytes_between_per_step'] / z3['bytes_between_per_step']:.3f}** "
+                   f"(bar: at most 0.35); received / counted on the sockets: across "
+                   f"**{z['received_between_per_step'] / z['bytes_between_per_step']:.3f}**, inside "
+                   f"**{z['received_inside_per_step'] / z['bytes_inside_per_step']:.3f}** (bar: within 5%).")
+    if "demo" in rows and "ddp" in rows:
+        d, ddp = rows["demo"], rows["ddp"]
+        out.append(f"demo's bytes per step / ddp's: **1/{ddp['bytes_per_step'] / d['bytes_per_step']:.0f}** (bar: at most "
+                   f"1/10), target reached at step {d['steps_to_target'] or 'never'}.")
+    if "streaming_diloco" in rows and "diloco" in rows:
+        ratio = rows["streaming_diloco"]["largest_step_bytes"] / rows["diloco"]["largest_step_bytes"]
+        out.append(f"streaming_diloco's largest step / diloco's: **{ratio:.3f}** (bar: at most 0.25).")
+    out += ["", "| strategy | steps to target | time to target (s), median and interval | rounds |", "|---|---:|---:|---:|"]
+    for name, r in rows.items():
+        spread = r.get("time_to_target_spread_s")
+        told = "not reached" if not spread else f"{spread['median']:.2f} ({spread['low']:.2f}-{spread['high']:.2f})"
+        out.append(f"| {name} | {r['steps_to_target'] or '-'} | {told} | {spread['n'] if spread else '-'} |")
+    return out
+
+
 def critical_batch_lines(report: dict) -> list[str]:
     """Lesson 15's bar: steps to the target at each global batch, the fit and the ranks' noise scale."""
     fit, noise = report["fit"], report["noise_scale"]
@@ -204,6 +230,9 @@ def main() -> int:
             print(f"\nExercise {data['exercise']}: **{data['misjudged']} of {data['gradings']}** gradings of honest "
                   f"solutions misjudged (bar: none), in {data['seconds']} s.\n")
             continue
+        if "steps_recorded" in data:  # benchmarks/diagnose_planted.py
+            print("\n".join(f"- {key}: **{value}**" for key, value in data["summary"].items()) + "\n")
+            continue
         report = data["report"]
         if "plain_step_s" in report:  # benchmarks/lone_rank.py
             print(f"{report['model']}, batch {report['batch_per_rank']}, {report['threads']} threads: median step of a "
@@ -222,7 +251,8 @@ def main() -> int:
         elif "strategy" in report["rows"][0]:
             table = compare_table(report) + (link_lines(report) if report.get("link") else []) + \
                 (sharding_lines(report) if "zero1" in {r["strategy"] for r in report["rows"]} else []) + \
-                (sending_less_lines(report) if "local_sgd" in {r["strategy"] for r in report["rows"]} else [])
+                (sending_less_lines(report) if "local_sgd" in {r["strategy"] for r in report["rows"]} else []) + \
+                (frontier_lines(report) if {"zeropp", "demo"} & {r["strategy"] for r in report["rows"]} else [])
         else:
             table = allreduce_table(report)
         print("\n".join(table) + "\n")
