@@ -15,6 +15,7 @@ import time
 import urllib.request
 from contextlib import contextmanager
 
+LAB_MARK = "DPTEACH_TEST_LAB_ROOT"  # set on the lab's server, inherited by its kernels: whose lab a kernel is
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--disable-dev-shm-usage"]
@@ -67,9 +68,10 @@ def jupyterlab(root_dir: str, env: dict | None = None, timeout: float = 90.0):
                f"--LabApp.user_settings_dir={os.path.join(root_dir, '.lab-settings')}",
                "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
     log = open(os.path.join(root_dir, "jupyterlab.log"), "w")
-    # PYTHONFAULTHANDLER: a kernel sent SIGABRT writes every thread's stack to its stderr, this log (kernel_stacks)
-    server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                              env={**os.environ, "PYTHONFAULTHANDLER": "1", **(env or {})}, start_new_session=True)
+    # PYTHONFAULTHANDLER: a kernel sent SIGABRT writes every thread's stack to its stderr, this log; LAB_MARK: the
+    # kernels inherit it, so kernel_stacks finds this lab's kernels and no other's
+    server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                              env={**os.environ, "PYTHONFAULTHANDLER": "1", LAB_MARK: root_dir, **(env or {})})
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + timeout
@@ -102,7 +104,7 @@ def kernel_stacks(root_dir: str, wait_s: float = 3.0) -> str:
     for pid in map(int, found):
         try:
             with open(f"/proc/{pid}/environ", "rb") as f:
-                if f"DPTEACH_PROGRESS={root_dir}".encode() not in f.read():
+                if f"{LAB_MARK}={root_dir}".encode() not in f.read().split(b"\0"):
                     continue  # another lab's kernel
             os.kill(pid, signal.SIGABRT)
         except OSError:

@@ -41,7 +41,6 @@ from labsession import CHROMIUM_FLAGS, KERNEL_IDLE, browser_marks, chromium_path
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted(p.name for p in (REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 OUTPUT = Path(os.environ.get("DPTEACH_TEST_OUTPUT", REPO / "test-output")) / "browser"
-LAB_FOLDER: list[str] = []  # the lab's root folder, once the fixture has made it
 
 playwright = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
 Image = pytest.importorskip("PIL.Image", reason="Pillow (a matplotlib dependency) is not installed")
@@ -166,11 +165,10 @@ def lab(tmp_path_factory):
         shutil.copy(REPO / "notebooks" / name, folder / name)
     OUTPUT.mkdir(parents=True, exist_ok=True)
     env = {"DPTEACH_PROGRESS": str(folder / "progress.json")}
-    LAB_FOLDER[:] = [str(folder)]
     with jupyterlab(str(folder), env=env) as (url, token):
         with playwright.sync_playwright() as p:
             browser = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_FLAGS)
-            yield browser, url, token
+            yield browser, url, token, str(folder)
             browser.close()
 
 
@@ -188,7 +186,7 @@ def slowest_and_predicting(page, panels) -> list[int]:
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS)
 def test_a_learner_runs_the_notebook_then_its_slowest_panel_again(lab, notebook):
-    browser, url, token = lab
+    browser, url, token, folder = lab
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     try:
         # a workspace of its own, reset: only this notebook open, as a learner opening it would have it
@@ -201,7 +199,7 @@ def test_a_learner_runs_the_notebook_then_its_slowest_panel_again(lab, notebook)
         except playwright.TimeoutError:
             state = page.evaluate(NOT_RUN)
             pytest.fail(f"{notebook}: Run All did not finish in 200 s: {state}\nThe kernel's stacks:\n"
-                        f"{kernel_stacks(LAB_FOLDER[0])}")
+                        f"{kernel_stacks(folder)}")
         page.wait_for_function(KERNEL_IDLE, timeout=120_000)
         text = page.locator(".jp-Notebook").inner_text()
         assert "Traceback" not in text and "Error displaying widget" not in text, f"{notebook} shows an error"

@@ -30,7 +30,7 @@ import math
 import os
 import time
 
-from .measures import _elements, measure_steps, median
+from .measures import element_count, measure_steps, median
 from .traces import read_traces
 
 THRESHOLD = 0.05          # a finding is reported when it costs at least 5% of the median step
@@ -196,7 +196,7 @@ def _gradients_per_step(trace) -> list:
     out = []
     for s in trace.steps:
         mine = [e for e in runs if s["ts"] <= e["ts"] < s["ts"] + s["dur"]]
-        out.append((len(mine), sum(_elements(e.get("args", {}).get("Input Dims")) for e in mine)) if mine else None)
+        out.append((len(mine), sum(element_count(e.get("args", {}).get("Input Dims")) for e in mine)) if mine else None)
     return out
 
 

@@ -89,7 +89,7 @@ class Collective:
         return self.dtype in FLOAT_TYPES
 
 
-def _elements(dims) -> int:
+def element_count(dims) -> int:
     if not dims:
         return 0
     first = dims[0]
@@ -113,7 +113,7 @@ def collectives(trace: RankTrace) -> list[Collective]:
         for i, kernel in enumerate(kernels):
             call = calls[i] if i < len(calls) else {}
             args = call.get("args", {})
-            dtype, elements = _dtype(args.get("Input type")), _elements(args.get("Input Dims"))
+            dtype, elements = _dtype(args.get("Input type")), element_count(args.get("Input Dims"))
             kind = str(call.get("name", "nccl:?")).split(":", 1)[1]
             start, end = _span(kernel)
             found.append(Collective(kind, dtype, elements, elements * ELEMENT_BYTES.get(dtype, 4), start, end,
@@ -122,7 +122,7 @@ def collectives(trace: RankTrace) -> list[Collective]:
         spans = [e for e in trace.events if str(e.get("name", "")).startswith("gloo:")]
         for i, e in enumerate(spans):
             args = e.get("args", {})
-            dtype, elements = _dtype(args.get("Input type")), _elements(args.get("Input Dims"))
+            dtype, elements = _dtype(args.get("Input type")), element_count(args.get("Input Dims"))
             start, end = _span(e)
             launch = launches[i] if len(launches) == len(spans) else start
             found.append(Collective(e["name"].split(":", 1)[1], dtype, elements,

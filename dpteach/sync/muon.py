@@ -1,12 +1,12 @@
 """``muon``: Muon on data-parallel ranks - each weight matrix owned whole by one rank, ZeRO-1 style.
 
-Muon (Keller Jordan, 2024; torch's ``torch.optim.Muon``) keeps a momentum buffer for each weight matrix (in torch an exponential average:
-``buf.lerp_(grad, 1 - momentum)``) and then
-replaces the update by the nearest orthogonal matrix, computed with a few Newton-Schulz iterations of the whole
-matrix. That "whole" decides the communication. ZeRO-1 (``zero1.py``) cuts the flat gradient into W equal slices
-with no regard for where one matrix ends: a rank would hold pieces of matrices, and an orthogonalisation cannot be
-done piecewise. So the distributed Muon step assigns *whole matrices* to ranks (Liu et al., Moonshot AI, "Muon is
-Scalable for LLM Training", 2025, section 2.3, which gathers each matrix's partitions before the step instead)::
+Muon (Keller Jordan, 2024; torch's ``torch.optim.Muon``) keeps a momentum buffer for each weight matrix (in torch
+an exponential average, ``buf.lerp_(grad, 1 - momentum)``) and then replaces the update by the nearest orthogonal
+matrix, computed with a few Newton-Schulz iterations of the whole matrix. That "whole" decides the communication.
+ZeRO-1 (``zero1.py``) cuts the flat gradient into W equal slices with no regard for where one matrix ends: a rank
+would hold pieces of matrices, and an orthogonalisation cannot be done piecewise. So the distributed Muon step
+assigns *whole matrices* to ranks (Liu et al., Moonshot AI, "Muon is Scalable for LLM Training", 2025, whose
+distributed Muon gathers each matrix's partitions before the step instead)::
 
     owners:        each parameter to the least loaded rank, largest first (rank r's block holds its own)
     reduce-scatter the gradients, laid out block by block, padded to the largest block

@@ -1,9 +1,10 @@
 """``streaming_diloco``: DiLoCo's outer step one fragment of the model at a time, overlapped, in 4 bits.
 
-Douillard et al., "Streaming DiLoCo with overlapping communication: Towards a Distributed Free Lunch" (2025):
-its streaming partial updates, their overlap and the quantised exchange. DiLoCo (``diloco.py``) all-reduces the whole model's pseudo-gradient every H steps: between
-those moments the network idles, and at them it must carry the whole model at once, which sets the bandwidth a
-cluster needs. Streaming DiLoCo changes three things, each a knob here:
+Douillard et al., "Streaming DiLoCo with overlapping communication: Towards a Distributed Free Lunch" (2025): its
+streaming partial updates, their overlap and the quantised exchange. DiLoCo (``diloco.py``) all-reduces the whole
+model's pseudo-gradient every H steps: between those moments the network idles, and at them it must carry the
+whole model at once, which sets the bandwidth a cluster needs. Streaming DiLoCo changes three things, each a knob
+here:
 
 * **Fragments** (``fragments``, P): the model's layers are dealt into P fragments, layer i to fragment i mod P
   (the paper's strided pattern), and fragment p is synchronised every H steps like DiLoCo, but shifted by

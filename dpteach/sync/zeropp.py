@@ -1,9 +1,9 @@
 """``zeropp``: ZeRO++ - ZeRO-3 with three ways to send less across nodes, each switched on its own.
 
-Wang et al., "ZeRO++: Extremely Efficient Collective Communication for Giant Model Training" (2023), its
-design of the three parts, and DeepSpeed's ZeRO++ tutorial. ZeRO-3 (``zero3.py``) moves about 3M per step and rank for a model of M bytes:
-an all-gather of the weights in forward, another in backward, a reduce-scatter of the gradients - each across
-the whole world, slow links between nodes included. ZeRO++ attacks each of the three:
+Wang et al., "ZeRO++: Extremely Efficient Collective Communication for Giant Model Training" (2023), its design
+of the three parts, and DeepSpeed's ZeRO++ tutorial. ZeRO-3 (``zero3.py``) moves about 3M per step and rank for
+a model of M bytes: an all-gather of the weights in forward, another in backward, a reduce-scatter of the
+gradients - each across the whole world, slow links between nodes included. ZeRO++ attacks each of the three:
 
 * **qwZ**, quantised weights: each rank block-quantises its shard to int8 before the all-gather and every rank
   rebuilds the layer from the int8 pieces and their scales (``blockwise.py``). The master shard, which the
