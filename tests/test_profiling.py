@@ -169,13 +169,11 @@ def profile_planted(folder: pathlib.Path, plant: str) -> Profiled:
 def planted(tmp_path_factory) -> dict[str, Profiled]:
     """Every plant profiled once; the healthy job up to three times, until the machine was quiet while it ran."""
     base = tmp_path_factory.mktemp("planted")
-    jobs = {}
-    for plant in PLANTS:
-        jobs[plant] = profile_planted(base / plant, plant)
-        for _ in range(2 if plant == "healthy" else 0):
-            if jobs[plant].outside_cores <= QUIET:
-                break
-            jobs[plant] = profile_planted(base / plant, plant)
+    jobs = {plant: profile_planted(base / plant, plant) for plant in PLANTS}
+    for _ in range(2):
+        if jobs["healthy"].outside_cores <= QUIET:
+            break
+        jobs["healthy"] = profile_planted(base / "healthy", "healthy")
     return jobs
 
 
