@@ -20,6 +20,19 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason=f"multi-rank NCCL needs 2+ GPUs; this machine has {gpus}"))
 
 
+@pytest.fixture
+def ipython_shell():
+    """An IPython shell for the test, as a notebook's kernel has one; removed afterwards. A shell left behind
+    changes every later test in the process: ``get_ipython()`` then finds it, and a panel run outside any
+    notebook writes into its widget instead of printing (``dpteach/widgets/capture.py``)."""
+    from IPython.core.interactiveshell import InteractiveShell
+    had = InteractiveShell.initialized()
+    shell = InteractiveShell.instance()
+    yield shell
+    if not had:
+        InteractiveShell.clear_instance()
+
+
 @pytest.fixture(autouse=True)
 def _private_progress_store(tmp_path, monkeypatch):
     """Never write a learner's real progress file from the tests."""

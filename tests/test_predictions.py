@@ -2,7 +2,6 @@
 learner's progress - and each lesson's question answered from a real run's result."""
 import ipywidgets as widgets
 import pytest
-from IPython.core.interactiveshell import InteractiveShell
 from IPython.display import HTML, display
 
 from dpteach.progress import ProgressStore
@@ -14,8 +13,7 @@ from dpteach.widgets.sharding import ZERO2_STATE
 
 
 @pytest.fixture(autouse=True)
-def progress(tmp_path, monkeypatch):
-    InteractiveShell.instance()
+def progress(tmp_path, monkeypatch, ipython_shell):
     monkeypatch.setenv("DPTEACH_PROGRESS", str(tmp_path / "progress.json"))
     return ProgressStore()
 

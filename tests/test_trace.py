@@ -102,13 +102,11 @@ def test_the_trace_of_a_compare_run_matches_what_the_run_reports(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_panel_that_shows_a_timeline_writes_its_trace_and_links_it(tmp_path, monkeypatch):
+def test_a_panel_that_shows_a_timeline_writes_its_trace_and_links_it(tmp_path, monkeypatch, ipython_shell):
     import ipywidgets as widgets
-    from IPython.core.interactiveshell import InteractiveShell
 
     from dpteach.experiments import sharding_timeline
     from dpteach.widgets.panel import ExperimentPanel
-    InteractiveShell.instance()
     monkeypatch.chdir(tmp_path)  # a notebook's panel writes beside the notebook
     panel = ExperimentPanel("ZeRO-3: one step", experiment=sharding_timeline, render=lambda result: None,
                             controls={"steps": widgets.IntSlider(value=2, min=2, max=3)},

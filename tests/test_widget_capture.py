@@ -11,9 +11,9 @@ from dpteach.widgets.capture import write_into
 from dpteach.widgets.panel import ExperimentPanel
 
 
-@pytest.fixture(scope="module", autouse=True)
-def shell():
-    return InteractiveShell.instance()
+@pytest.fixture(autouse=True)
+def shell(ipython_shell):
+    return ipython_shell
 
 
 def test_prints_and_displays_land_in_the_output_in_order():
