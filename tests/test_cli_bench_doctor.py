@@ -81,37 +81,102 @@ def test_doctor_reports_the_backend_and_passes_its_smoke_test():
 
 
 @pytest.mark.slow  # more than 4 s on 2 cores: in `make test`, not `make test-fast`
-def test_dpteach_lab_starts_a_server_that_answers_as_this_user(tmp_path):
-    """The README's first command, run as whoever runs the tests (root in CI and in most containers,
-    where JupyterLab refuses to start unless told it may)."""
+def test_dpteach_lab_answers_as_this_user_and_a_sigterm_leaves_no_server_or_kernel_behind(tmp_path):
+    """The README's first command, run as whoever runs the tests (root in CI and in most containers, where
+    JupyterLab refuses to start unless told it may); then stopped as a process manager or a closed session
+    stops it - SIGTERM to that one process, not to its group - with a kernel running: nothing may be left."""
+    import shutil
     import socket
     import urllib.request
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    import shutil
     course = tmp_path / "course"  # a copy: dpteach lab writes kernel metadata into the notebooks it opens
     for folder in ("notebooks", "exercises"):
         shutil.copytree(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), folder), course / folder)
-    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"), "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg"),
+    runtime, token = tmp_path / "runtime", "dpteach-test-token"
+    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(runtime), "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg"),
            "DPTEACH_COURSE": str(course)}
     server = subprocess.Popen([sys.executable, "-m", "dpteach", "lab", "--no-browser", "--port", str(port),
-                               "--", "--ServerApp.ip=127.0.0.1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              env=env, start_new_session=True)
+                               "--", "--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={token}"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
     try:
         deadline, answer = time.monotonic() + 90, None
         while time.monotonic() < deadline and server.poll() is None and answer is None:
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api", timeout=2) as response:
+                with urllib.request.urlopen(f"{base}/api", timeout=2) as response:
                     answer = json.loads(response.read())
             except OSError:
                 time.sleep(0.5)
         output = "" if server.poll() is None else server.stdout.read().decode(errors="replace")
         assert answer is not None and "version" in answer, f"no answer from dpteach lab; it said:\n{output[-3000:]}"
-    finally:
-        if server.poll() is None:
-            os.killpg(server.pid, signal.SIGTERM)
+
+        request = urllib.request.Request(f"{base}/api/kernels?token={token}", data=b"{}", method="POST")
+        with urllib.request.urlopen(request, timeout=60) as response:
+            kernel_id = json.loads(response.read())["id"]
+        kernel = _pid_of_kernel(kernel_id, deadline=time.monotonic() + 60)
+        server.send_signal(signal.SIGTERM)  # the process the learner started, alone
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail("dpteach lab was sent SIGTERM and still ran 60 s later")
+        # the kernel, and whatever `dpteach lab` started in its own process group (a server it only waited on)
+        left = [pid for pid in (kernel, *_group(server.pid)) if _running(pid, deadline=time.monotonic() + 30)]
+        assert not left, f"after SIGTERM these still run: {[_command_line(pid) for pid in left]}"
+    finally:  # whatever the test found, nothing of this lab outlives it (its kernels lead sessions of their own)
+        for pid in [server.pid, *([kernel] if "kernel" in locals() else [])]:
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
         server.wait(timeout=30)
+
+
+def _pid_of_kernel(kernel_id: str, deadline: float) -> int:
+    """The process of the kernel with this id (its command line names its connection file, kernel-ID.json)."""
+    while time.monotonic() < deadline:
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and f"kernel-{kernel_id}.json" in _command_line(int(entry)):
+                return int(entry)
+        time.sleep(0.2)
+    raise AssertionError(f"no process runs the kernel {kernel_id}")
+
+
+def _group(pgid: int) -> list[int]:
+    """The processes whose process group is ``pgid``."""
+    members = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if entry.isdigit() and int(fields[2]) == pgid:
+            members.append(int(entry))
+    return members
+
+
+def _command_line(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _running(pid: int, deadline: float) -> bool:
+    """Whether ``pid`` still runs (a zombie does not) after waiting until ``deadline`` for it to end."""
+    while True:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return False
+        if state == "Z" or time.monotonic() > deadline:
+            return state != "Z"
+        time.sleep(0.2)
 
 
 def test_lab_gives_the_notebooks_the_kernel_metadata_jupyterlab_would_write(tmp_path):

@@ -98,4 +98,12 @@ def run(args) -> int:
         # unless told that this is intended ("Running as root is not recommended").
         command.append("--allow-root")
     command += args.extra
+    if os.name == "posix":
+        # Become the server rather than wait on it as a child: a SIGTERM from a process manager, or the hang-up
+        # of a closed session, then reaches JupyterLab itself, which shuts its kernels down and exits. A parent
+        # that waited would die of the signal and leave the server running, orphaned.
+        os.chdir(root)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execv(sys.executable, command)
     return subprocess.call(command, cwd=root)
