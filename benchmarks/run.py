@@ -37,8 +37,8 @@ RUNS = {
     "lr_rules_mlp_w2.json": ["batch-size", "--lr-rules", "--batches", "32,512,4096", "--json"],
     "checkpointing_cpu.json": ["batch-size", "--checkpointing", "--json"],
 }
-# Written by tests/test_link_shaped.py when DPTEACH_SHAPED_RESULTS names this folder (root only):
-#     sudo DPTEACH_SHAPED_RESULTS=benchmarks/results .venv/bin/python -m pytest -s tests/test_link_shaped.py
+# Written by benchmarks/link_vs_shaped.py (root only: network namespaces and tc):
+#     sudo .venv/bin/python benchmarks/link_vs_shaped.py
 SHAPED = ("link_vs_shaped_1gbit_cpu.json", "link_vs_shaped_200mbit_cpu.json")
 
 

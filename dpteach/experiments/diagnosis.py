@@ -16,6 +16,7 @@ from ..profiling import profile_command, torchrun
 from ..profiling.diagnose import diagnose
 from ..profiling.merge import merge_traces
 from ..profiling.planted import PLANTS
+from ..ranks.rank_output import progress_bar
 
 EXPECTED = {"healthy": None, "tiny-buckets": ("tiny_buckets", "03"), "no-overlap": ("no_overlap", "04"),
             "slow-loader": ("slow_loader_on_one_rank", "08"), "slow-rank": ("straggler", "07"),
@@ -40,11 +41,23 @@ def planted_job(plant: str = "slow-loader", world_size: int = 2, steps: int = 5,
         out = (os.path.splitext(trace)[0] + "-ranks" if trace
                else os.path.join(tempfile.mkdtemp(prefix="dpteach-traces-"), plant))
     folder = out
-    started = time.perf_counter()
-    profile_command(torchrun(["-m", "dpteach.profiling.planted", "--plant", plant, "--steps", str(skip + steps + 2),
-                              "--slow-ms", str(slow_ms)], world_size),
-                    out=folder, steps=steps, skip=skip, timeout=timeout, quiet=True)
-    profile_s = time.perf_counter() - started
-    result = diagnose(folder)
-    return {"plant": plant, "world_size": world_size, "folder": folder, "trace": merge_traces(folder, trace),
+    # The job runs in processes of its own, silent: the bar says which of the three stages the run is in (the first
+    # one, torchrun starting the ranks and the ranks training, takes most of the time)
+    bar = progress_bar(total=3, desc=f"profiling {world_size} ranks")
+    try:
+        started = time.perf_counter()
+        profile_command(torchrun(["-m", "dpteach.profiling.planted", "--plant", plant, "--steps",
+                                  str(skip + steps + 2), "--slow-ms", str(slow_ms)], world_size),
+                        out=folder, steps=steps, skip=skip, timeout=timeout, quiet=True)
+        profile_s = time.perf_counter() - started
+        bar.set_description("diagnosing the traces")
+        bar.update(1)
+        result = diagnose(folder)
+        bar.set_description("merging the ranks' traces")
+        bar.update(1)
+        merged = merge_traces(folder, trace)
+        bar.update(1)
+    finally:
+        bar.close()
+    return {"plant": plant, "world_size": world_size, "folder": folder, "trace": merged,
             "diagnosis": result, "profile_s": round(profile_s, 2), "expected": EXPECTED[plant]}
