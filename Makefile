@@ -6,10 +6,12 @@ VENV   ?= .venv
 # The torch build the course is tested with; override, e.g. `make lab TORCH="torch>=2.3"` to keep a CUDA build.
 TORCH  ?= torch==2.13.0
 BIN     = $(VENV)/bin
+# The tests' order: as written (pytest-randomly, in the dev extra, is switched off); `make test-random` shuffles it.
+PYTEST_ORDER ?= -p no:randomly
 # Extra arguments for `dpteach lab`, e.g. `make lab LAB_ARGS="--no-browser --port 8890"`.
 LAB_ARGS ?=
 
-.PHONY: lab test test-fast install browser axe bench clean site site-outputs
+.PHONY: lab test test-random test-fast install browser axe bench clean site site-outputs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,12 +49,16 @@ axe:
 	  || echo "could not install axe-core from npm: the accessibility test will be skipped"; }
 
 test: install browser axe
+	$(BIN)/python -m pytest -q $(PYTEST_ORDER) tests exercises --nbval-lax --durations=25
+
+# The whole suite in a random order (pytest-randomly prints its seed; `PYTEST_ADDOPTS=--randomly-seed=N` repeats one).
+test-random: install browser axe
 	$(BIN)/python -m pytest -q tests exercises --nbval-lax --durations=25
 
 # The unit and multi-process tests alone: no notebooks, no browser, nothing marked slow (about 3 minutes
 # on 2 cores; `make test` runs everything, these included: about 35, installs aside).
 test-fast: install
-	$(BIN)/python -m pytest -q tests -m "not slow and not browser"
+	$(BIN)/python -m pytest -q $(PYTEST_ORDER) tests -m "not slow and not browser"
 
 # The course as a static website (site/README.md), built offline from the stored runs in site/outputs.
 site: install

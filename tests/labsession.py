@@ -29,6 +29,75 @@ KERNEL_IDLE = """() => {
 }"""
 
 
+# Installed on the open notebook's kernel connection before Run All: a log of every message the page received
+# from the kernel and of when JupyterLab began and finished handling it. JupyterLab handles the messages of a
+# kernel one after another, each waiting for the last (KernelConnection._msgChain): a handler that never ends
+# holds back every later message - replies and "idle" included - while the kernel itself sits idle. The log
+# says which message that was, and whether the page received what the kernel sent.
+RECORD_MESSAGES = """() => {
+  const w = window.jupyterapp.shell.currentWidget;
+  const kernel = w.sessionContext.session.kernel;
+  if (kernel.__dpteachLog) return;
+  const log = {events: [], open: new Map(), received: 0, handled: 0, dropped: 0, connection: []};
+  kernel.__dpteachLog = log;
+  window.__dpteachLog = log;
+  const describe = (msg) => {
+    const c = msg.content || {}, data = c.data || {};
+    return {channel: msg.channel, type: msg.header.msg_type, id: msg.header.msg_id.slice(-12),
+            parent: ((msg.parent_header || {}).msg_id || '').slice(-12),
+            parent_type: (msg.parent_header || {}).msg_type || '',
+            detail: c.execution_state || data.method || c.target_name || c.name || c.status || ''};
+  };
+  const note = (what, msg) => {
+    log.events.push({t: Math.round(performance.now()), what, ...describe(msg)});
+    if (log.events.length > 4000) { log.events.splice(0, 1000); log.dropped += 1000; }
+  };
+  kernel.anyMessage.connect((_, args) => {
+    if (args.direction === 'recv') { log.received += 1; note('recv', args.msg); } else note('send', args.msg);
+  });
+  kernel.connectionStatusChanged.connect((_, status) =>
+    log.connection.push({t: Math.round(performance.now()), status}));
+  const handle = kernel._handleMessage.bind(kernel);
+  kernel._handleMessage = async (msg) => {
+    log.open.set(msg.header.msg_id, {t: Math.round(performance.now()), ...describe(msg)});
+    try { return await handle(msg); }
+    finally { log.open.delete(msg.header.msg_id); log.handled += 1; note('done', msg); }
+  };
+}"""
+# What the log holds now: counts, the messages whose handling began and has not ended, and the last events.
+MESSAGE_LOG = """(last) => {
+  const log = window.__dpteachLog;
+  if (!log) return null;
+  return {received: log.received, handled: log.handled, now: Math.round(performance.now()),
+          unfinished: [...log.open.values()], connection: log.connection, dropped: log.dropped,
+          last: log.events.slice(-last)};
+}"""
+
+
+# True once the page has finished handling every message it received from the kernel.
+ALL_HANDLED = """() => { const log = window.__dpteachLog;
+  return !!log && log.open.size === 0 && log.handled === log.received; }"""
+
+
+def message_report(page, last: int = 60) -> str:
+    """The page's message log, in words: the handler that never ended (if one did not), then the last events."""
+    try:
+        log = page.evaluate(MESSAGE_LOG, last)
+    except Exception as exc:  # noqa: BLE001 - a report on a broken page says why it has none
+        return f"(no message log: {exc})"
+    if log is None:
+        return "(no message log was installed)"
+    lines = [f"the page received {log['received']} messages from the kernel and finished handling {log['handled']}"]
+    for msg in log["unfinished"]:
+        lines.append(f"  STILL HANDLING since {log['now'] - msg['t']} ms: {msg['channel']} {msg['type']} "
+                     f"{msg['detail']} (id {msg['id']}, parent {msg['parent_type']} {msg['parent']})")
+    lines.append(f"  connection changes: {log['connection']}")
+    lines.append(f"  the last {len(log['last'])} events (ms since the page opened):")
+    lines += [f"    {e['t']} {e['what']:4} {e['channel'] or '-':7} {e['type']} {e['detail']} "
+              f"id {e['id']} parent {e['parent_type']} {e['parent']}" for e in log["last"]]
+    return "\n".join(lines)
+
+
 def browser_marks(pytest) -> list:
     """The marks every browser test module carries: browser, slow, and a skip where there is no Chromium."""
     return [pytest.mark.browser, pytest.mark.slow,

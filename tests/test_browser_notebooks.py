@@ -31,12 +31,14 @@ import json
 import os
 import re
 import shutil
+import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-from labsession import CHROMIUM_FLAGS, KERNEL_IDLE, browser_marks, chromium_path, jupyterlab, kernel_stacks
+from labsession import (ALL_HANDLED, CHROMIUM_FLAGS, KERNEL_IDLE, RECORD_MESSAGES, browser_marks, chromium_path,
+                        jupyterlab, kernel_stacks, message_report)
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted(p.name for p in (REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -185,22 +187,34 @@ def slowest_and_predicting(page, panels) -> list[int]:
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS)
-def test_a_learner_runs_the_notebook_then_its_slowest_panel_again(lab, notebook):
+def test_a_learner_runs_the_notebook_then_its_slowest_panel_again(lab, notebook, record_property):
     browser, url, token, folder = lab
+    started = time.perf_counter()
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     try:
         # a workspace of its own, reset: only this notebook open, as a learner opening it would have it
         page.goto(f"{url}/lab/workspaces/{Path(notebook).stem}/tree/{notebook}?token={token}&reset")
         page.wait_for_selector(".jp-Notebook .jp-CodeCell", timeout=90_000)
         page.wait_for_function(KERNEL_IDLE, timeout=90_000)
+        page.evaluate(RECORD_MESSAGES)  # what the page received and handled, for a Run All that never ends
+        record_property("open_s", round(time.perf_counter() - started, 1))  # in the junit report: where time goes
+        started = time.perf_counter()
         page.evaluate(RUN_ALL)
         try:  # well inside the test's own time limit, so a cell that never ends is named
             page.wait_for_function(ALL_RAN, timeout=200_000)
         except playwright.TimeoutError:
-            state = page.evaluate(NOT_RUN)
-            pytest.fail(f"{notebook}: Run All did not finish in 200 s: {state}\nThe kernel's stacks:\n"
-                        f"{kernel_stacks(folder)}")
+            state, messages = page.evaluate(NOT_RUN), message_report(page)
+            stacks = kernel_stacks(folder)
+            shutil.copy(Path(folder) / "jupyterlab.log", OUTPUT / f"{Path(notebook).stem}.jupyterlab.log")
+            pytest.fail(f"{notebook}: Run All did not finish in 200 s: {state}\nThe page's messages:\n{messages}\n"
+                        f"The kernel's stacks:\n{stacks}\n(the lab's whole log: {OUTPUT})")
         page.wait_for_function(KERNEL_IDLE, timeout=120_000)
+        try:  # and the page handled every message it received: none is held behind one whose handling never ended
+            page.wait_for_function(ALL_HANDLED, timeout=30_000)
+        except playwright.TimeoutError:
+            pytest.fail(f"{notebook}: the page did not finish handling the kernel's messages:\n{message_report(page)}")
+        record_property("run_all_s", round(time.perf_counter() - started, 1))
+        started = time.perf_counter()
         text = page.locator(".jp-Notebook").inner_text()
         assert "Traceback" not in text and "Error displaying widget" not in text, f"{notebook} shows an error"
         check_figures(page, f"{notebook} after Run All")
@@ -240,6 +254,7 @@ def test_a_learner_runs_the_notebook_then_its_slowest_panel_again(lab, notebook)
             if box.count():
                 score = panel.locator(".dpteach-prediction-score")
                 assert score.count() == 1 and "You predicted 1.5" in score.inner_text(), f"{where}: no score"
+        record_property("panels_again_s", round(time.perf_counter() - started, 1))
     finally:
         page.screenshot(path=str(OUTPUT / f"{Path(notebook).stem}.png"), full_page=False)
         page.close()

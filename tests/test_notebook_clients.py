@@ -76,8 +76,10 @@ def cpu_hog():
 
 @pytest.mark.timeout(CELL_TIMEOUT_S + SWEEP_TIMEOUT_S)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_the_notebook_runs_under_nbclient_beside_a_cpu_hog_then_every_panel_option_runs(path, cpu_hog):
+def test_the_notebook_runs_under_nbclient_beside_a_cpu_hog_then_every_panel_option_runs(path, cpu_hog,
+                                                                                        record_property):
     notebook = nbformat.read(path, as_version=4)
+    started = time.perf_counter()
     client = NotebookClient(notebook, timeout=CELL_TIMEOUT_S, kernel_name="python3", record_timing=True,
                             resources={"metadata": {"path": str(NOTEBOOK_DIR)}})
     late = []
@@ -92,6 +94,7 @@ def test_the_notebook_runs_under_nbclient_beside_a_cpu_hog_then_every_panel_opti
             if seen - replied > STALL_S:
                 late.append(f"cell {index}: the kernel replied, and the client saw it {seen - replied:.0f} s later")
         assert cpu_hog.poll() is None, "the CPU hog stopped early: this run was not under load"
+        record_property("lesson_s", round(time.perf_counter() - started, 1))  # in the junit report: where time goes
         shown = json.dumps([cell.get("outputs", []) for cell in notebook.cells]) + json.dumps(
             notebook.metadata.get("widgets", {}))
         if "ExperimentPanel(" in path.read_text():
@@ -104,7 +107,9 @@ def test_the_notebook_runs_under_nbclient_beside_a_cpu_hog_then_every_panel_opti
             try:
                 client.timeout = SWEEP_TIMEOUT_S
                 notebook.cells.append(sweep)
+                swept = time.perf_counter()
                 client.execute_cell(sweep, len(notebook.cells) - 1)
+                record_property("options_s", round(time.perf_counter() - swept, 1))
             finally:
                 os.kill(cpu_hog.pid, signal.SIGCONT)
     assert not late, f"{path.name} stalled under nbclient:\n" + "\n".join(late)

@@ -140,3 +140,20 @@ def test_code_spans_render_as_code_and_a_one_topic_quiz_names_its_topic_once():
     view.choose([0])
     assert view.chosen == [with_code.options[0].text]  # ... and still stand for the bank's own text
     assert "`" not in feedback_html(with_code, list(range(len(with_code.options))), view.chosen).replace("\\`", "")
+
+
+def test_a_quiz_shares_the_looks_of_its_widgets_and_each_question_still_changes_only_its_own(store_path):
+    """Every model is a message the page handles before it shows the cell: a lesson's quiz of 25 questions opened 678
+    (a Layout and a Style of its own for every widget); shared, about 11 per question. The one layout a question
+    changes - its Try again button's, shown after a submission - is its own."""
+    from ipywidgets.widgets import widget
+    before = set(widget._instances)
+    panel = show("frontier")
+    opened = len(set(widget._instances) - before)
+    assert opened <= 12 * len(panel.items), (opened, len(panel.items))
+    first, second = panel.items[0], panel.items[1]
+    assert first.retry_button.layout is not second.retry_button.layout
+    first.choose([0] if first.item.type == "single" else list(range(first.item.select)))
+    first.submit()
+    assert first.retry_button.layout.display is None and second.retry_button.layout.display == "none"
+    assert first.submit_button.disabled and not second.submit_button.disabled

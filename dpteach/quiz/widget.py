@@ -16,6 +16,9 @@ import warnings
 from html import escape
 
 import ipywidgets as widgets
+from ipywidgets.widgets.widget_bool import CheckboxStyle
+from ipywidgets.widgets.widget_description import DescriptionStyle
+from ipywidgets.widgets.widget_string import HTMLStyle
 
 from ..progress import ProgressStore
 from .bank import Item
@@ -94,11 +97,37 @@ def figure_widgets(figure: dict) -> list:
     return [image, source]
 
 
+class Looks:
+    """The layout and style models a quiz's widgets share.
+
+    Every ipywidget is a model the kernel opens on the page, and so is each widget's own ``Layout`` and (for most
+    kinds) its own ``Style``: left to their defaults, a question built about 27 models, a lesson's quiz of 25
+    questions 678, each a message the page must handle before it can show anything. Widgets whose layout or style
+    never changes on its own share one of each here; the few that change their own (the Try again button, shown
+    only after a submission) keep theirs."""
+
+    def __init__(self):
+        self.plain = widgets.Layout()
+        self.full_width = widgets.Layout(width="100%")
+        self.html = HTMLStyle()
+        self.button = widgets.ButtonStyle()
+        self.checkbox = CheckboxStyle()
+        self.choices = DescriptionStyle()
+
+    def html_widget(self, value: str = "") -> widgets.HTML:
+        return widgets.HTML(value, layout=self.plain, style=self.html)
+
+    def box(self, kind, children) -> widgets.Box:
+        return kind(children, layout=self.plain)
+
+
 class QuizItemView:
     """One question: its choice widgets, a Submit button, and the feedback shown after submitting."""
 
-    def __init__(self, item: Item, number: int, seed: int, on_submitted, show_topic: bool = True):
+    def __init__(self, item: Item, number: int, seed: int, on_submitted, show_topic: bool = True,
+                 looks: Looks | None = None):
         self.item, self.number = item, number
+        self.looks = looks = looks or Looks()
         self.seed, self.attempt = seed, 0
         self.order = option_order(item, seed)
         self.result: dict | None = None
@@ -106,33 +135,35 @@ class QuizItemView:
         shown = [item.options[index].text for index in self.order]
         how_many = "pick one" if item.type == "single" else f"pick {item.select}"
         topic = f" &middot; {escape(item.topic_title)}" if show_topic else ""  # not in a quiz of one topic
-        header = widgets.HTML(f"<b>Question {number}</b>{topic} &middot; <i>{how_many}</i>")
+        header = looks.html_widget(f"<b>Question {number}</b>{topic} &middot; <i>{how_many}</i>")
         # pre-wrap keeps the line breaks of stems that contain code and still wraps long prose lines
-        stem = widgets.HTML(f'<div style="white-space: pre-wrap; line-height: 1.4">{marked(item.stem)}</div>')
+        stem = looks.html_widget(f'<div style="white-space: pre-wrap; line-height: 1.4">{marked(item.stem)}</div>')
         stem.add_class("dpteach-quiz-stem")
         shown_with = [stem, *figure_widgets(item.figure)] if item.figure else [stem]
         if item.type == "single":
             self._radio = widgets.RadioButtons(options=[(label(text), text) for text in shown], value=None,
-                                               layout=widgets.Layout(width="100%"))
+                                               layout=looks.full_width, style=looks.choices)
             self._checks = []
             choices = self._radio
         else:
             self._radio = None
             self._checks = self._checkboxes(shown)
-            choices = widgets.VBox(self._checks)
+            choices = looks.box(widgets.VBox, self._checks)
         choices.add_class("dpteach-quiz-choices")
         self._choices = choices
-        self.submit_button = widgets.Button(description="Submit", button_style="primary")
+        self.submit_button = widgets.Button(description="Submit", button_style="primary", layout=looks.plain,
+                                            style=looks.button)
         self.submit_button.add_class("dpteach-quiz-submit")
         self.submit_button.on_click(lambda _button: self.submit())
-        self.retry_button = widgets.Button(description="Try again", icon="refresh",
-                                           layout=widgets.Layout(display="none"))
+        self.retry_button = widgets.Button(description="Try again", icon="refresh", style=looks.button,
+                                           layout=widgets.Layout(display="none"))  # its own: shown after a submission
         self.retry_button.add_class("dpteach-quiz-retry")
         self.retry_button.on_click(lambda _button: self.try_again())
-        self.message = widgets.HTML("").add_class("dpteach-quiz-message")
-        self.feedback = widgets.HTML("").add_class("dpteach-quiz-feedback")
-        self.widget = widgets.VBox([header, *shown_with, choices, widgets.HBox([self.submit_button, self.retry_button]),
-                                    self.message, self.feedback])
+        self.message = looks.html_widget().add_class("dpteach-quiz-message")
+        self.feedback = looks.html_widget().add_class("dpteach-quiz-feedback")
+        self.widget = looks.box(widgets.VBox, [header, *shown_with, choices,
+                                               looks.box(widgets.HBox, [self.submit_button, self.retry_button]),
+                                               self.message, self.feedback])
         self.widget.add_class("dpteach-quiz-item")
 
     @property
@@ -144,13 +175,12 @@ class QuizItemView:
             picked = [check.option for check in self._checks if check.value]
         return [option.text for option in self.item.options if option.text in picked]
 
-    @staticmethod
-    def _checkboxes(shown: list[str]) -> list:
+    def _checkboxes(self, shown: list[str]) -> list:
         """One checkbox per option shown, labelled for reading and knowing the bank text it stands for."""
         checks = []
         for text in shown:
             check = widgets.Checkbox(value=False, description=label(text), indent=False,
-                                     layout=widgets.Layout(width="100%"))
+                                     layout=self.looks.full_width, style=self.looks.checkbox)
             check.option = text
             checks.append(check)
         return checks
@@ -224,12 +254,13 @@ class QuizPanel:
         self.store = (store or ProgressStore()) if record else None
         # A quiz of one topic whose heading names it does not repeat it over every question.
         named = len({item.topic for item in items}) == 1 and title is not None and items[0].topic_title in title
-        self.items = [QuizItemView(item, number, seed, self._submitted, show_topic=not named)
+        looks = Looks()
+        self.items = [QuizItemView(item, number, seed, self._submitted, show_topic=not named, looks=looks)
                       for number, item in enumerate(items, 1)]
-        self.score_line = widgets.HTML("").add_class("dpteach-quiz-score")
-        heading = widgets.HTML(f"<h3>{escape(title)}</h3>") if title else widgets.HTML("")
-        self.widget = widgets.VBox([widgets.HTML(_STYLE), heading, *[view.widget for view in self.items],
-                                    self.score_line])
+        self.score_line = looks.html_widget().add_class("dpteach-quiz-score")
+        heading = looks.html_widget(f"<h3>{escape(title)}</h3>" if title else "")
+        self.widget = looks.box(widgets.VBox, [looks.html_widget(_STYLE), heading,
+                                               *[view.widget for view in self.items], self.score_line])
         self.widget.add_class("dpteach-quiz")
         self._update_score()
 
