@@ -46,3 +46,12 @@ def two_hosts():
             yield hosts
     except CannotMakeHosts as exc:
         pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def offline_site(tmp_path_factory):
+    """The course's website, built once for the session: offline, strict, watched (``tests/site_build.py``)."""
+    for module in ("sphinx", "myst_nb", "sphinx_book_theme"):
+        pytest.importorskip(module, reason=f"{module} is not installed: pip install -e '.[site]'")
+    from site_build import build_offline
+    return build_offline(tmp_path_factory.mktemp("site"))

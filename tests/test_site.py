@@ -15,11 +15,8 @@ from __future__ import annotations
 import html
 import importlib.util
 import json
-import os
 import re
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -103,57 +100,17 @@ def _has_images(stored: dict) -> bool:
     return "image/png" in shown or "image/png" in json.dumps(stored["metadata"].get("widgets", {}))
 
 
-# An audit hook in every Python process of the build (a sitecustomize on PYTHONPATH): any host-name
-# lookup or connection to another machine is written to a log, which must stay empty.
-NETWORK_WATCH = '''
-import os, sys
-_LOG = os.environ["DPTEACH_SITE_NETLOG"]
-_LOCAL = ("localhost", "127.0.0.1", "::1", "", None)
-
-def _watch(event, args):
-    if event == "socket.getaddrinfo" and args[0] not in _LOCAL:
-        host = args[0]
-    elif event == "socket.connect" and isinstance(args[1], tuple) and args[1] and args[1][0] not in _LOCAL:
-        host = args[1][0]
-    elif event == "urllib.Request":
-        host = args[0]
-    else:
-        return
-    with open(_LOG, "a") as log:
-        log.write(f"{os.getpid()} {event} {host}\\n")
-
-sys.addaudithook(_watch)
-with open(_LOG + ".watched", "a") as watched:  # proof that this process was watched
-    watched.write(f"{os.getpid()} {' '.join(sys.orig_argv)[:200]}\\n")
-'''
-
-
 @pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_the_whole_site_builds_offline_and_shows_every_page(tmp_path, build):
-    for module in ("sphinx", "myst_nb", "sphinx_book_theme"):
-        pytest.importorskip(module, reason=f"{module} is not installed: pip install -e '.[site]'")
+def test_the_whole_site_builds_offline_and_shows_every_page(offline_site):
+    """The build is the session's one (``offline_site``, tests/site_build.py): offline, strict, watched."""
     stale = [store.label(source) for source in SOURCES if store.stale_reason(source)]
     assert not stale, f"stored runs out of date: {stale}; refresh them with `make site-outputs`"
-    watch = tmp_path / "watch"
-    watch.mkdir()
-    (watch / "sitecustomize.py").write_text(NETWORK_WATCH)
-    netlog = tmp_path / "network.log"
-    dead = "http://127.0.0.1:9"  # the discard port: nothing listens there
-    path = os.pathsep.join([str(watch), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env = {**os.environ, "PYTHONPATH": path,
-           "DPTEACH_SITE_NETLOG": str(netlog), "http_proxy": dead, "https_proxy": dead, "HTTP_PROXY": dead,
-           "HTTPS_PROXY": dead, "all_proxy": dead, "ALL_PROXY": dead, "no_proxy": "", "NO_PROXY": ""}
-    out = tmp_path / "html"
-    started = time.monotonic()
-    command = [sys.executable, str(SITE / "build.py"), "--pages", str(tmp_path / "pages"), "--out", str(out), "--strict"]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=540)
-    seconds = time.monotonic() - started
-    assert done.returncode == 0, f"the build failed:\n{done.stdout[-4000:]}\n{done.stderr[-8000:]}"
-    assert not netlog.exists(), f"the build reached for the network:\n{netlog.read_text()[:2000]}"
-    watched = Path(f"{netlog}.watched").read_text().splitlines()
-    assert any("sphinx" in line for line in watched), f"Sphinx ran unwatched: {watched}"
-    print(f"site built in {seconds:.0f} s")
+    assert offline_site.returncode == 0, (f"the build failed:\n{offline_site.stdout[-4000:]}\n"
+                                          f"{offline_site.stderr[-8000:]}")
+    assert not offline_site.reached, f"the build reached for the network:\n{offline_site.reached[:2000]}"
+    assert any("sphinx" in line for line in offline_site.watched), f"Sphinx ran unwatched: {offline_site.watched}"
+    print(f"site built in {offline_site.seconds:.0f} s")
+    out = offline_site.html
 
     pages = {path.relative_to(out).as_posix(): path.read_text(encoding="utf-8") for path in out.rglob("*.html")}
     for source in SOURCES:

@@ -12,8 +12,6 @@
 """
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -37,16 +35,10 @@ RUN_AXE = """async (tags) => (await axe.run(document, {runOnly: {type: 'tag', va
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    for module in ("sphinx", "myst_nb", "sphinx_book_theme"):
-        pytest.importorskip(module, reason=f"{module} is not installed: pip install -e '.[site]'")
-    base = tmp_path_factory.mktemp("site")
-    done = subprocess.run([sys.executable, str(REPO / "site" / "build.py"), "--pages", str(base / "pages"),
-                           "--out", str(base / "html")], capture_output=True, text=True, timeout=540)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    html = base / "html"
-    return html, sorted(p for p in html.rglob("*.html") if "_static" not in p.parts
-                        and p.name not in ("search.html", "genindex.html"))
+def site(offline_site):
+    """The session's one build of the site (``tests/site_build.py``): its folder and its own pages."""
+    assert offline_site.returncode == 0, offline_site.stdout[-3000:] + offline_site.stderr[-3000:]
+    return offline_site.html, offline_site.pages()
 
 
 @pytest.fixture(scope="module")
@@ -62,16 +54,43 @@ def axe_violations(page, tags=WCAG_AA) -> list:
     return page.evaluate(RUN_AXE, tags)
 
 
-def test_no_page_has_a_serious_or_critical_violation_light_or_dark(site, browser):
+SIDEWAYS = "() => document.documentElement.scrollWidth > window.innerWidth + 1"
+CLIPPED_TABLES = """() => [...document.querySelectorAll('article table')]
+    .filter(t => { const box = t.parentElement; const r = t.getBoundingClientRect();
+                   const b = box.getBoundingClientRect();
+                   const scrolls = ['auto', 'scroll'].includes(getComputedStyle(box).overflowX);
+                   return r.width > b.width + 1 && !scrolls; })
+    .map(t => t.innerText.slice(0, 60))"""
+
+
+def visit_every_page(site, browser, width: int, with_axe: bool) -> dict:
+    """Open every page at ``width`` px: what scrolls sideways, which tables are cut off, and (``with_axe``)
+    axe's serious and critical violations."""
     root, pages = site
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
-    found = {}
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    seen = {"sideways": [], "clipped": [], "violations": {}}
     for path in pages:
         page.goto(path.as_uri())
-        for v in axe_violations(page):
+        if page.evaluate(SIDEWAYS):
+            seen["sideways"].append(path.name)
+        seen["clipped"] += [f"{path.name}: {t}" for t in page.evaluate(CLIPPED_TABLES)]
+        for v in axe_violations(page) if with_axe else ():
             if v["impact"] in ("serious", "critical"):
-                found.setdefault(f"{v['id']} ({v['impact']})", []).append((path.relative_to(root).as_posix(), v["where"]))
+                seen["violations"].setdefault(f"{v['id']} ({v['impact']})", []).append(
+                    (path.relative_to(root).as_posix(), v["where"]))
     page.close()
+    return seen
+
+
+@pytest.fixture(scope="module")
+def desktop(site, browser):
+    """Every page opened once at a desktop's 1280 px, for both axe and the width check (one visit serves both)."""
+    return visit_every_page(site, browser, 1280, with_axe=True)
+
+
+def test_no_page_has_a_serious_or_critical_violation_light_or_dark(site, browser, desktop):
+    root, pages = site
+    found = dict(desktop["violations"])
     # dark mode as the theme's toggle leaves it (its choice in localStorage), set before the page loads: switched
     # on a loaded page, the colours would be measured halfway through the theme's transition
     dark = browser.new_context(color_scheme="dark", viewport={"width": 1280, "height": 900})
@@ -113,23 +132,10 @@ def test_the_keyboard_alone_reaches_every_link_and_fold_of_the_article(site, bro
 
 
 @pytest.mark.parametrize("width", [1280, 390])
-def test_pages_fit_the_width_and_wide_tables_scroll_inside_their_box(site, browser, width):
-    root, pages = site
-    page = browser.new_page(viewport={"width": width, "height": 900})
-    sideways, clipped = [], []
-    for path in pages:
-        page.goto(path.as_uri())
-        if page.evaluate("() => document.documentElement.scrollWidth > window.innerWidth + 1"):
-            sideways.append(path.name)
-        clipped += [f"{path.name}: {t}" for t in page.evaluate("""() => [...document.querySelectorAll('article table')]
-            .filter(t => { const box = t.parentElement; const r = t.getBoundingClientRect();
-                           const b = box.getBoundingClientRect();
-                           const scrolls = ['auto', 'scroll'].includes(getComputedStyle(box).overflowX);
-                           return r.width > b.width + 1 && !scrolls; })
-            .map(t => t.innerText.slice(0, 60))""")]
-    page.close()
-    assert not sideways, f"at {width} px these pages scroll sideways: {sideways}"
-    assert not clipped, f"at {width} px these tables are cut off: {clipped[:5]}"
+def test_pages_fit_the_width_and_wide_tables_scroll_inside_their_box(site, browser, width, request):
+    seen = request.getfixturevalue("desktop") if width == 1280 else visit_every_page(site, browser, width, False)
+    assert not seen["sideways"], f"at {width} px these pages scroll sideways: {seen['sideways']}"
+    assert not seen["clipped"], f"at {width} px these tables are cut off: {seen['clipped'][:5]}"
 
 
 def test_every_image_says_what_it_shows_and_every_figure_opens_at_full_size(site):
