@@ -108,7 +108,7 @@ def test_without_a_distributed_sampler_every_rank_trains_on_the_same_samples():
 
 @pytest.mark.slow
 def test_an_uneven_last_batch_stalls_and_join_or_dropping_it_finishes():
-    result = uneven_inputs(world_size=2, batches=3, batch_per_rank=8, stall_timeout_s=10, **CPU)
+    result = uneven_inputs(world_size=2, batches=3, batch_per_rank=8, stall_timeout_s=4, **CPU)
     plain = result["plain"]
     assert plain["outcome"] == "stalled", plain
     assert "step 4 of 4" in plain["where"][0] and "barrier" in plain["where"][1]

@@ -183,7 +183,7 @@ def _notes(folder: str, world_size: int, key: str = "at") -> dict:
 
 
 def uneven_inputs(world_size: int | World | None = 2, model: str = "mlp", batches: int = 4, batch_per_rank: int = 16,
-                  stall_timeout_s: float = 10.0, seed: int = 0, backend: str = "auto", device: str = "auto") -> dict:
+                  stall_timeout_s: float = 4.0, seed: int = 0, backend: str = "auto", device: str = "auto") -> dict:
     """Rank 0 holds ``batches + 1`` batches, the others ``batches``: the plain loop, then Join and drop-last.
 
     Returns ``{"world_size", "backend", "device", "model", "batches_by_rank", "stall_timeout_s",
