@@ -43,7 +43,7 @@ def two_hosts():
     try:
         for namespace, _, _ in hosts.values():
             _ip("netns", "add", namespace)
-        (ns_a, _, if_a), (ns_b, _, if_b) = hosts["a"], hosts["b"]
+        (_, _, if_a), (_, _, if_b) = hosts["a"], hosts["b"]
         _ip("link", "add", if_a, "type", "veth", "peer", "name", if_b)
         for namespace, address, interface in hosts.values():
             _ip("link", "set", interface, "netns", namespace)
