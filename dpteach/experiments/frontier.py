@@ -24,7 +24,7 @@ from ..ranks import context
 from ..ranks.launcher import launch
 from ..ranks.world import World, resolve_world
 from ..replica.build import make_optimizer
-from ..replica.models import build_model
+from ..replica.models import build_model, check_model_name
 from ..replica.timeline import Timeline
 from ..training.train import TrainConfig
 from .compare import compare_strategies
@@ -78,13 +78,13 @@ def zeropp_levels(world_size: int | World = 4, link="pcie/1gbe", ranks_per_node:
             "link": two_level.as_dict(), "steps": steps, "tolerance": result["tolerance"], "rows": rows}
 
 
-def _muon_on_rank(seed: int) -> dict:
+def _muon_on_rank(seed: int, name: str) -> dict:
     """One distributed Muon step on this rank; rank 0 also steps torch's Muon in one process on the mean."""
     from ..sync.muon import DistributedMuon
-    config = TrainConfig(model="mlp", optimizer="muon")
+    config = TrainConfig(model=name, optimizer="muon")
     world, rank = dist.get_world_size(), dist.get_rank()
-    model = build_model("mlp", seed=seed, device=context.device())
-    single = build_model("mlp", seed=seed, device=context.device())
+    model = build_model(name, seed=seed, device=context.device())
+    single = build_model(name, seed=seed, device=context.device())
     generator = torch.Generator().manual_seed(seed)
     # each rank's gradient W times a multiple of 1/64: divided by W first (the ranks) or after the sum (one
     # process), and summed in any order, float32 gets every mean exactly, so both see the same gradient bit for bit
@@ -107,20 +107,28 @@ def _muon_on_rank(seed: int) -> dict:
     reference.step()
     out["max_abs_diff"] = max((a - b).abs().max().item() for a, b in zip(model.parameters(), single.parameters()))
     out["moved"] = max((a - b).abs().max().item() for a, b in
-                       zip(single.parameters(), build_model("mlp", seed=seed, device=context.device()).parameters()))
+                       zip(single.parameters(), build_model(name, seed=seed, device=context.device()).parameters()))
     strategy.close()
     return out
 
 
-def muon_against_torch(world_size: int | World | None = 2, seed: int = 0, backend: str = "auto",
-                       timeout: float = 120.0) -> dict:
+def muon_against_torch(world_size: int | World | None = 2, seed: int = 0, model: str = "transformer",
+                       backend: str = "auto", timeout: float = 120.0) -> dict:
     """One distributed Muon step on ``world_size`` ranks against torch's Muon in one process, on the same
-    gradients. Returns ``{"world_size", "tolerance", "ranks": [{"rank", "owned", "bytes", "padding_elements",
-    "block_elements", "momentum_elements", "max_abs_diff", "moved"}], "max_abs_diff", "equal"}``."""
+    gradients. Returns ``{"world_size", "model", "tolerance", "ranks": [{"rank", "owned", "bytes",
+    "padding_elements", "block_elements", "momentum_elements", "max_abs_diff", "moved"}], "max_abs_diff",
+    "equal"}``.
+
+    The small transformer by default: eleven matrices of many shapes to hand out whole, and quick to orthogonalise
+    on any CPU. Muon's Newton-Schulz iterations multiply in bfloat16 (``_zeropower_via_newtonschulz`` in torch's
+    ``optim/_muon.py`` casts the gradient with ``.bfloat16()``), and a CPU without bfloat16 instructions multiplies
+    in bfloat16 far more slowly than in float32 (on a 2-core AVX2 machine a 512 x 512 product took 204 ms against
+    3.7 ms): there the mlp's 512 x 512 matrices made this one step take 15 s."""
     validate.integer("seed", seed, low=0)
+    check_model_name(model)
     world = resolve_world(world_size, backend, "auto")
-    ranks = launch(_muon_on_rank, world, args=(seed,), timeout=timeout)
+    ranks = launch(_muon_on_rank, world, args=(seed, model), timeout=timeout)
     worst = max(r["max_abs_diff"] for r in ranks)
     tolerance = 1e-6
-    return {"world_size": world.size, "tolerance": tolerance, "ranks": ranks, "max_abs_diff": worst,
+    return {"world_size": world.size, "model": model, "tolerance": tolerance, "ranks": ranks, "max_abs_diff": worst,
             "equal": worst <= tolerance}
