@@ -180,7 +180,7 @@ def _running(pid: int, deadline: float) -> bool:
 
 
 def test_lab_gives_the_notebooks_the_kernel_metadata_jupyterlab_would_write(tmp_path):
-    """So that no lesson opens marked as modified (tests/test_browser_rerun.py opens one and checks)."""
+    """So that no lesson opens marked as modified (tests/test_browser_notebooks.py opens each and checks)."""
     import shutil
     from dpteach.commands.lab import align_kernel_metadata, kernel_metadata
     shutil.copy(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "notebooks", "00_start_here.ipynb"), tmp_path / "a.ipynb")

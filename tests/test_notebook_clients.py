@@ -117,6 +117,8 @@ def test_the_notebook_runs_under_nbclient_beside_a_cpu_hog_then_every_panel_opti
     if sweep.get("outputs") is not None and "ExperimentPanel(" in path.read_text():
         text = "".join(o.get("text", "") for o in sweep.outputs if o.get("output_type") == "stream")
         report = json.loads(text[text.index("OPTIONS") + len("OPTIONS"):].splitlines()[0])
+        slowest = sorted(report["took"], key=lambda run: -run["seconds"])[:3]
+        record_property("slowest_options", json.dumps(slowest))
         assert report["errors"] == [], json.dumps(report["errors"], indent=1)
         for panel, controls in report["offered"].items():
             for name, values in controls.items():

@@ -17,6 +17,8 @@ The test suite runs it at the end of every lesson, in the kernel that ran the le
 """
 from __future__ import annotations
 
+import time
+
 import ipywidgets as widgets
 
 from ..front_end import widgets_only
@@ -100,11 +102,12 @@ def rounds(panel) -> list[dict]:
 
 def run_every_option(panels) -> dict:
     """Run every round of every panel; return ``{"runs", "already_ran", "errors": [...], "covered": {panel:
-    {control: [values]}}, "offered": {panel: {control: [values]}}}`` (values as ``repr``).
+    {control: [values]}}, "offered": {panel: {control: [values]}}, "took": [{"panel", "values", "seconds"}]}``
+    (values as ``repr``; ``took``: each round run, with its wall time).
 
     A round whose values are exactly those of a run the panel has already finished without error (the lesson's
     own run, at its defaults) is not run again: that run is the proof, and ``already_ran`` counts them."""
-    errors, covered, offered, runs, already_ran = [], {}, {}, 0, 0
+    errors, covered, offered, runs, already_ran, took = [], {}, {}, 0, 0, []
     for panel in panels:
         seen, several = covered.setdefault(panel.title, {}), several_of(panel)
         offered[panel.title] = {name: [repr(v) for v in choices_of(c)] for name, c in panel.controls.items()
@@ -118,16 +121,20 @@ def run_every_option(panels) -> dict:
             if wanted in done:
                 already_ran += 1
             else:
+                started = time.perf_counter()
                 with widgets_only():  # the sweep reads panel.result; it does not show every run
                     panel.run(**values)
                 runs += 1
+                took.append({"panel": panel.title, "values": {k: repr(v) for k, v in values.items()},
+                             "seconds": round(time.perf_counter() - started, 2)})
                 if panel.error is not None:
                     errors.append({"panel": panel.title, "values": {k: repr(v) for k, v in values.items()},
                                    "error": f"{type(panel.error).__name__}: {panel.error}"[:1500]})
                     continue
                 done.append(wanted)
             _credit(seen, wanted, offered[panel.title], several)
-    return {"runs": runs, "already_ran": already_ran, "errors": errors, "covered": covered, "offered": offered}
+    return {"runs": runs, "already_ran": already_ran, "errors": errors, "covered": covered, "offered": offered,
+            "took": took}
 
 
 def _credit(seen: dict, values: dict, offered: dict, several: dict) -> None:
